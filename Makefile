@@ -1,0 +1,60 @@
+# fairsched — entry point. The real build is CMake; this file drives it.
+#   make            build everything into build/ (binaries in build/bin, libraries in build/lib)
+#   make test       build and run every test through ctest
+#   make demo       run the main job on the embedded default config
+#   make bench      run the benchmarks
+#   make asan|tsan  build and run the tests under ASan+UBSan / TSan (build-asan/, build-tsan/)
+#   make fuzz       build the libFuzzer targets with clang and run each for FUZZ_SECONDS
+
+BUILD        ?= build
+JOBS         ?= $(shell nproc)
+FUZZ_SECONDS ?= 30
+CMAKE_FLAGS  ?=
+
+.PHONY: all deps configure test demo bench asan tsan fuzz clean format
+
+all: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+deps:
+	@scripts/install-deps
+
+$(BUILD)/CMakeCache.txt:
+	@scripts/install-deps --quiet
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+configure: $(BUILD)/CMakeCache.txt
+
+test: all
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+demo: all
+	scripts/demo $(BUILD)
+
+bench: all
+	$(BUILD)/bin/fairsched-bench core
+	$(BUILD)/bin/fairsched-microbench --benchmark_min_time=0.2
+
+asan:
+	@scripts/install-deps --quiet
+	cmake -S . -B build-asan -DFAIRSCHED_SANITIZE=address -DFAIRSCHED_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+
+tsan:
+	@scripts/install-deps --quiet
+	cmake -S . -B build-tsan -DFAIRSCHED_SANITIZE=thread -DFAIRSCHED_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)
+	cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
+fuzz:
+	@scripts/install-deps --quiet
+	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DFAIRSCHED_FUZZ=ON -DFAIRSCHED_TESTS=OFF -DFAIRSCHED_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+	cmake --build build-fuzz -j $(JOBS)
+	scripts/run-fuzz build-fuzz $(FUZZ_SECONDS)
+
+format:
+	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h' '*.cu')
+
+clean:
+	rm -rf build build-asan build-tsan build-fuzz

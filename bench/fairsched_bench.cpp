@@ -1,0 +1,139 @@
+// fairsched-bench SCENARIO [--json FILE] [--plot FILE.png] [--config FILE]
+//                          [--socket PATH] [--seed N] [--rounds N] [--quick]
+// Parses arguments, looks the scenario up in the registry, runs it, prints its
+// table and writes its JSON and plot. Exit status: 0 ok, 1 the scenario or an
+// output failed, 2 usage (unknown scenario included).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <string_view>
+
+#include "bench/core_scenario.hpp"
+#include "bench/scenario.hpp"
+
+namespace {
+
+using fairsched::bench::ScenarioInfo;
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+// Every scenario of design.md §6, in its order; those not built yet have no
+// run function and are refused with the list of the ones that are. A new
+// scenario fills in its entry (or adds one) with its run and plot functions.
+constexpr ScenarioInfo kScenarios[] = {
+    {"noisy-neighbor", "a burst tenant against a light one, fifo vs fair", nullptr, nullptr},
+    {"weighted", "shares follow weights", nullptr, nullptr},
+    {"tiers", "strict tiers and min_share floors", nullptr, nullptr},
+    {"token-cost", "token vs request budgets", nullptr, nullptr},
+    {"rate-limit", "limits and retries", nullptr, nullptr},
+    {"roundtrip", "submit->completion latency through shared memory vs a unix socket", nullptr,
+     nullptr},
+    {"core", "scheduling decisions/s of the core vs a single priority queue",
+     fairsched::bench::runCoreScenario, fairsched::bench::plotCoreScenario},
+    {"replay", "a JSONL trace through the real core in virtual time", nullptr, nullptr},
+    {"fleet", "limiter admissions/s: host, fleet (Redis) and naive", nullptr, nullptr},
+};
+
+const ScenarioInfo* findScenario(std::string_view name) {
+  for (const ScenarioInfo& s : kScenarios) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+std::string availableList() {
+  std::string out;
+  for (const ScenarioInfo& s : kScenarios) {
+    if (!s.run) continue;
+    out += "  ";
+    out += s.name;
+    out += std::string(16 - std::min<std::size_t>(15, s.name.size()), ' ');
+    out += s.summary;
+    out += '\n';
+  }
+  return out;
+}
+
+// Writes `text` to `path` ("-": stdout). Returns false with a message on stderr.
+bool writeOutput(const std::string& path, const std::string& text) {
+  if (path == "-") {
+    std::cout << text << std::flush;
+    return true;
+  }
+  std::ofstream f(path);
+  f << text;
+  f.close();
+  if (!f) {
+    std::cerr << "fairsched-bench: cannot write " << path << "\n";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fairsched-bench: benchmarks and property scenarios for fairsched",
+               "fairsched-bench"};
+  std::string scenario_name;
+  std::string json_path;
+  std::string plot_path;
+  fairsched::bench::ScenarioOptions options;
+  app.add_option("scenario", scenario_name, "scenario to run")->required();
+  app.add_option("--json", json_path, "write the JSON report to FILE ('-' for stdout)");
+  app.add_option("--plot", plot_path, "draw the result into FILE.png");
+  app.add_option("--config", options.config_path, "daemon config for scenarios that start one");
+  app.add_option("--socket", options.socket_path, "use the daemon at PATH instead of starting one");
+  app.add_option("--seed", options.seed, "seed of every random choice")->capture_default_str();
+  app.add_option("--rounds", options.rounds, "repetitions (0: the scenario's default)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--quick", options.quick, "smaller sizes, for smoke tests");
+  app.footer("scenarios:\n" + availableList());
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+
+  const ScenarioInfo* info = findScenario(scenario_name);
+  if (!info || !info->run) {
+    std::cerr << "fairsched-bench: "
+              << (info ? "scenario '" + scenario_name + "' is not built yet"
+                       : "unknown scenario '" + scenario_name + "'")
+              << "; available:\n"
+              << availableList();
+    return kExitUsage;
+  }
+  if (!plot_path.empty() && !info->plot) {
+    std::cerr << "fairsched-bench: scenario '" << scenario_name << "' has no plot\n";
+    return kExitUsage;
+  }
+
+  const fairsched::bench::ScenarioResult result = info->run(options);
+  if (const auto* err = std::get_if<fairsched::bench::ScenarioError>(&result)) {
+    std::cerr << "fairsched-bench: " << scenario_name << ": " << err->message << "\n";
+    return kExitFailed;
+  }
+  const auto& report = std::get<fairsched::bench::ScenarioReport>(result);
+  // With the JSON on stdout the table goes to stderr, so stdout stays parseable.
+  (json_path == "-" ? std::cerr : std::cout) << report.table << std::flush;
+
+  int rc = kExitOk;
+  if (!json_path.empty() && !writeOutput(json_path, report.json.dump(2) + "\n")) rc = kExitFailed;
+  if (!plot_path.empty()) {
+    if (auto err = info->plot(report.json, plot_path)) {
+      std::cerr << "fairsched-bench: plot: " << *err << "\n";
+      rc = kExitFailed;
+    } else if (json_path != "-") {
+      std::cout << "plot written to " << plot_path << "\n";
+    }
+  }
+  return rc;
+}

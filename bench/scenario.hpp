@@ -1,0 +1,52 @@
+// What every fairsched-bench scenario shares: the options it is run with, the
+// report it hands back (a JSON document for machines, a table for people) and
+// its entry in the registry that fairsched_bench.cpp dispatches on.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+namespace fairsched::bench {
+
+struct ScenarioOptions {
+  std::string config_path;  // --config; empty: the scenario's built-in setup
+  std::string socket_path;  // --socket; empty: the scenario starts its own daemon
+  std::uint64_t seed = 1;   // --seed; every random choice derives from it
+  int rounds = 0;           // --rounds; 0: the scenario's default
+  bool quick = false;       // --quick: smaller sizes, for smoke tests
+};
+
+struct ScenarioReport {
+  nlohmann::json json;  // exactly the shape design.md §6 gives for the scenario
+  std::string table;    // human-readable summary, printed as is
+};
+
+struct ScenarioError {
+  std::string message;  // printed after "fairsched-bench: <scenario>: "
+};
+
+using ScenarioResult = std::variant<ScenarioReport, ScenarioError>;
+using ScenarioFn = ScenarioResult (*)(const ScenarioOptions&);
+// Draws `report` into a PNG at `path`; nullopt on success, else why not.
+using PlotFn = std::optional<std::string> (*)(const nlohmann::json& report,
+                                              const std::string& path);
+
+struct ScenarioInfo {
+  std::string_view name;
+  std::string_view summary;
+  ScenarioFn run = nullptr;  // null: named in design.md but not built yet
+  PlotFn plot = nullptr;     // null: the scenario has no plot
+};
+
+// Runs /usr/bin/python3 (or $FAIRSCHED_PYTHON) on `script` with two
+// arguments: a file holding `data` as JSON, and `png_path`. nullopt on
+// success, else the reason (python or matplotlib missing, script failed).
+std::optional<std::string> plotWithPython(std::string_view script, const nlohmann::json& data,
+                                          const std::string& png_path);
+
+}  // namespace fairsched::bench

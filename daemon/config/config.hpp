@@ -1,0 +1,138 @@
+// The daemon's configuration as plain values, and the parser that builds it
+// from TOML text. Parsing never throws: every error names the file, the line
+// and the key path ("cfg.toml:12: tenants.acme.limits.chat: unknown unit 'minite'").
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "daemon/core/limit_spec.hpp"
+#include "daemon/core/types.hpp"
+
+namespace fairsched::config {
+
+enum class EndpointKind : std::uint8_t {
+  kStreaming,  // interactive: the default quantum rotates about one request per tenant
+  kBatch,      // offline: the default quantum grants about a full batch of tokens
+};
+
+enum class ExecutorKind : std::uint8_t { kCpu, kCuda };
+
+struct CpuExecutorConfig {
+  double per_batch_us = 200.0;  // modelled fixed cost of one batch
+  double per_token_us = 0.5;    // modelled cost per token (input + output)
+  std::uint32_t threads = 1;
+};
+
+struct CudaExecutorConfig {
+  int device = 0;
+  std::uint32_t streams = 2;
+  std::uint64_t staging_bytes = 8u << 20;  // per stream, pinned, double-buffered
+  // Executor used when CUDA was not built or no device is present; empty = fail at start.
+  std::optional<ExecutorKind> fallback;
+};
+
+struct EndpointConfig {
+  std::string name;
+  EndpointKind kind = EndpointKind::kStreaming;
+  CostModel cost = CostModel::kTokens;
+  // DRR quantum for weight 1, in cost units. 0 in the file = derive from kind
+  // (see resolvedQuantum()).
+  std::uint64_t quantum = 0;
+  std::uint32_t max_batch_requests = 32;
+  std::uint32_t max_batch_tokens = 16384;
+  std::uint64_t max_wait_us = 2000;
+  std::uint32_t max_output_tokens = 4096;  // cap on a request's max output tokens
+  std::uint64_t latency_target_ms = 0;     // backlog throttle; 0 = off
+  ExecutorKind executor = ExecutorKind::kCpu;
+  CpuExecutorConfig cpu;
+  CudaExecutorConfig cuda;
+  std::vector<core::LimitSpec> limits;  // defaults for every tenant on this endpoint
+  std::uint32_t source_line = 0;
+
+  // The quantum the DRR uses: `quantum` when set, else for kBatch a full batch
+  // (max_batch_tokens, or max_batch_requests under the requests cost model),
+  // for kStreaming about one request (max_batch_tokens / max_batch_requests,
+  // or 1 under the requests cost model).
+  std::uint64_t resolvedQuantum() const;
+};
+
+// Limits for one endpoint, as set at some level (tier or tenant).
+struct EndpointLimits {
+  std::string endpoint;
+  std::vector<core::LimitSpec> limits;
+};
+
+struct TierConfig {
+  std::string name;
+  double min_share = 0.0;              // 0 = strict priority only
+  double default_weight = 1.0;         // for tenants not listed in [tenants]
+  std::uint32_t default_queue_limit = 10000;
+  std::vector<EndpointLimits> limits;  // override the endpoint defaults
+  std::uint32_t source_line = 0;
+};
+
+struct TenantConfig {
+  std::string name;
+  std::string tier;                      // must name a tier
+  std::optional<double> weight;          // default: the tier's default_weight
+  std::optional<std::uint32_t> queue_limit;
+  std::vector<EndpointLimits> limits;    // override tier and endpoint defaults
+  std::uint32_t source_line = 0;
+};
+
+struct ClientRule {
+  std::string name;
+  std::vector<std::uint32_t> uids;       // numeric, and `users` resolved at load
+  std::vector<std::uint32_t> gids;       // numeric, and `groups` resolved at load
+  std::vector<std::string> tenants;      // "*" = every tenant
+  std::vector<std::string> endpoints;    // "*" = every endpoint
+  std::vector<std::string> assign_tiers; // tiers it may give unlisted tenants
+  bool admin = false;                    // may use fairschedctl reload/drain
+  std::uint32_t source_line = 0;
+};
+
+struct DaemonConfig {
+  std::string socket = "/run/fairsched/fairsched.sock";
+  std::uint32_t socket_mode = 0660;
+  std::string socket_group;              // empty = the daemon's group
+  std::string log_level = "info";        // trace|debug|info|warn|error|critical|off
+  Policy policy = Policy::kFair;
+  std::uint64_t tenant_idle_timeout_s = 600;  // idle state dropped after this (limit windows permitting)
+  std::uint64_t shutdown_grace_ms = 5000;
+};
+
+struct Config {
+  DaemonConfig daemon;
+  std::vector<TierConfig> tiers;         // in priority order, highest first
+  std::vector<EndpointConfig> endpoints;
+  std::vector<TenantConfig> tenants;
+  std::vector<ClientRule> clients;
+  std::string default_tier;              // tier of unlisted tenants without a tier hint; default: the last tier
+
+  const TierConfig* findTier(std::string_view name) const;
+  const EndpointConfig* findEndpoint(std::string_view name) const;
+  const TenantConfig* findTenant(std::string_view name) const;
+};
+
+struct ConfigError {
+  std::string file;
+  std::uint32_t line = 0;  // 0 when the error is not tied to a line
+  std::string key;         // dotted key path, e.g. "tenants.acme.limits.chat"
+  std::string message;
+  std::string toString() const;  // "file:line: key: message"
+};
+
+using ConfigResult = std::variant<Config, ConfigError>;
+
+// Parse TOML text. `source_name` appears in errors (a file path or "<string>").
+ConfigResult parseConfig(std::string_view text, std::string_view source_name = "<string>");
+ConfigResult parseConfig(std::istream& in, std::string_view source_name);
+ConfigResult loadConfigFile(const std::string& path);
+
+}  // namespace fairsched::config

@@ -1,0 +1,76 @@
+#include "daemon/core/rate_limiter.hpp"
+
+namespace fairsched::core {
+
+KeyLimiter::KeyLimiter(std::span<const LimitSpec> specs) : specs_(specs) {
+  bool any = false;
+  widths_.reserve(specs.size());
+  for (const auto& s : specs) {
+    widths_.push_back(SlidingWindow::bucketWidth(s.window_ns));
+    any = any || s.amount != 0;
+  }
+  if (any) windows_ = std::make_unique<SlidingWindow[]>(specs.size());
+}
+
+LimitDecision KeyLimiter::tryAdmit(std::uint64_t tokens, TimeNs now) {
+  LimitDecision d;
+  d.admitted = true;
+  if (!windows_) return d;
+  now = clamp(now);
+  TimeNs admit_at = now;
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    const LimitSpec& s = specs_[i];
+    if (s.amount == 0) continue;
+    SlidingWindow& w = windows_[i];
+    w.advance(now, s.window_ns, widths_[i]);
+    const std::uint64_t cost = costOf(s, tokens);
+    if (w.used() + cost <= s.amount) continue;
+    const TimeNs at = w.admitAt(cost, s.amount, now, s.window_ns);
+    d.admitted = false;
+    if (at >= admit_at) {
+      admit_at = at;
+      d.limiting_index = static_cast<std::int32_t>(i);
+    }
+  }
+  if (!d.admitted) {
+    d.retry_after = admit_at == kNever ? kNever : admit_at - now;
+    return d;
+  }
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    if (specs_[i].amount == 0) continue;
+    windows_[i].add(costOf(specs_[i], tokens), now, widths_[i]);
+  }
+  return d;
+}
+
+void KeyLimiter::refundTokens(std::uint64_t unused_tokens, TimeNs admitted_at) {
+  if (!windows_ || unused_tokens == 0) return;
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    if (specs_[i].amount == 0 || specs_[i].unit != LimitUnit::kTokens) continue;
+    windows_[i].refund(unused_tokens, admitted_at, widths_[i]);
+  }
+}
+
+bool KeyLimiter::idle(TimeNs now) {
+  if (!windows_) return true;
+  now = clamp(now);
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    if (specs_[i].amount == 0) continue;
+    windows_[i].advance(now, specs_[i].window_ns, widths_[i]);
+    if (!windows_[i].empty()) return false;
+  }
+  return true;
+}
+
+std::vector<LimitUsage> KeyLimiter::usage(TimeNs now) {
+  std::vector<LimitUsage> out;
+  now = clamp(now);
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    if (specs_[i].amount == 0) continue;
+    windows_[i].advance(now, specs_[i].window_ns, widths_[i]);
+    out.push_back({specs_[i], windows_[i].used()});
+  }
+  return out;
+}
+
+}  // namespace fairsched::core

@@ -1,0 +1,76 @@
+// Rate limits of one (tenant, endpoint): any number of "unit × amount ×
+// window" limits checked together. Pure: time is passed in.
+//
+// A request is admitted only if every limit admits it; then every limit is
+// charged (1 for request limits; input + max output tokens for token limits,
+// the reservation). At completion the unused part of the token reservation is
+// refunded into the bucket it was charged to. Each limit keeps the
+// SlidingWindow guarantee: admitted cost never exceeds the amount in any
+// window of its length (see sliding_window.hpp for the under-admission bound).
+//
+// Time that goes backwards is treated as no time passing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "daemon/core/limit_spec.hpp"
+#include "daemon/core/sliding_window.hpp"
+#include "daemon/core/types.hpp"
+
+namespace fairsched::core {
+
+struct LimitDecision {
+  bool admitted = false;
+  // When rejected: wait this long, then the same request is admitted if
+  // nothing else was admitted meanwhile. kNever: the request can never fit
+  // (its cost exceeds a limit's amount).
+  TimeNs retry_after = 0;
+  std::int32_t limiting_index = -1;  // which spec rejected (the one that frees last)
+};
+
+// Usage of one limit at a point in time, for operators ("4,100 of 6,000 used").
+struct LimitUsage {
+  LimitSpec spec;
+  std::uint64_t used = 0;
+};
+
+class KeyLimiter {
+ public:
+  // `specs` must outlive the limiter (the daemon's resolved policy tables own
+  // them). Specs with amount 0 are "unlimited" and are skipped.
+  explicit KeyLimiter(std::span<const LimitSpec> specs = {});
+
+  // Check every limit; on success charge them all.
+  LimitDecision tryAdmit(std::uint64_t tokens, TimeNs now);
+
+  // Return `unused_tokens` of a reservation made by tryAdmit at `admitted_at`.
+  void refundTokens(std::uint64_t unused_tokens, TimeNs admitted_at);
+
+  // True when no limit counts anything any more at `now`: dropping the state
+  // then changes no future decision (so an idle tenant cannot dodge a limit by
+  // being forgotten).
+  bool idle(TimeNs now);
+
+  std::vector<LimitUsage> usage(TimeNs now);
+  std::span<const LimitSpec> specs() const { return specs_; }
+  bool unlimited() const { return windows_ == nullptr; }
+
+ private:
+  TimeNs clamp(TimeNs now) {
+    if (now > now_) now_ = now;
+    return now_;
+  }
+  static std::uint64_t costOf(const LimitSpec& s, std::uint64_t tokens) {
+    return s.unit == LimitUnit::kRequests ? 1 : tokens;
+  }
+
+  std::span<const LimitSpec> specs_;
+  std::vector<TimeNs> widths_;
+  std::unique_ptr<SlidingWindow[]> windows_;  // one per spec; null when no spec limits
+  TimeNs now_ = 0;
+};
+
+}  // namespace fairsched::core

@@ -1,0 +1,459 @@
+#include "daemon/core/scheduler.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <functional>
+
+namespace fairsched::core {
+namespace {
+constexpr double kOutputEmaAlpha = 0.25;
+std::uint32_t indexOf(Handle h) { return static_cast<std::uint32_t>(h & 0xffffffffu); }
+}  // namespace
+
+const char* toString(CostModel m) {
+  switch (m) {
+    case CostModel::kRequests: return "requests";
+    case CostModel::kTokens: return "tokens";
+    case CostModel::kAdaptive: return "adaptive";
+  }
+  return "?";
+}
+
+Scheduler::Scheduler(SchedulerSpec spec) : spec_(std::move(spec)), tenants_(spec_) {
+  std::vector<double> shares;
+  for (const auto& t : spec_.tiers) shares.push_back(t.min_share);
+  endpoints_.resize(spec_.endpoints.size());
+  for (std::size_t e = 0; e < spec_.endpoints.size(); ++e) {
+    EndpointState& ep = endpoints_[e];
+    ep.spec = spec_.endpoints[e];
+    ep.drr.resize(spec_.tiers.size());
+    ep.tiers.resize(spec_.tiers.size());
+    ep.tier_selector = TierSelector(shares);
+    ep.throttle = BacklogThrottle(ep.spec.latency_target, ep.spec.parallelism);
+    ep.backlogged = std::make_unique<bool[]>(spec_.tiers.size());
+  }
+}
+
+Scheduler::Slot* Scheduler::lookup(Handle h) {
+  const std::uint32_t i = indexOf(h);
+  if (i >= slots_.size()) return nullptr;
+  Slot& s = slots_[i];
+  if (s.state == SlotState::kFree || s.gen != static_cast<std::uint32_t>(h >> 32)) return nullptr;
+  return &s;
+}
+
+void Scheduler::freeSlot(std::uint32_t index) {
+  Slot& s = slots_[index];
+  s.state = SlotState::kFree;
+  if (++s.gen == 0) s.gen = 1;  // handle 0 is never valid
+  free_slots_.push_back(index);
+}
+
+std::uint32_t Scheduler::stateFor(EndpointState& ep, TenantId t, TimeNs now) {
+  if (auto it = ep.state_of.find(t); it != ep.state_of.end()) return it->second;
+  std::uint32_t i;
+  if (!ep.free_states.empty()) {
+    i = ep.free_states.back();
+    ep.free_states.pop_back();
+  } else {
+    i = static_cast<std::uint32_t>(ep.states.size());
+    ep.states.emplace_back();
+  }
+  const TenantTable::Entry& e = tenants_[t];
+  TenantState& ts = ep.states[i];
+  ts = TenantState{};
+  ts.tenant = t;
+  ts.tier = e.tier;
+  ts.live = true;
+  ts.weight = e.weight;
+  ts.queue_limit = e.queue_limit;
+  ts.last_active = now;
+  const EndpointId eid = static_cast<EndpointId>(&ep - endpoints_.data());
+  if (e.limits && eid < e.limits->size()) {
+    const auto& specs = (*e.limits)[eid];
+    if (std::any_of(specs.begin(), specs.end(), [](const LimitSpec& s) { return s.amount != 0; })) {
+      ts.limiter = std::make_unique<KeyLimiter>(std::span<const LimitSpec>(specs));
+    }
+  }
+  const double q = static_cast<double>(ep.spec.quantum) * e.weight;
+  ep.drr[ts.tier].setQuantum(i, std::max<std::int64_t>(1, std::llround(q)));
+  ep.state_of.emplace(t, i);
+  tenants_.retain(t);
+  return i;
+}
+
+std::int64_t Scheduler::costOf(const EndpointState& ep, const TenantState& ts, const Slot& s) const {
+  switch (ep.spec.cost) {
+    case CostModel::kRequests: return 1;
+    case CostModel::kTokens: return static_cast<std::int64_t>(tokensOf(s.req));
+    case CostModel::kAdaptive: {
+      const double out = ts.expected_output < 0
+                             ? static_cast<double>(s.req.max_output_tokens)
+                             : std::min<double>(ts.expected_output, s.req.max_output_tokens);
+      return static_cast<std::int64_t>(s.req.input_tokens) + std::llround(out);
+    }
+  }
+  return 1;
+}
+
+std::uint64_t Scheduler::workAhead(const EndpointState& ep, const TenantState& ts) const {
+  if (spec_.policy == Policy::kFifo) return ep.queued_tokens;
+  std::uint64_t ahead = 0;
+  for (TierId t = 0; t < ts.tier; ++t) ahead += ep.tiers[t].queued_tokens;
+  // Within its tier the tenant gets weight / (sum of backlogged weights) of
+  // the service, so its own queue drains that much slower.
+  const TierState& tier = ep.tiers[ts.tier];
+  const double weights = tier.backlogged_weight + (ts.queued == 0 ? ts.weight : 0.0);
+  const double share_wait = static_cast<double>(ts.queued_tokens) * weights / ts.weight;
+  ahead += std::min<std::uint64_t>(tier.queued_tokens, static_cast<std::uint64_t>(share_wait));
+  return ahead;
+}
+
+Admission Scheduler::submit(const Request& r, TimeNs now) {
+  if (r.endpoint >= endpoints_.size() || !tenants_.valid(r.tenant)) return {Status::kInvalid, 0, 0};
+  EndpointState& ep = endpoints_[r.endpoint];
+  const std::uint32_t ts_index = stateFor(ep, r.tenant, now);
+  TenantState& ts = ep.states[ts_index];
+  ts.stats.submitted++;
+  ts.last_active = now;
+  const std::uint64_t tokens = tokensOf(r);
+
+  if (tokens == 0 || tokens > ep.spec.max_batch_tokens ||
+      r.max_output_tokens > ep.spec.max_output_tokens) {
+    ts.stats.rejected_invalid++;
+    return {Status::kInvalid, 0, 0};
+  }
+  if (r.deadline <= now) {
+    ts.stats.expired++;
+    return {Status::kDeadlineExceeded, 0, 0};
+  }
+  if (ts.queued >= ts.queue_limit) {
+    ts.stats.rejected_queue_full++;
+    return {Status::kQueueFull, 0, 0};
+  }
+  if (ep.spec.latency_target > 0 && !ep.throttle.admits(workAhead(ep, ts))) {
+    ts.stats.rejected_overloaded++;
+    return {Status::kOverloaded, 0, 0};
+  }
+  if (ts.limiter) {
+    const LimitDecision d = ts.limiter->tryAdmit(tokens, now);
+    if (!d.admitted) {
+      if (d.retry_after == kNever) {  // larger than a limit: it can never be admitted
+        ts.stats.rejected_invalid++;
+        return {Status::kInvalid, 0, 0};
+      }
+      ts.stats.rejected_rate_limited++;
+      return {Status::kRateLimited, d.retry_after, 0};
+    }
+  }
+
+  std::uint32_t index;
+  if (!free_slots_.empty()) {
+    index = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    index = static_cast<std::uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  Slot& s = slots_[index];
+  s.req = r;
+  s.arrival = now;
+  s.charged = 0;
+  s.ts = ts_index;
+  s.state = SlotState::kQueued;
+  const Handle h = makeHandle(index, s.gen);
+  const QueueEntry entry{{r.priority, r.deadline, seq_++}, h};
+
+  const bool was_empty = ts.queued == 0;
+  if (spec_.policy == Policy::kFair) {
+    ts.queue.push(entry);
+    DrrScheduler& drr = ep.drr[ts.tier];
+    if (was_empty) {
+      drr.enqueue(ts_index, costOf(ep, ts, s));
+    } else if (ts.queue.top().handle == h) {
+      drr.headChanged(ts_index, costOf(ep, ts, s));
+    }
+  } else {
+    ep.fifo.push(entry);
+  }
+  if (was_empty) ep.tiers[ts.tier].backlogged_weight += ts.weight;
+  ts.queued++;
+  ts.queued_tokens += tokens;
+  ep.tiers[ts.tier].queued_tokens += tokens;
+  if (ep.queued++ == 0) ep.pending_since = now;
+  ep.queued_tokens += tokens;
+  if (r.deadline != kNever) {
+    deadlines_.push_back({r.deadline, h});
+    std::push_heap(deadlines_.begin(), deadlines_.end(), std::greater<>{});
+  }
+  ts.stats.admitted++;
+  return {Status::kOk, 0, h};
+}
+
+TimeNs Scheduler::batchDueAt(EndpointId e) const {
+  const EndpointState& ep = endpoints_[e];
+  if (ep.queued == 0) return kNever;
+  if (ep.queued >= ep.spec.max_batch_requests || ep.queued_tokens >= ep.spec.max_batch_tokens) {
+    return std::numeric_limits<TimeNs>::min();
+  }
+  return ep.pending_since + ep.spec.max_wait;
+}
+
+std::span<const bool> Scheduler::backloggedTiers(EndpointId e) {
+  EndpointState& ep = endpoints_[e];
+  for (std::size_t t = 0; t < ep.drr.size(); ++t) ep.backlogged[t] = ep.drr[t].anyBacklogged();
+  return {ep.backlogged.get(), ep.drr.size()};
+}
+
+void Scheduler::unqueue(EndpointState& ep, TenantState& ts, const Slot& s) {
+  const std::uint64_t tokens = tokensOf(s.req);
+  ts.queued--;
+  ts.queued_tokens -= tokens;
+  TierState& tier = ep.tiers[ts.tier];
+  tier.queued_tokens -= tokens;
+  if (ts.queued == 0) tier.backlogged_weight = std::max(0.0, tier.backlogged_weight - ts.weight);
+  ep.queued_tokens -= tokens;
+  if (--ep.queued == 0) ep.pending_since = kNever;
+}
+
+void Scheduler::refreshHead(EndpointState& ep, std::uint32_t ts_index) {
+  TenantState& ts = ep.states[ts_index];
+  bool changed = false;
+  while (!ts.queue.empty()) {
+    const Slot* top = lookup(ts.queue.top().handle);
+    if (top && top->state == SlotState::kQueued) break;
+    ts.queue.pop();
+    changed = true;
+  }
+  if (!changed) return;
+  DrrScheduler& drr = ep.drr[ts.tier];
+  if (ts.queue.empty()) {
+    drr.remove(ts_index);
+  } else {
+    drr.headChanged(ts_index, costOf(ep, ts, slots_[indexOf(ts.queue.top().handle)]));
+  }
+}
+
+void Scheduler::withdraw(Slot& s, Status why, std::vector<Done>& done) {
+  EndpointState& ep = endpoints_[s.req.endpoint];
+  TenantState& ts = ep.states[s.ts];
+  unqueue(ep, ts, s);
+  if (why == Status::kDeadlineExceeded) ts.stats.expired++; else ts.stats.cancelled++;
+  // It never ran: none of its token reservation was used.
+  if (ts.limiter) ts.limiter->refundTokens(tokensOf(s.req), s.arrival);
+  done.push_back({s.req.id, s.req.tenant, s.req.endpoint, why});
+  const std::uint32_t ts_index = s.ts;
+  freeSlot(static_cast<std::uint32_t>(&s - slots_.data()));
+  if (spec_.policy == Policy::kFair) refreshHead(ep, ts_index);
+}
+
+void Scheduler::dispatch(EndpointState& ep, Slot& s, Batch& out) {
+  TenantState& ts = ep.states[s.ts];
+  s.state = SlotState::kInFlight;
+  ts.in_flight++;
+  ts.stats.dispatched++;
+  in_flight_++;
+  const Handle h = makeHandle(static_cast<std::uint32_t>(&s - slots_.data()), s.gen);
+  out.requests.push_back({h, s.req.id, s.req.tenant, s.req.input_tokens, s.req.max_output_tokens,
+                          s.arrival});
+  out.tokens += tokensOf(s.req);
+}
+
+bool Scheduler::takeFair(EndpointState& ep, TimeNs now, Batch& out, std::vector<Done>& done) {
+  const std::span<const bool> backlogged(ep.backlogged.get(), ep.drr.size());
+  while (out.requests.size() < ep.spec.max_batch_requests) {
+    for (std::size_t t = 0; t < ep.drr.size(); ++t) ep.backlogged[t] = ep.drr[t].anyBacklogged();
+    const TierSelector::Choice choice = ep.tier_selector.select(backlogged);
+    if (choice.tier == TierSelector::kNoTier) break;
+    DrrScheduler& drr = ep.drr[choice.tier];
+    const DrrScheduler::FlowId f = drr.select();
+    assert(f != DrrScheduler::kNone);
+    TenantState& ts = ep.states[f];
+    Slot& s = slots_[indexOf(ts.queue.top().handle)];  // the head is always live
+    if (s.req.deadline <= now) {
+      withdraw(s, Status::kDeadlineExceeded, done);
+      continue;
+    }
+    if (out.tokens + tokensOf(s.req) > ep.spec.max_batch_tokens) break;  // see header
+    const std::int64_t cost = costOf(ep, ts, s);
+    ts.queue.pop();
+    unqueue(ep, ts, s);
+    s.charged = cost;
+    dispatch(ep, s, out);
+    // The new head: skip entries withdrawn earlier.
+    while (!ts.queue.empty()) {
+      const Slot* top = lookup(ts.queue.top().handle);
+      if (top && top->state == SlotState::kQueued) break;
+      ts.queue.pop();
+    }
+    const bool has_next = !ts.queue.empty();
+    drr.consume(f, cost, has_next,
+                has_next ? costOf(ep, ts, slots_[indexOf(ts.queue.top().handle)]) : 0);
+    ep.tier_selector.charge(choice, cost, backlogged);
+  }
+  return !out.requests.empty();
+}
+
+bool Scheduler::takeFifo(EndpointState& ep, TimeNs now, Batch& out, std::vector<Done>& done) {
+  while (out.requests.size() < ep.spec.max_batch_requests && !ep.fifo.empty()) {
+    Slot* s = lookup(ep.fifo.top().handle);
+    if (!s || s->state != SlotState::kQueued) {
+      ep.fifo.pop();
+      continue;
+    }
+    if (s->req.deadline <= now) {
+      ep.fifo.pop();
+      withdraw(*s, Status::kDeadlineExceeded, done);
+      continue;
+    }
+    if (out.tokens + tokensOf(s->req) > ep.spec.max_batch_tokens) break;
+    ep.fifo.pop();
+    TenantState& ts = ep.states[s->ts];
+    unqueue(ep, ts, *s);
+    s->charged = costOf(ep, ts, *s);
+    dispatch(ep, *s, out);
+  }
+  return !out.requests.empty();
+}
+
+bool Scheduler::nextBatch(EndpointId e, TimeNs now, Batch& out, std::vector<Done>& done, bool force) {
+  out.clear();
+  out.endpoint = e;
+  if (e >= endpoints_.size()) return false;
+  if (!force && batchDueAt(e) > now) return false;
+  EndpointState& ep = endpoints_[e];
+  return spec_.policy == Policy::kFair ? takeFair(ep, now, out, done) : takeFifo(ep, now, out, done);
+}
+
+bool Scheduler::complete(Handle h, std::uint32_t output_tokens, TimeNs now) {
+  Slot* s = lookup(h);
+  if (!s || s->state != SlotState::kInFlight) return false;
+  EndpointState& ep = endpoints_[s->req.endpoint];
+  TenantState& ts = ep.states[s->ts];
+  const std::uint32_t out = std::min(output_tokens, s->req.max_output_tokens);
+  if (ts.limiter) ts.limiter->refundTokens(s->req.max_output_tokens - out, s->arrival);
+  if (ep.spec.cost == CostModel::kAdaptive) {
+    const std::int64_t actual = static_cast<std::int64_t>(s->req.input_tokens) + out;
+    ep.drr[ts.tier].adjust(s->ts, s->charged - actual);
+    ts.expected_output = ts.expected_output < 0
+                             ? out
+                             : ts.expected_output + kOutputEmaAlpha * (out - ts.expected_output);
+  }
+  ts.stats.completed++;
+  ts.stats.tokens_served += static_cast<std::uint64_t>(s->req.input_tokens) + out;
+  ts.in_flight--;
+  ts.last_active = now;
+  in_flight_--;
+  freeSlot(indexOf(h));
+  return true;
+}
+
+void Scheduler::batchServed(EndpointId e, std::uint64_t tokens, TimeNs service_ns) {
+  if (e < endpoints_.size()) endpoints_[e].throttle.onBatchDone(tokens, service_ns);
+}
+
+bool Scheduler::cancel(Handle h, Status why, std::vector<Done>& done) {
+  Slot* s = lookup(h);
+  if (!s || s->state != SlotState::kQueued) return false;
+  withdraw(*s, why, done);
+  return true;
+}
+
+std::size_t Scheduler::cancelOwner(std::uint64_t owner, Status why, std::vector<Done>& done) {
+  std::size_t n = 0;
+  for (Slot& s : slots_) {
+    if (s.state == SlotState::kQueued && s.req.owner == owner) {
+      withdraw(s, why, done);
+      ++n;
+    }
+  }
+  return n;
+}
+
+std::size_t Scheduler::cancelAll(Status why, std::vector<Done>& done) {
+  std::size_t n = 0;
+  for (Slot& s : slots_) {
+    if (s.state == SlotState::kQueued) {
+      withdraw(s, why, done);
+      ++n;
+    }
+  }
+  return n;
+}
+
+void Scheduler::expireDeadlines(TimeNs now, std::vector<Done>& done) {
+  while (!deadlines_.empty() && deadlines_.front().deadline <= now) {
+    const Handle h = deadlines_.front().handle;
+    std::pop_heap(deadlines_.begin(), deadlines_.end(), std::greater<>{});
+    deadlines_.pop_back();
+    Slot* s = lookup(h);
+    if (s && s->state == SlotState::kQueued) withdraw(*s, Status::kDeadlineExceeded, done);
+  }
+}
+
+TimeNs Scheduler::nextDeadline() {
+  while (!deadlines_.empty()) {
+    const Slot* s = lookup(deadlines_.front().handle);
+    if (s && s->state == SlotState::kQueued) return deadlines_.front().deadline;
+    std::pop_heap(deadlines_.begin(), deadlines_.end(), std::greater<>{});
+    deadlines_.pop_back();
+  }
+  return kNever;
+}
+
+std::size_t Scheduler::collectIdle(TimeNs now, std::size_t budget) {
+  std::size_t dropped = 0;
+  for (std::size_t e = 0; e < endpoints_.size() && budget > 0; ++e) {
+    EndpointState& ep = endpoints_[e];
+    for (std::size_t n = ep.states.size(); n > 0 && budget > 0; --n, --budget) {
+      if (ep.gc_cursor >= ep.states.size()) ep.gc_cursor = 0;
+      const auto i = static_cast<std::uint32_t>(ep.gc_cursor++);
+      TenantState& ts = ep.states[i];
+      if (!ts.live || ts.queued != 0 || ts.in_flight != 0) continue;
+      if (now - ts.last_active < spec_.idle_timeout) continue;
+      if (ts.limiter && !ts.limiter->idle(now)) continue;
+      ep.drr[ts.tier].forget(i);
+      ep.state_of.erase(ts.tenant);
+      const TenantId t = ts.tenant;
+      ts = TenantState{};
+      ep.free_states.push_back(i);
+      tenants_.release(t);
+      ++dropped;
+    }
+  }
+  return dropped;
+}
+
+std::size_t Scheduler::activeTenantStates() const {
+  std::size_t n = 0;
+  for (const auto& ep : endpoints_) n += ep.states.size() - ep.free_states.size();
+  return n;
+}
+
+std::optional<TenantView> Scheduler::view(TenantId t, EndpointId e) const {
+  if (e >= endpoints_.size()) return std::nullopt;
+  const EndpointState& ep = endpoints_[e];
+  auto it = ep.state_of.find(t);
+  if (it == ep.state_of.end()) return std::nullopt;
+  const TenantState& ts = ep.states[it->second];
+  TenantView v;
+  v.tenant = t;
+  v.queued = ts.queued;
+  v.in_flight = ts.in_flight;
+  v.queued_tokens = ts.queued_tokens;
+  v.deficit = ep.drr[ts.tier].deficit(it->second);
+  v.expected_output = ts.expected_output;
+  v.stats = ts.stats;
+  return v;
+}
+
+std::vector<LimitUsage> Scheduler::limitUsage(TenantId t, EndpointId e, TimeNs now) {
+  if (e >= endpoints_.size()) return {};
+  EndpointState& ep = endpoints_[e];
+  auto it = ep.state_of.find(t);
+  if (it == ep.state_of.end() || !ep.states[it->second].limiter) return {};
+  return ep.states[it->second].limiter->usage(now);
+}
+
+}  // namespace fairsched::core

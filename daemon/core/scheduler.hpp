@@ -1,0 +1,261 @@
+// The scheduling core: admission (queue bound, backlog throttle, rate limits),
+// per-tenant queues, and batch formation — tier selector → DRR → priority,
+// repeated until the batch is full — or the `fifo` baseline. Pure logic: no
+// I/O, no threads, no clock; `now` comes in with every call. One Scheduler
+// serves every endpoint; each endpoint has its own queues, DRR state and
+// batch limits. Single-threaded: the daemon's event loop owns it.
+//
+// Every request handed to submit() ends in exactly one way: rejected at once
+// (the Admission says why), or later through nextBatch() (dispatched, or
+// expired into `done`), cancel()/cancelOwner()/cancelAll() (into `done`).
+// A dispatched request stays in flight until complete() is called for it.
+//
+// Batch formation (nextBatch). A batch is formed only when the executor has
+// room for it (the caller asks then: late binding), and only when it is worth
+// it: the queue holds a full batch, or the oldest queued request has waited
+// max_wait. Requests are then taken in fair order until max_batch_requests or
+// max_batch_tokens (input + max output tokens) is reached. When the next fair
+// choice does not fit the batch's remaining token budget, the batch closes
+// there: the request is not skipped and not charged, and its tenant keeps its
+// turn and deficit, so it is the first choice of the next batch. (Filling the
+// gap with smaller requests of other tenants would let a tenant of small
+// requests overtake one of large requests again and again.) A request can
+// never exceed a batch on its own: submit() rejects it as INVALID.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/core/backlog_throttle.hpp"
+#include "daemon/core/drr_scheduler.hpp"
+#include "daemon/core/fifo_queue.hpp"
+#include "daemon/core/rate_limiter.hpp"
+#include "daemon/core/scheduler_spec.hpp"
+#include "daemon/core/tenant_queue.hpp"
+#include "daemon/core/tenant_table.hpp"
+#include "daemon/core/tier_selector.hpp"
+#include "daemon/core/types.hpp"
+
+namespace fairsched::core {
+
+// Identifies an admitted request until it completes; 0 is never a handle.
+using Handle = std::uint64_t;
+
+struct Request {
+  std::uint64_t id = 0;  // the caller's id, echoed in completions
+  TenantId tenant = kNoTenant;
+  EndpointId endpoint = 0;
+  std::uint32_t input_tokens = 0;
+  std::uint32_t max_output_tokens = 0;
+  std::int32_t priority = 0;   // higher first, within the tenant
+  TimeNs deadline = kNever;    // absolute; past it the request is not run
+  std::uint64_t owner = 0;     // e.g. the client connection, for cancelOwner()
+};
+
+struct Admission {
+  Status status = Status::kOk;  // kOk: queued
+  TimeNs retry_after = 0;       // RATE_LIMITED: when the same request would be admitted
+  Handle handle = 0;            // kOk only
+};
+
+struct Dispatched {
+  Handle handle = 0;
+  std::uint64_t id = 0;
+  TenantId tenant = kNoTenant;
+  std::uint32_t input_tokens = 0;
+  std::uint32_t max_output_tokens = 0;
+  TimeNs arrival = 0;
+};
+
+struct Batch {
+  EndpointId endpoint = 0;
+  std::vector<Dispatched> requests;
+  std::uint64_t tokens = 0;  // input + max output over the batch
+  void clear() { requests.clear(); tokens = 0; }
+};
+
+// A request the core finished without running it.
+struct Done {
+  std::uint64_t id = 0;
+  TenantId tenant = kNoTenant;
+  EndpointId endpoint = 0;
+  Status status = Status::kOk;
+};
+
+// Counters of one tenant on one endpoint.
+struct TenantStats {
+  std::uint64_t submitted = 0;
+  std::uint64_t admitted = 0;
+  std::uint64_t rejected_rate_limited = 0;
+  std::uint64_t rejected_overloaded = 0;
+  std::uint64_t rejected_queue_full = 0;
+  std::uint64_t rejected_invalid = 0;
+  std::uint64_t dispatched = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t expired = 0;
+  std::uint64_t cancelled = 0;
+  std::uint64_t tokens_served = 0;  // input + actual output of completed requests
+};
+
+struct TenantView {
+  TenantId tenant = kNoTenant;
+  std::uint32_t queued = 0;
+  std::uint32_t in_flight = 0;
+  std::uint64_t queued_tokens = 0;
+  std::int64_t deficit = 0;
+  double expected_output = 0;  // adaptive cost model's estimate
+  TenantStats stats;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerSpec spec);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  const SchedulerSpec& spec() const { return spec_; }
+  TenantTable& tenants() { return tenants_; }
+  const TenantTable& tenants() const { return tenants_; }
+
+  // Admit or reject. REQUIRES: r.tenant was acquired from tenants().
+  Admission submit(const Request& r, TimeNs now);
+
+  // When endpoint `e` wants nextBatch() called: `now` or earlier when a batch
+  // is due, kNever when nothing is queued.
+  TimeNs batchDueAt(EndpointId e) const;
+
+  // The tiers with requests waiting on endpoint `e` (fair policy).
+  std::span<const bool> backloggedTiers(EndpointId e);
+
+  // Form the next batch of endpoint `e` into `out` (cleared first). Returns
+  // false when no batch is due (see batchDueAt) or nothing could be taken.
+  // `force` forms a batch from whatever is queued, due or not. Requests found
+  // past their deadline are appended to `done` as DEADLINE_EXCEEDED.
+  bool nextBatch(EndpointId e, TimeNs now, Batch& out, std::vector<Done>& done, bool force = false);
+
+  // A dispatched request finished after producing `output_tokens`: refunds
+  // the unused token reservation and, under the adaptive cost model, corrects
+  // the tenant's deficit by the actual cost. Returns false for an unknown handle.
+  bool complete(Handle h, std::uint32_t output_tokens, TimeNs now);
+
+  // A batch of `tokens` (input + max output) took `service_ns` on one executor slot.
+  void batchServed(EndpointId e, std::uint64_t tokens, TimeNs service_ns);
+
+  // Withdraw a queued request; in-flight ones cannot be withdrawn (false).
+  bool cancel(Handle h, Status why, std::vector<Done>& done);
+  // Withdraw every queued request of `owner`. Returns how many.
+  std::size_t cancelOwner(std::uint64_t owner, Status why, std::vector<Done>& done);
+  // Withdraw every queued request (shutdown).
+  std::size_t cancelAll(Status why, std::vector<Done>& done);
+
+  // Complete every queued request whose deadline is <= now.
+  void expireDeadlines(TimeNs now, std::vector<Done>& done);
+  // The earliest deadline among queued requests; kNever when none.
+  TimeNs nextDeadline();
+
+  // Drop per-endpoint state of up to `budget` tenants that are idle (nothing
+  // queued or in flight, limit windows empty, idle for idle_timeout). Returns
+  // how many were dropped. Call it now and then; it resumes where it stopped.
+  std::size_t collectIdle(TimeNs now, std::size_t budget);
+
+  std::size_t queued(EndpointId e) const { return endpoints_[e].queued; }
+  std::uint64_t queuedTokens(EndpointId e) const { return endpoints_[e].queued_tokens; }
+  std::size_t inFlight() const { return in_flight_; }
+  std::size_t activeTenantStates() const;
+  std::optional<TenantView> view(TenantId t, EndpointId e) const;
+  std::vector<LimitUsage> limitUsage(TenantId t, EndpointId e, TimeNs now);
+  const BacklogThrottle& throttle(EndpointId e) const { return endpoints_[e].throttle; }
+
+ private:
+  enum class SlotState : std::uint8_t { kFree, kQueued, kInFlight };
+  struct Slot {
+    Request req;
+    TimeNs arrival = 0;
+    std::int64_t charged = 0;  // DRR cost charged at dispatch
+    std::uint32_t ts = 0;      // index of the tenant's state on the endpoint
+    std::uint32_t gen = 1;
+    SlotState state = SlotState::kFree;
+  };
+  struct TenantState {
+    TenantId tenant = kNoTenant;
+    TierId tier = 0;
+    bool live = false;
+    double weight = 1.0;
+    std::uint32_t queue_limit = 0;
+    std::uint32_t queued = 0;
+    std::uint32_t in_flight = 0;
+    std::uint64_t queued_tokens = 0;
+    double expected_output = -1.0;  // adaptive: EMA of actual output; < 0 = none yet
+    TimeNs last_active = 0;
+    TenantQueue queue;
+    std::unique_ptr<KeyLimiter> limiter;  // null: no limits
+    TenantStats stats;
+  };
+  struct TierState {
+    std::uint64_t queued_tokens = 0;
+    double backlogged_weight = 0.0;
+  };
+  struct EndpointState {
+    EndpointSpec spec;
+    std::vector<TenantState> states;
+    std::vector<std::uint32_t> free_states;
+    std::unordered_map<TenantId, std::uint32_t> state_of;
+    std::vector<DrrScheduler> drr;  // one per tier
+    std::vector<TierState> tiers;
+    TierSelector tier_selector;
+    FifoQueue fifo;
+    BacklogThrottle throttle;
+    std::unique_ptr<bool[]> backlogged;  // scratch: which tiers have requests, one per tier
+    // When the queue last went from empty to non-empty; a partial batch is
+    // due max_wait after it. kNever while the queue is empty.
+    TimeNs pending_since = kNever;
+    std::size_t queued = 0;
+    std::uint64_t queued_tokens = 0;
+    std::size_t gc_cursor = 0;
+  };
+  struct DeadlineEntry {
+    TimeNs deadline;
+    Handle handle;
+    bool operator>(const DeadlineEntry& o) const { return deadline > o.deadline; }
+  };
+
+  static Handle makeHandle(std::uint32_t index, std::uint32_t gen) {
+    return (static_cast<Handle>(gen) << 32) | index;
+  }
+  Slot* lookup(Handle h);
+  std::uint32_t stateFor(EndpointState& ep, TenantId t, TimeNs now);
+  std::int64_t costOf(const EndpointState& ep, const TenantState& ts, const Slot& s) const;
+  static std::uint64_t tokensOf(const Request& r) {
+    return static_cast<std::uint64_t>(r.input_tokens) + r.max_output_tokens;
+  }
+  std::uint64_t workAhead(const EndpointState& ep, const TenantState& ts) const;
+  // Drop dead entries from a tenant's queue head and tell the DRR about the
+  // new head (or that the tenant emptied).
+  void refreshHead(EndpointState& ep, std::uint32_t ts_index);
+  // Unqueue a request (cancel, expiry): bookkeeping and the completion.
+  void withdraw(Slot& s, Status why, std::vector<Done>& done);
+  bool takeFair(EndpointState& ep, TimeNs now, Batch& out, std::vector<Done>& done);
+  bool takeFifo(EndpointState& ep, TimeNs now, Batch& out, std::vector<Done>& done);
+  void dispatch(EndpointState& ep, Slot& s, Batch& out);
+  // Bookkeeping shared by dispatch and withdraw: the request leaves the queue.
+  void unqueue(EndpointState& ep, TenantState& ts, const Slot& s);
+  void freeSlot(std::uint32_t index);
+
+  SchedulerSpec spec_;
+  TenantTable tenants_;
+  std::vector<EndpointState> endpoints_;
+  std::vector<Slot> slots_;
+  std::vector<std::uint32_t> free_slots_;
+  std::vector<DeadlineEntry> deadlines_;  // min-heap; entries of finished requests are stale
+  std::uint64_t seq_ = 0;
+  std::size_t in_flight_ = 0;
+};
+
+const char* toString(CostModel m);
+
+}  // namespace fairsched::core

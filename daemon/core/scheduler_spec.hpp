@@ -1,0 +1,55 @@
+// What the scheduling core is built from: resolved, validated settings with
+// every default applied (the config layer turns TOML into this). Plain data.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/core/limit_spec.hpp"
+#include "daemon/core/types.hpp"
+
+namespace fairsched::core {
+
+struct EndpointSpec {
+  std::string name;
+  CostModel cost = CostModel::kTokens;
+  std::int64_t quantum = 512;  // DRR quantum for weight 1, in cost units (>= 1)
+  std::uint32_t max_batch_requests = 32;
+  std::uint32_t max_batch_tokens = 16384;  // input + max output tokens of a batch
+  TimeNs max_wait = 2 * kNsPerMs;          // longest a partial batch is held back
+  std::uint32_t max_output_tokens = 4096;
+  TimeNs latency_target = 0;               // backlog throttle; 0 = off
+  std::uint32_t parallelism = 1;           // executor slots (streams, threads)
+};
+
+struct TierSpec {
+  std::string name;
+  double min_share = 0.0;
+  double default_weight = 1.0;
+  std::uint32_t default_queue_limit = 10000;
+};
+
+// Limits per endpoint: index = EndpointId. A spec with amount 0 is "unlimited".
+using LimitTable = std::vector<std::vector<LimitSpec>>;
+
+struct TenantSpec {
+  std::string name;
+  TierId tier = 0;
+  double weight = 1.0;
+  std::uint32_t queue_limit = 10000;
+  std::optional<LimitTable> limits;  // nullopt: the tier's table
+};
+
+struct SchedulerSpec {
+  Policy policy = Policy::kFair;
+  std::vector<EndpointSpec> endpoints;
+  std::vector<TierSpec> tiers;         // highest priority first
+  std::vector<LimitTable> tier_limits; // per tier: endpoint defaults merged with the tier's overrides
+  std::vector<TenantSpec> tenants;     // listed in the config
+  TierId default_tier = 0;             // for unlisted tenants without a tier hint
+  TimeNs idle_timeout = 600 * kNsPerSec;
+};
+
+}  // namespace fairsched::core

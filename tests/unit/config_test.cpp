@@ -1,0 +1,1172 @@
+#include "daemon/config/config.hpp"
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+namespace fairsched::config {
+namespace {
+
+using core::LimitSpec;
+using core::LimitUnit;
+
+constexpr TimeNs kMinute = 60 * kNsPerSec;
+constexpr TimeNs kDay = 24 * 60 * kMinute;
+
+// Ten lines, so the first line of a snippet appended by withBase() is line 11.
+constexpr std::string_view kBase =
+    "[[tiers]]\n"
+    "name = \"paid\"\n"
+    "[[tiers]]\n"
+    "name = \"trial\"\n"
+    "[endpoints.chat]\n"
+    "kind = \"streaming\"\n"
+    "cost = \"tokens\"\n"
+    "limits = [\"600 requests/minute\"]\n"
+    "[endpoints.embed]\n"
+    "kind = \"batch\"\n";
+
+std::string withBase(std::string_view snippet) {
+  return std::string(kBase) + std::string(snippet);
+}
+
+std::string errorOf(std::string_view text) {
+  auto r = parseConfig(text, "cfg.toml");
+  if (auto* e = std::get_if<ConfigError>(&r)) return e->toString();
+  return "<no error>";
+}
+
+Config parsedOk(std::string_view text) {
+  auto r = parseConfig(text, "cfg.toml");
+  if (auto* e = std::get_if<ConfigError>(&r)) {
+    ADD_FAILURE() << "unexpected error: " << e->toString();
+    return {};
+  }
+  return std::get<Config>(r);
+}
+
+LimitSpec limit(LimitUnit unit, std::uint64_t amount, TimeNs window) {
+  return LimitSpec{unit, amount, window};
+}
+
+// --- whole document ----------------------------------------------------------
+
+TEST(ConfigParse, MinimalConfigGetsDefaults) {
+  const Config cfg = parsedOk(kBase);
+  EXPECT_EQ(cfg.daemon.socket, "/run/fairsched/fairsched.sock");
+  EXPECT_EQ(cfg.daemon.socket_mode, 0660u);
+  EXPECT_EQ(cfg.daemon.socket_group, "");
+  EXPECT_EQ(cfg.daemon.log_level, "info");
+  EXPECT_EQ(cfg.daemon.policy, Policy::kFair);
+  EXPECT_EQ(cfg.daemon.tenant_idle_timeout_s, 600u);
+  EXPECT_EQ(cfg.daemon.shutdown_grace_ms, 5000u);
+  ASSERT_EQ(cfg.tiers.size(), 2u);
+  EXPECT_EQ(cfg.tiers[0].name, "paid");
+  EXPECT_EQ(cfg.tiers[1].name, "trial");
+  EXPECT_EQ(cfg.tiers[0].default_weight, 1.0);
+  EXPECT_EQ(cfg.tiers[0].default_queue_limit, 10000u);
+  EXPECT_TRUE(cfg.tenants.empty());
+  EXPECT_TRUE(cfg.clients.empty());
+}
+
+TEST(ConfigParse, FullSchemaParses) {
+  const Config cfg = parsedOk(R"(default_tier = "trial"
+[daemon]
+socket = "/tmp/fs.sock"
+socket_mode = "0600"
+socket_group = "fairsched"
+log_level = "debug"
+policy = "fifo"
+tenant_idle_timeout_s = 30
+shutdown_grace_ms = 100
+[[tiers]]
+name = "paid"
+min_share = 0.0
+default_weight = 1.5
+default_queue_limit = 500
+[tiers.limits]
+chat = ["6000 requests/minute", "4M tokens/minute"]
+[[tiers]]
+name = "trial"
+min_share = 0.25
+[endpoints.chat]
+kind = "streaming"
+cost = "adaptive"
+quantum = 512
+max_batch_requests = 16
+max_batch_tokens = 8192
+max_wait_us = 1500
+max_output_tokens = 1024
+latency_target_ms = 2000
+executor = "cuda"
+limits = ["600 requests/minute"]
+[endpoints.chat.cpu]
+per_batch_us = 150.5
+per_token_us = 1
+threads = 4
+[endpoints.chat.cuda]
+device = 1
+streams = 3
+staging_bytes = 1048576
+fallback = "cpu"
+[tenants.acme]
+tier = "paid"
+weight = 2.0
+queue_limit = 5000
+[tenants.acme.limits]
+chat = ["600 requests/minute", "2M tokens/minute"]
+[[clients]]
+name = "frontend"
+uids = [1000]
+gids = []
+users = ["root"]
+groups = []
+tenants = ["*"]
+endpoints = ["*"]
+assign_tiers = ["paid", "trial"]
+admin = true
+)");
+  EXPECT_EQ(cfg.default_tier, "trial");
+  EXPECT_EQ(cfg.daemon.socket, "/tmp/fs.sock");
+  EXPECT_EQ(cfg.daemon.socket_mode, 0600u);
+  EXPECT_EQ(cfg.daemon.socket_group, "fairsched");
+  EXPECT_EQ(cfg.daemon.log_level, "debug");
+  EXPECT_EQ(cfg.daemon.policy, Policy::kFifo);
+  EXPECT_EQ(cfg.daemon.tenant_idle_timeout_s, 30u);
+  EXPECT_EQ(cfg.daemon.shutdown_grace_ms, 100u);
+
+  ASSERT_EQ(cfg.tiers.size(), 2u);
+  const TierConfig& paid = cfg.tiers[0];
+  EXPECT_EQ(paid.default_weight, 1.5);
+  EXPECT_EQ(paid.default_queue_limit, 500u);
+  ASSERT_EQ(paid.limits.size(), 1u);
+  EXPECT_EQ(paid.limits[0].endpoint, "chat");
+  EXPECT_EQ(paid.limits[0].limits,
+            (std::vector<LimitSpec>{limit(LimitUnit::kRequests, 6000, kMinute),
+                                    limit(LimitUnit::kTokens, 4'000'000, kMinute)}));
+  EXPECT_EQ(cfg.tiers[1].min_share, 0.25);
+
+  ASSERT_EQ(cfg.endpoints.size(), 1u);
+  const EndpointConfig& chat = cfg.endpoints[0];
+  EXPECT_EQ(chat.name, "chat");
+  EXPECT_EQ(chat.kind, EndpointKind::kStreaming);
+  EXPECT_EQ(chat.cost, CostModel::kAdaptive);
+  EXPECT_EQ(chat.quantum, 512u);
+  EXPECT_EQ(chat.max_batch_requests, 16u);
+  EXPECT_EQ(chat.max_batch_tokens, 8192u);
+  EXPECT_EQ(chat.max_wait_us, 1500u);
+  EXPECT_EQ(chat.max_output_tokens, 1024u);
+  EXPECT_EQ(chat.latency_target_ms, 2000u);
+  EXPECT_EQ(chat.executor, ExecutorKind::kCuda);
+  EXPECT_EQ(chat.limits, (std::vector<LimitSpec>{limit(LimitUnit::kRequests, 600, kMinute)}));
+  EXPECT_EQ(chat.cpu.per_batch_us, 150.5);
+  EXPECT_EQ(chat.cpu.per_token_us, 1.0);
+  EXPECT_EQ(chat.cpu.threads, 4u);
+  EXPECT_EQ(chat.cuda.device, 1);
+  EXPECT_EQ(chat.cuda.streams, 3u);
+  EXPECT_EQ(chat.cuda.staging_bytes, 1048576u);
+  EXPECT_EQ(chat.cuda.fallback, ExecutorKind::kCpu);
+
+  ASSERT_EQ(cfg.tenants.size(), 1u);
+  const TenantConfig& acme = cfg.tenants[0];
+  EXPECT_EQ(acme.name, "acme");
+  EXPECT_EQ(acme.tier, "paid");
+  EXPECT_EQ(acme.weight, 2.0);
+  EXPECT_EQ(acme.queue_limit, 5000u);
+  ASSERT_EQ(acme.limits.size(), 1u);
+  EXPECT_EQ(acme.limits[0].limits,
+            (std::vector<LimitSpec>{limit(LimitUnit::kRequests, 600, kMinute),
+                                    limit(LimitUnit::kTokens, 2'000'000, kMinute)}));
+
+  ASSERT_EQ(cfg.clients.size(), 1u);
+  const ClientRule& rule = cfg.clients[0];
+  EXPECT_EQ(rule.name, "frontend");
+  EXPECT_EQ(rule.uids, (std::vector<std::uint32_t>{1000, 0}));
+  EXPECT_TRUE(rule.gids.empty());
+  EXPECT_EQ(rule.tenants, (std::vector<std::string>{"*"}));
+  EXPECT_EQ(rule.endpoints, (std::vector<std::string>{"*"}));
+  EXPECT_EQ(rule.assign_tiers, (std::vector<std::string>{"paid", "trial"}));
+  EXPECT_TRUE(rule.admin);
+}
+
+TEST(ConfigParse, SyntaxErrorNamesTheLine) {
+  EXPECT_EQ(errorOf(withBase("[daemon\n")),
+            "cfg.toml:11: Error while parsing table header: expected ']', saw '\\n'");
+}
+
+TEST(ConfigParse, RedefinedTableIsASyntaxError) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.chat]\n")),
+            "cfg.toml:11: Error while parsing table header: cannot redefine existing table "
+            "'endpoints.chat'");
+}
+
+TEST(ConfigParse, UnknownTopLevelKeyIsRejectedWithItsPath) {
+  EXPECT_EQ(errorOf(withBase("[deamon]\n")),
+            "cfg.toml:11: deamon: unknown key (did you mean 'daemon'?)");
+}
+
+TEST(ConfigParse, UnknownKeyFarFromAnyKnownOneGetsNoSuggestion) {
+  EXPECT_EQ(errorOf(withBase("[metrics]\nport = 1\n")), "cfg.toml:11: metrics: unknown key");
+}
+
+TEST(ConfigParse, FirstUnknownKeyInFileOrderIsReported) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\nzzz = 1\naaa = 2\n")),
+            "cfg.toml:12: daemon.zzz: unknown key");
+}
+
+TEST(ConfigParse, MissingTiersIsRejected) {
+  EXPECT_EQ(errorOf("[endpoints.chat]\n"), "cfg.toml: tiers: at least one tier is required");
+}
+
+TEST(ConfigParse, EmptyTiersArrayIsRejected) {
+  EXPECT_EQ(errorOf("tiers = []\n[endpoints.chat]\n"),
+            "cfg.toml:1: tiers: at least one tier is required");
+}
+
+TEST(ConfigParse, TiersWrittenAsATableAreRejected) {
+  EXPECT_EQ(
+      errorOf("[endpoints.chat]\n[tiers]\nname = \"paid\"\n"),
+      "cfg.toml:2: tiers: expected array of tables (write each tier as [[tiers]]), got table");
+}
+
+TEST(ConfigParse, MissingEndpointsIsRejected) {
+  EXPECT_EQ(errorOf("[[tiers]]\nname = \"paid\"\n"),
+            "cfg.toml: endpoints: at least one endpoint is required");
+}
+
+TEST(ConfigParse, EmptyEndpointsTableIsRejected) {
+  EXPECT_EQ(errorOf("[[tiers]]\nname = \"paid\"\n[endpoints]\n"),
+            "cfg.toml:3: endpoints: at least one endpoint is required");
+}
+
+TEST(ConfigParse, EndpointsOfTheWrongTypeAreRejected) {
+  EXPECT_EQ(errorOf("endpoints = 3\n"), "cfg.toml:1: endpoints: expected table, got integer");
+}
+
+TEST(ConfigParse, EmptyDocumentNamesTheMissingEndpoints) {
+  EXPECT_EQ(errorOf(""), "cfg.toml: endpoints: at least one endpoint is required");
+}
+
+// --- [daemon] ------------------------------------------------------------------
+
+TEST(ConfigDaemon, DaemonWrittenAsAValueIsRejected) {
+  EXPECT_EQ(errorOf("daemon = \"x\"\n"), "cfg.toml:1: daemon: expected table, got string");
+}
+
+TEST(ConfigDaemon, MisspelledKeyGetsASuggestion) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\nsokcet = \"/tmp/x\"\n")),
+            "cfg.toml:12: daemon.sokcet: unknown key (did you mean 'socket'?)");
+}
+
+TEST(ConfigDaemon, SocketOfTheWrongTypeIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\nsocket = 1\n")),
+            "cfg.toml:12: daemon.socket: expected string, got integer");
+}
+
+TEST(ConfigDaemon, EmptySocketPathIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\nsocket = \"\"\n")),
+            "cfg.toml:12: daemon.socket: must not be empty");
+}
+
+TEST(ConfigDaemon, SocketPathLongerThanSunPathIsRejected) {
+  const std::string path = "/" + std::string(107, 'x');
+  EXPECT_EQ(errorOf(withBase("[daemon]\nsocket = \"" + path + "\"\n")),
+            "cfg.toml:12: daemon.socket: path is 108 bytes; a unix socket path holds at most 107");
+  EXPECT_EQ(
+      parsedOk(withBase("[daemon]\nsocket = \"" + path.substr(1) + "\"\n")).daemon.socket.size(),
+      107u);
+}
+
+TEST(ConfigDaemon, SocketPathWithNulIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\nsocket = \"/tmp/a\\u0000b\"\n")),
+            "cfg.toml:12: daemon.socket: path must not contain a NUL byte");
+}
+
+TEST(ConfigDaemon, SocketModeIsReadAsOctal) {
+  EXPECT_EQ(parsedOk(withBase("[daemon]\nsocket_mode = \"0660\"\n")).daemon.socket_mode, 0660u);
+  EXPECT_EQ(parsedOk(withBase("[daemon]\nsocket_mode = \"750\"\n")).daemon.socket_mode, 0750u);
+  EXPECT_EQ(parsedOk(withBase("[daemon]\nsocket_mode = \"7777\"\n")).daemon.socket_mode, 07777u);
+}
+
+TEST(ConfigDaemon, SocketModeAsAnIntegerIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\nsocket_mode = 660\n")),
+            "cfg.toml:12: daemon.socket_mode: expected string, got integer "
+            "(write the mode as octal digits in quotes, e.g. \"0660\")");
+}
+
+TEST(ConfigDaemon, SocketModeWithNonOctalDigitsIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\nsocket_mode = \"0680\"\n")),
+            "cfg.toml:12: daemon.socket_mode: expected octal digits like \"0660\", got '0680'");
+}
+
+TEST(ConfigDaemon, SocketModeWithMoreThanFourDigitsIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\nsocket_mode = \"00660\"\n")),
+            "cfg.toml:12: daemon.socket_mode: expected octal digits like \"0660\", got '00660'");
+}
+
+TEST(ConfigDaemon, EmptySocketModeIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\nsocket_mode = \"\"\n")),
+            "cfg.toml:12: daemon.socket_mode: expected octal digits like \"0660\", got ''");
+}
+
+TEST(ConfigDaemon, SocketGroupOfTheWrongTypeIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\nsocket_group = 100\n")),
+            "cfg.toml:12: daemon.socket_group: expected string, got integer");
+}
+
+TEST(ConfigDaemon, EveryLogLevelIsAccepted) {
+  for (const char* level : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
+    EXPECT_EQ(parsedOk(withBase(std::string("[daemon]\nlog_level = \"") + level + "\"\n"))
+                  .daemon.log_level,
+              level);
+  }
+}
+
+TEST(ConfigDaemon, UnknownLogLevelIsRejected) {
+  EXPECT_EQ(
+      errorOf(withBase("[daemon]\nlog_level = \"verbose\"\n")),
+      "cfg.toml:12: daemon.log_level: expected one of trace|debug|info|warn|error|critical|off, "
+      "got 'verbose'");
+}
+
+TEST(ConfigDaemon, UnknownPolicyIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\npolicy = \"round-robin\"\n")),
+            "cfg.toml:12: daemon.policy: expected one of fair|fifo, got 'round-robin'");
+}
+
+TEST(ConfigDaemon, PolicyOfTheWrongTypeIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\npolicy = true\n")),
+            "cfg.toml:12: daemon.policy: expected string, got boolean");
+}
+
+TEST(ConfigDaemon, NegativeIdleTimeoutIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\ntenant_idle_timeout_s = -1\n")),
+            "cfg.toml:12: daemon.tenant_idle_timeout_s: must not be negative, got -1");
+}
+
+TEST(ConfigDaemon, IdleTimeoutPastTheNanosecondRangeIsRejected) {
+  EXPECT_EQ(
+      errorOf(withBase("[daemon]\ntenant_idle_timeout_s = 9223372037\n")),
+      "cfg.toml:12: daemon.tenant_idle_timeout_s: must be at most 9223372036, got 9223372037");
+  EXPECT_EQ(parsedOk(withBase("[daemon]\ntenant_idle_timeout_s = 9223372036\n"))
+                .daemon.tenant_idle_timeout_s,
+            9223372036u);
+}
+
+TEST(ConfigDaemon, ZeroIdleTimeoutIsAccepted) {
+  EXPECT_EQ(
+      parsedOk(withBase("[daemon]\ntenant_idle_timeout_s = 0\n")).daemon.tenant_idle_timeout_s, 0u);
+}
+
+TEST(ConfigDaemon, ShutdownGraceAsAStringIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\nshutdown_grace_ms = \"5s\"\n")),
+            "cfg.toml:12: daemon.shutdown_grace_ms: expected integer, got string");
+}
+
+TEST(ConfigDaemon, ShutdownGraceAsAFloatIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[daemon]\nshutdown_grace_ms = 1.5\n")),
+            "cfg.toml:12: daemon.shutdown_grace_ms: expected integer, got float");
+}
+
+TEST(ConfigDaemon, ShutdownGracePastTheNanosecondRangeIsRejected) {
+  EXPECT_EQ(
+      errorOf(withBase("[daemon]\nshutdown_grace_ms = 9223372036855\n")),
+      "cfg.toml:12: daemon.shutdown_grace_ms: must be at most 9223372036854, got 9223372036855");
+}
+
+// --- [endpoints.NAME] ----------------------------------------------------------
+
+TEST(ConfigEndpoint, UnknownKeyIsRejectedWithItsPath) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nbatch_size = 4\n")),
+            "cfg.toml:12: endpoints.x.batch_size: unknown key");
+}
+
+TEST(ConfigEndpoint, EndpointThatIsNotATableIsRejected) {
+  EXPECT_EQ(errorOf("endpoints = { chat = 1 }\n"),
+            "cfg.toml:1: endpoints.chat: expected table, got integer");
+}
+
+TEST(ConfigEndpoint, WildcardNameIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.\"*\"]\n")),
+            "cfg.toml:11: endpoints.\"*\": '*' is reserved (it means 'every')");
+}
+
+TEST(ConfigEndpoint, NameWithWhiteSpaceIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.\"a b\"]\n")),
+            "cfg.toml:11: endpoints.\"a b\": name 'a b' must not contain white space or control "
+            "characters");
+}
+
+TEST(ConfigEndpoint, EmptyNameIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.\"\"]\n")),
+            "cfg.toml:11: endpoints.\"\": name must not be empty");
+}
+
+TEST(ConfigEndpoint, UnknownKindIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nkind = \"offline\"\n")),
+            "cfg.toml:12: endpoints.x.kind: expected one of streaming|batch, got 'offline'");
+}
+
+TEST(ConfigEndpoint, UnknownCostIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\ncost = \"bytes\"\n")),
+            "cfg.toml:12: endpoints.x.cost: expected one of requests|tokens|adaptive, got 'bytes'");
+}
+
+TEST(ConfigEndpoint, UnknownExecutorIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nexecutor = \"rocm\"\n")),
+            "cfg.toml:12: endpoints.x.executor: expected one of cpu|cuda, got 'rocm'");
+}
+
+TEST(ConfigEndpoint, ZeroQuantumIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nquantum = 0\n")),
+            "cfg.toml:12: endpoints.x.quantum: must be at least 1, got 0");
+}
+
+TEST(ConfigEndpoint, ZeroMaxBatchRequestsIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nmax_batch_requests = 0\n")),
+            "cfg.toml:12: endpoints.x.max_batch_requests: must be at least 1, got 0");
+}
+
+TEST(ConfigEndpoint, ZeroMaxBatchTokensIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nmax_batch_tokens = 0\n")),
+            "cfg.toml:12: endpoints.x.max_batch_tokens: must be at least 1, got 0");
+}
+
+TEST(ConfigEndpoint, MaxBatchTokensThatDoesNotFit32BitsIsRejected) {
+  EXPECT_EQ(
+      errorOf(withBase("[endpoints.x]\nmax_batch_tokens = 4294967296\n")),
+      "cfg.toml:12: endpoints.x.max_batch_tokens: must be at most 4294967295, got 4294967296");
+  EXPECT_EQ(parsedOk(withBase("[endpoints.x]\nmax_batch_tokens = 4294967295\n"))
+                .endpoints[2]
+                .max_batch_tokens,
+            4294967295u);
+}
+
+TEST(ConfigEndpoint, NegativeMaxWaitIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nmax_wait_us = -5\n")),
+            "cfg.toml:12: endpoints.x.max_wait_us: must not be negative, got -5");
+}
+
+TEST(ConfigEndpoint, MaxWaitPastTheNanosecondRangeIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nmax_wait_us = 9223372036854776\n")),
+            "cfg.toml:12: endpoints.x.max_wait_us: must be at most 9223372036854775, got "
+            "9223372036854776");
+}
+
+TEST(ConfigEndpoint, NegativeMaxOutputTokensIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nmax_output_tokens = -1\n")),
+            "cfg.toml:12: endpoints.x.max_output_tokens: must not be negative, got -1");
+}
+
+TEST(ConfigEndpoint, ZeroMaxOutputTokensIsAcceptedForEmbeddings) {
+  EXPECT_EQ(
+      parsedOk(withBase("[endpoints.x]\nmax_output_tokens = 0\n")).endpoints[2].max_output_tokens,
+      0u);
+}
+
+TEST(ConfigEndpoint, LatencyTargetOfTheWrongTypeIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nlatency_target_ms = \"2s\"\n")),
+            "cfg.toml:12: endpoints.x.latency_target_ms: expected integer, got string");
+}
+
+TEST(ConfigEndpoint, LatencyTargetPastTheNanosecondRangeIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nlatency_target_ms = 9223372036855\n")),
+            "cfg.toml:12: endpoints.x.latency_target_ms: must be at most 9223372036854, got "
+            "9223372036855");
+}
+
+TEST(ConfigEndpoint, CpuSectionThatIsNotATableIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\ncpu = 1\n")),
+            "cfg.toml:12: endpoints.x.cpu: expected table, got integer");
+}
+
+TEST(ConfigEndpoint, UnknownCpuKeyIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x.cpu]\nper_request_us = 1\n")),
+            "cfg.toml:12: endpoints.x.cpu.per_request_us: unknown key");
+}
+
+TEST(ConfigEndpoint, NegativePerBatchCostIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x.cpu]\nper_batch_us = -1.5\n")),
+            "cfg.toml:12: endpoints.x.cpu.per_batch_us: must be non-negative and finite, got -1.5");
+}
+
+TEST(ConfigEndpoint, NonFinitePerTokenCostIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x.cpu]\nper_token_us = nan\n")),
+            "cfg.toml:12: endpoints.x.cpu.per_token_us: must be non-negative and finite, got nan");
+  EXPECT_EQ(errorOf(withBase("[endpoints.x.cpu]\nper_token_us = inf\n")),
+            "cfg.toml:12: endpoints.x.cpu.per_token_us: must be non-negative and finite, got inf");
+}
+
+TEST(ConfigEndpoint, PerTokenCostAsAStringIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x.cpu]\nper_token_us = \"0.5\"\n")),
+            "cfg.toml:12: endpoints.x.cpu.per_token_us: expected float, got string");
+}
+
+TEST(ConfigEndpoint, ZeroCpuThreadsIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x.cpu]\nthreads = 0\n")),
+            "cfg.toml:12: endpoints.x.cpu.threads: must be at least 1, got 0");
+}
+
+TEST(ConfigEndpoint, UnknownCudaKeyIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x.cuda]\ndevices = 0\n")),
+            "cfg.toml:12: endpoints.x.cuda.devices: unknown key (did you mean 'device'?)");
+}
+
+TEST(ConfigEndpoint, NegativeCudaDeviceIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x.cuda]\ndevice = -1\n")),
+            "cfg.toml:12: endpoints.x.cuda.device: must not be negative, got -1");
+}
+
+TEST(ConfigEndpoint, CudaDevicePastIntIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x.cuda]\ndevice = 2147483648\n")),
+            "cfg.toml:12: endpoints.x.cuda.device: must be at most 2147483647, got 2147483648");
+}
+
+TEST(ConfigEndpoint, ZeroCudaStreamsIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x.cuda]\nstreams = 0\n")),
+            "cfg.toml:12: endpoints.x.cuda.streams: must be at least 1, got 0");
+}
+
+TEST(ConfigEndpoint, ZeroStagingBytesIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x.cuda]\nstaging_bytes = 0\n")),
+            "cfg.toml:12: endpoints.x.cuda.staging_bytes: must be at least 1, got 0");
+}
+
+TEST(ConfigEndpoint, CudaFallbackOtherThanCpuIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x.cuda]\nfallback = \"cuda\"\n")),
+            "cfg.toml:12: endpoints.x.cuda.fallback: expected one of cpu, got 'cuda'");
+}
+
+TEST(ConfigEndpoint, CudaFallbackIsEmptyUnlessGiven) {
+  const Config cfg = parsedOk(withBase("[endpoints.x]\nexecutor = \"cuda\"\n"));
+  EXPECT_FALSE(cfg.findEndpoint("x")->cuda.fallback.has_value());
+}
+
+TEST(ConfigEndpoint, EndpointsKeepFileOrder) {
+  const Config cfg = parsedOk(withBase("[endpoints.aardvark]\n"));
+  ASSERT_EQ(cfg.endpoints.size(), 3u);
+  EXPECT_EQ(cfg.endpoints[0].name, "chat");
+  EXPECT_EQ(cfg.endpoints[1].name, "embed");
+  EXPECT_EQ(cfg.endpoints[2].name, "aardvark");
+}
+
+TEST(ConfigEndpoint, SourceLinesPointAtTheTableHeaders) {
+  const Config cfg = parsedOk(withBase("[tenants.acme]\n[[clients]]\nuids = [0]\n"));
+  EXPECT_EQ(cfg.endpoints[0].source_line, 5u);
+  EXPECT_EQ(cfg.endpoints[1].source_line, 9u);
+  EXPECT_EQ(cfg.tiers[0].source_line, 1u);
+  EXPECT_EQ(cfg.tiers[1].source_line, 3u);
+  EXPECT_EQ(cfg.tenants[0].source_line, 11u);
+  EXPECT_EQ(cfg.clients[0].source_line, 12u);
+}
+
+// --- limits ------------------------------------------------------------------
+
+TEST(ConfigLimits, TenantLimitWithUnknownWindowNamesFileLineAndKey) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme]\ntier = \"paid\"\n[tenants.acme.limits]\n"
+                             "chat = [\"600 requests/minite\"]\n")),
+            "cfg.toml:14: tenants.acme.limits.chat: unknown unit 'minite'");
+}
+
+TEST(ConfigLimits, EndpointLimitWithUnknownCostUnitIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nlimits = [\"5 x/minute\"]\n")),
+            "cfg.toml:12: endpoints.x.limits: unknown unit 'x'");
+}
+
+TEST(ConfigLimits, ErrorPointsAtTheLineOfTheBadElement) {
+  EXPECT_EQ(errorOf(withBase(
+                "[endpoints.x]\nlimits = [\n  \"5 requests/minute\",\n  \"0 tokens/day\",\n]\n")),
+            "cfg.toml:14: endpoints.x.limits: amount must be positive");
+}
+
+TEST(ConfigLimits, LimitListWrittenAsAStringIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nlimits = \"5 requests/minute\"\n")),
+            "cfg.toml:12: endpoints.x.limits: expected array of strings, got string");
+}
+
+TEST(ConfigLimits, NonStringLimitIsRejected) {
+  EXPECT_EQ(
+      errorOf(withBase("[endpoints.x]\nlimits = [600]\n")),
+      "cfg.toml:12: endpoints.x.limits: expected array of strings, got an element of type integer");
+}
+
+TEST(ConfigLimits, DuplicateLimitAtOneLevelIsRejected) {
+  EXPECT_EQ(
+      errorOf(withBase("[endpoints.x]\nlimits = [\"5 requests/minute\", \"300 requests/60s\"]\n")),
+      "cfg.toml:12: endpoints.x.limits: duplicate limit: '300 requests/60s' has the same unit and "
+      "window as '5 requests/minute'");
+}
+
+TEST(ConfigLimits, SameWindowWithDifferentUnitsIsNotADuplicate) {
+  const Config cfg =
+      parsedOk(withBase("[endpoints.x]\nlimits = [\"5 requests/minute\", \"5 tokens/minute\"]\n"));
+  EXPECT_EQ(cfg.findEndpoint("x")->limits.size(), 2u);
+}
+
+TEST(ConfigLimits, TierLimitForUnknownEndpointIsRejected) {
+  EXPECT_EQ(errorOf(withBase(
+                "[[tiers]]\nname = \"free\"\n[tiers.limits]\nchta = [\"1 request/minute\"]\n")),
+            "cfg.toml:14: tiers[2].limits.chta: unknown endpoint 'chta'");
+}
+
+TEST(ConfigLimits, TenantLimitForUnknownEndpointIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme.limits]\nimage = [\"1 request/minute\"]\n")),
+            "cfg.toml:12: tenants.acme.limits.image: unknown endpoint 'image'");
+}
+
+TEST(ConfigLimits, LimitsThatAreNotATableAreRejected) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme]\nlimits = [\"1 request/minute\"]\n")),
+            "cfg.toml:12: tenants.acme.limits: expected table, got array");
+}
+
+TEST(ConfigLimits, UnlimitedWithAUnitAndWindowRemovesThatSlot) {
+  const Config cfg =
+      parsedOk(withBase("[tenants.acme.limits]\nchat = [\"unlimited requests/minute\"]\n"));
+  ASSERT_EQ(cfg.tenants[0].limits.size(), 1u);
+  EXPECT_EQ(cfg.tenants[0].limits[0].limits,
+            (std::vector<LimitSpec>{limit(LimitUnit::kRequests, 0, kMinute)}));
+}
+
+TEST(ConfigLimits, BareUnlimitedAtATierRemovesEveryEndpointDefault) {
+  const Config cfg =
+      parsedOk(withBase("[[tiers]]\nname = \"internal\"\n[tiers.limits]\n"
+                        "chat = [\"unlimited\", \"1M tokens/day\"]\n"));
+  const TierConfig* tier = cfg.findTier("internal");
+  ASSERT_NE(tier, nullptr);
+  ASSERT_EQ(tier->limits.size(), 1u);
+  EXPECT_EQ(tier->limits[0].limits,
+            (std::vector<LimitSpec>{limit(LimitUnit::kTokens, 1'000'000, kDay),
+                                    limit(LimitUnit::kRequests, 0, kMinute)}));
+}
+
+TEST(ConfigLimits, BareUnlimitedAtATenantRemovesEndpointAndTierLimits) {
+  const Config cfg = parsedOk(R"([[tiers]]
+name = "paid"
+[tiers.limits]
+chat = ["100 requests/minute", "5k tokens/minute"]
+[endpoints.chat]
+limits = ["600 requests/minute", "10 requests/second"]
+[tenants.acme]
+tier = "paid"
+[tenants.acme.limits]
+chat = ["unlimited", "7 requests/second"]
+)");
+  ASSERT_EQ(cfg.tenants.size(), 1u);
+  ASSERT_EQ(cfg.tenants[0].limits.size(), 1u);
+  EXPECT_EQ(cfg.tenants[0].limits[0].limits,
+            (std::vector<LimitSpec>{limit(LimitUnit::kRequests, 7, kNsPerSec),
+                                    limit(LimitUnit::kRequests, 0, kMinute),
+                                    limit(LimitUnit::kTokens, 0, kMinute)}));
+}
+
+TEST(ConfigLimits, BareUnlimitedAtAnEndpointAddsNothing) {
+  const Config cfg = parsedOk(withBase("[endpoints.x]\nlimits = [\"unlimited\"]\n"));
+  EXPECT_TRUE(cfg.findEndpoint("x")->limits.empty());
+}
+
+TEST(ConfigLimits, UnlimitedAndALimitForTheSameSlotAreDuplicates) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme.limits]\nchat = [\"unlimited requests/minute\", \"5 "
+                             "requests/minute\"]\n")),
+            "cfg.toml:12: tenants.acme.limits.chat: duplicate limit: '5 requests/minute' has the "
+            "same unit and "
+            "window as 'unlimited requests/minute'");
+}
+
+TEST(ConfigLimits, TwoBareUnlimitedAreDuplicates) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme.limits]\nchat = [\"unlimited\", \" unlimited \"]\n")),
+            "cfg.toml:12: tenants.acme.limits.chat: duplicate limit 'unlimited'");
+}
+
+TEST(ConfigLimits, UnlimitedWithAnAmountIsRejected) {
+  EXPECT_EQ(
+      errorOf(withBase("[tenants.acme.limits]\nchat = [\"unlimited 5 requests/minute\"]\n")),
+      "cfg.toml:12: tenants.acme.limits.chat: expected 'unlimited' or 'unlimited <unit>/<window>', "
+      "got 'unlimited 5 requests/minute'");
+}
+
+TEST(ConfigLimits, UnlimitedWithAnUnknownWindowNamesIt) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme.limits]\nchat = [\"unlimited requests/minite\"]\n")),
+            "cfg.toml:12: tenants.acme.limits.chat: unknown unit 'minite'");
+}
+
+TEST(ConfigLimits, WordStartingWithUnlimitedIsNotUnlimited) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme.limits]\nchat = [\"unlimitedrequests/minute\"]\n")),
+            "cfg.toml:12: tenants.acme.limits.chat: expected an amount, got 'unlimitedrequests'");
+}
+
+// --- [[tiers]] -----------------------------------------------------------------
+
+TEST(ConfigTier, TierWithoutANameIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[tiers]]\nmin_share = 0.1\n")),
+            "cfg.toml:11: tiers[2].name: missing required key");
+}
+
+TEST(ConfigTier, TierThatIsNotATableIsRejected) {
+  EXPECT_EQ(errorOf("tiers = [\"paid\"]\n[endpoints.chat]\n"),
+            "cfg.toml:1: tiers[0]: expected table, got string");
+}
+
+TEST(ConfigTier, TierNameOfTheWrongTypeIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[tiers]]\nname = 3\n")),
+            "cfg.toml:12: tiers[2].name: expected string, got integer");
+}
+
+TEST(ConfigTier, DuplicateTierNameIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[tiers]]\nname = \"paid\"\n")),
+            "cfg.toml:12: tiers[2].name: duplicate tier name 'paid'");
+}
+
+TEST(ConfigTier, WildcardTierNameIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[tiers]]\nname = \"*\"\n")),
+            "cfg.toml:12: tiers[2].name: '*' is reserved (it means 'every')");
+}
+
+TEST(ConfigTier, UnknownTierKeyIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[tiers]]\nname = \"x\"\nweight = 2\n")),
+            "cfg.toml:13: tiers[2].weight: unknown key");
+}
+
+TEST(ConfigTier, NegativeMinShareIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[tiers]]\nname = \"x\"\nmin_share = -0.1\n")),
+            "cfg.toml:13: tiers[2].min_share: must be in [0, 1), got -0.1");
+}
+
+TEST(ConfigTier, MinShareOfOneIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[tiers]]\nname = \"x\"\nmin_share = 1\n")),
+            "cfg.toml:13: tiers[2].min_share: must be in [0, 1), got 1");
+}
+
+TEST(ConfigTier, NanMinShareIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[tiers]]\nname = \"x\"\nmin_share = nan\n")),
+            "cfg.toml:13: tiers[2].min_share: must be in [0, 1), got nan");
+}
+
+TEST(ConfigTier, MinSharesAddingUpToOneAreRejected) {
+  EXPECT_EQ(
+      errorOf(withBase(
+          "[[tiers]]\nname = \"x\"\nmin_share = 0.5\n[[tiers]]\nname = \"y\"\nmin_share = 0.5\n")),
+      "cfg.toml:16: tiers[3].min_share: the min_share of all tiers must add up to less than 1, got "
+      "1");
+}
+
+TEST(ConfigTier, MinSharesJustBelowOneAreAccepted) {
+  const Config cfg = parsedOk(withBase(
+      "[[tiers]]\nname = \"x\"\nmin_share = 0.5\n[[tiers]]\nname = \"y\"\nmin_share = 0.49\n"));
+  EXPECT_EQ(cfg.tiers.size(), 4u);
+}
+
+TEST(ConfigTier, ZeroDefaultWeightIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[tiers]]\nname = \"x\"\ndefault_weight = 0\n")),
+            "cfg.toml:13: tiers[2].default_weight: must be positive and finite, got 0");
+}
+
+TEST(ConfigTier, InfiniteDefaultWeightIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[tiers]]\nname = \"x\"\ndefault_weight = inf\n")),
+            "cfg.toml:13: tiers[2].default_weight: must be positive and finite, got inf");
+}
+
+TEST(ConfigTier, ZeroDefaultQueueLimitIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[tiers]]\nname = \"x\"\ndefault_queue_limit = 0\n")),
+            "cfg.toml:13: tiers[2].default_queue_limit: must be at least 1, got 0");
+}
+
+TEST(ConfigTier, TiersKeepTheirOrder) {
+  const Config cfg = parsedOk(withBase("[[tiers]]\nname = \"aaa\"\n"));
+  ASSERT_EQ(cfg.tiers.size(), 3u);
+  EXPECT_EQ(cfg.tiers[2].name, "aaa");
+}
+
+// --- default_tier ------------------------------------------------------------
+
+TEST(ConfigDefaultTier, DefaultsToTheLastTier) {
+  EXPECT_EQ(parsedOk(kBase).default_tier, "trial");
+}
+
+TEST(ConfigDefaultTier, NamedTierIsUsed) {
+  EXPECT_EQ(parsedOk("default_tier = \"paid\"\n" + std::string(kBase)).default_tier, "paid");
+}
+
+TEST(ConfigDefaultTier, UnknownTierIsRejected) {
+  EXPECT_EQ(errorOf("default_tier = \"gold\"\n" + std::string(kBase)),
+            "cfg.toml:1: default_tier: unknown tier 'gold'");
+}
+
+TEST(ConfigDefaultTier, WrongTypeIsRejected) {
+  EXPECT_EQ(errorOf("default_tier = 1\n" + std::string(kBase)),
+            "cfg.toml:1: default_tier: expected string, got integer");
+}
+
+// --- [tenants.NAME] --------------------------------------------------------------
+
+TEST(ConfigTenant, TenantWithoutATierGetsTheDefaultTier) {
+  const Config cfg =
+      parsedOk("default_tier = \"paid\"\n" + std::string(kBase) + "[tenants.acme]\n");
+  EXPECT_EQ(cfg.findTenant("acme")->tier, "paid");
+  EXPECT_FALSE(cfg.findTenant("acme")->weight.has_value());
+  EXPECT_FALSE(cfg.findTenant("acme")->queue_limit.has_value());
+}
+
+TEST(ConfigTenant, UnknownTierIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme]\ntier = \"gold\"\n")),
+            "cfg.toml:12: tenants.acme.tier: unknown tier 'gold'");
+}
+
+TEST(ConfigTenant, UnknownKeyIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme]\nwieght = 2\n")),
+            "cfg.toml:12: tenants.acme.wieght: unknown key (did you mean 'weight'?)");
+}
+
+TEST(ConfigTenant, ZeroWeightIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme]\nweight = 0.0\n")),
+            "cfg.toml:12: tenants.acme.weight: must be positive and finite, got 0");
+}
+
+TEST(ConfigTenant, NegativeWeightIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme]\nweight = -2\n")),
+            "cfg.toml:12: tenants.acme.weight: must be positive and finite, got -2");
+}
+
+TEST(ConfigTenant, NanWeightIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme]\nweight = nan\n")),
+            "cfg.toml:12: tenants.acme.weight: must be positive and finite, got nan");
+}
+
+TEST(ConfigTenant, WeightAsAStringIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme]\nweight = \"2\"\n")),
+            "cfg.toml:12: tenants.acme.weight: expected float, got string");
+}
+
+TEST(ConfigTenant, IntegerWeightIsAccepted) {
+  EXPECT_EQ(parsedOk(withBase("[tenants.acme]\nweight = 3\n")).findTenant("acme")->weight, 3.0);
+}
+
+TEST(ConfigTenant, ZeroQueueLimitIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme]\nqueue_limit = 0\n")),
+            "cfg.toml:12: tenants.acme.queue_limit: must be at least 1, got 0");
+}
+
+TEST(ConfigTenant, QueueLimitThatDoesNotFit32BitsIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[tenants.acme]\nqueue_limit = 4294967296\n")),
+            "cfg.toml:12: tenants.acme.queue_limit: must be at most 4294967295, got 4294967296");
+}
+
+TEST(ConfigTenant, TenantThatIsNotATableIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[tenants]\nacme = \"paid\"\n")),
+            "cfg.toml:12: tenants.acme: expected table, got string");
+}
+
+TEST(ConfigTenant, TenantsThatAreNotATableAreRejected) {
+  EXPECT_EQ(errorOf("tenants = []\n" + std::string(kBase)),
+            "cfg.toml:1: tenants: expected table, got array");
+}
+
+TEST(ConfigTenant, WildcardTenantNameIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[tenants.\"*\"]\n")),
+            "cfg.toml:11: tenants.\"*\": '*' is reserved (it means 'every')");
+}
+
+TEST(ConfigTenant, ControlCharacterInANameIsEscapedInTheMessage) {
+  EXPECT_EQ(errorOf(withBase("[tenants.\"a\\u0001\"]\n")),
+            "cfg.toml:11: tenants.\"a\\x01\": name 'a\\x01' must not contain white space or "
+            "control characters");
+}
+
+TEST(ConfigTenant, DottedNamesAreQuotedInKeyPaths) {
+  EXPECT_EQ(errorOf(withBase("[tenants.\"org.one\"]\nweight = 0\n")),
+            "cfg.toml:12: tenants.\"org.one\".weight: must be positive and finite, got 0");
+  EXPECT_NE(parsedOk(withBase("[tenants.\"org.one\"]\n")).findTenant("org.one"), nullptr);
+}
+
+TEST(ConfigTenant, TenantsKeepFileOrder) {
+  const Config cfg = parsedOk(withBase("[tenants.zeta]\n[tenants.alpha]\n[tenants.mid]\n"));
+  ASSERT_EQ(cfg.tenants.size(), 3u);
+  EXPECT_EQ(cfg.tenants[0].name, "zeta");
+  EXPECT_EQ(cfg.tenants[1].name, "alpha");
+  EXPECT_EQ(cfg.tenants[2].name, "mid");
+}
+
+// --- [[clients]] -----------------------------------------------------------------
+
+TEST(ConfigClient, RuleGetsDefaults) {
+  const Config cfg = parsedOk(withBase("[[clients]]\nuids = [1000, 1000, 7]\n"));
+  ASSERT_EQ(cfg.clients.size(), 1u);
+  const ClientRule& rule = cfg.clients[0];
+  EXPECT_EQ(rule.name, "clients[0]");
+  EXPECT_EQ(rule.uids, (std::vector<std::uint32_t>{1000, 7}));
+  EXPECT_TRUE(rule.tenants.empty());
+  EXPECT_EQ(rule.endpoints, (std::vector<std::string>{"*"}));
+  EXPECT_TRUE(rule.assign_tiers.empty());
+  EXPECT_FALSE(rule.admin);
+}
+
+TEST(ConfigClient, ClientsWrittenAsATableAreRejected) {
+  EXPECT_EQ(
+      errorOf(withBase("[clients]\nuids = [0]\n")),
+      "cfg.toml:11: clients: expected array of tables (write each rule as [[clients]]), got table");
+}
+
+TEST(ConfigClient, RuleThatIsNotATableIsRejected) {
+  EXPECT_EQ(errorOf("clients = [1]\n" + std::string(kBase)),
+            "cfg.toml:1: clients[0]: expected table, got integer");
+}
+
+TEST(ConfigClient, UnknownKeyIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[clients]]\nuids = [0]\nuser = [\"root\"]\n")),
+            "cfg.toml:13: clients[0].user: unknown key (did you mean 'users'?)");
+}
+
+TEST(ConfigClient, RuleMatchingNobodyIsRejected) {
+  EXPECT_EQ(
+      errorOf(withBase("[[clients]]\nname = \"nobody\"\ntenants = [\"*\"]\n")),
+      "cfg.toml:11: clients[0]: the rule matches no client: give uids, gids, users or groups");
+}
+
+TEST(ConfigClient, EmptyNameIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[clients]]\nname = \"\"\nuids = [0]\n")),
+            "cfg.toml:12: clients[0].name: name must not be empty");
+}
+
+TEST(ConfigClient, NegativeUidIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[clients]]\nuids = [-1]\n")),
+            "cfg.toml:12: clients[0].uids: must not be negative, got -1");
+}
+
+TEST(ConfigClient, UidThatDoesNotFit32BitsIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[clients]]\nuids = [4294967296]\n")),
+            "cfg.toml:12: clients[0].uids: must be at most 4294967295, got 4294967296");
+}
+
+TEST(ConfigClient, UidAsAStringIsRejected) {
+  EXPECT_EQ(
+      errorOf(withBase("[[clients]]\nuids = [\"1000\"]\n")),
+      "cfg.toml:12: clients[0].uids: expected array of integers, got an element of type string");
+}
+
+TEST(ConfigClient, GidsThatAreNotAnArrayAreRejected) {
+  EXPECT_EQ(errorOf(withBase("[[clients]]\ngids = 5\n")),
+            "cfg.toml:12: clients[0].gids: expected array of integers, got integer");
+}
+
+TEST(ConfigClient, UsersAndGroupsAreResolved) {
+  const Config cfg = parsedOk(withBase("[[clients]]\nusers = [\"root\"]\ngroups = [\"root\"]\n"));
+  EXPECT_EQ(cfg.clients[0].uids, (std::vector<std::uint32_t>{0}));
+  EXPECT_EQ(cfg.clients[0].gids, (std::vector<std::uint32_t>{0}));
+}
+
+TEST(ConfigClient, UnknownUserIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[clients]]\nusers = [\"root\",\n  \"no-such-user-fs\"]\n")),
+            "cfg.toml:13: clients[0].users: unknown user 'no-such-user-fs'");
+}
+
+TEST(ConfigClient, UnknownGroupIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[clients]]\ngroups = [\"no-such-group-fs\"]\n")),
+            "cfg.toml:12: clients[0].groups: unknown group 'no-such-group-fs'");
+}
+
+TEST(ConfigClient, UserNameWithANulIsUnknown) {
+  EXPECT_EQ(errorOf(withBase("[[clients]]\nusers = [\"root\\u0000x\"]\n")),
+            "cfg.toml:12: clients[0].users: unknown user 'root\\x00x'");
+}
+
+TEST(ConfigClient, UsersAsAStringIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[clients]]\nusers = \"root\"\n")),
+            "cfg.toml:12: clients[0].users: expected array of strings, got string");
+}
+
+TEST(ConfigClient, TenantsMayNameUnlistedTenantsAndTheWildcard) {
+  const Config cfg =
+      parsedOk(withBase("[[clients]]\nuids = [0]\ntenants = [\"*\", \"org-123\"]\n"));
+  EXPECT_EQ(cfg.clients[0].tenants, (std::vector<std::string>{"*", "org-123"}));
+}
+
+TEST(ConfigClient, TenantNameWithWhiteSpaceIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[clients]]\nuids = [0]\ntenants = [\"a b\"]\n")),
+            "cfg.toml:13: clients[0].tenants: name 'a b' must not contain white space or control "
+            "characters");
+}
+
+TEST(ConfigClient, UnknownEndpointIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[clients]]\nuids = [0]\nendpoints = [\"chat\", \"image\"]\n")),
+            "cfg.toml:13: clients[0].endpoints: unknown endpoint 'image'");
+}
+
+TEST(ConfigClient, ListedEndpointsReplaceTheWildcardDefault) {
+  const Config cfg = parsedOk(withBase("[[clients]]\nuids = [0]\nendpoints = [\"embed\"]\n"));
+  EXPECT_EQ(cfg.clients[0].endpoints, (std::vector<std::string>{"embed"}));
+}
+
+TEST(ConfigClient, UnknownAssignTierIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[clients]]\nuids = [0]\nassign_tiers = [\"gold\"]\n")),
+            "cfg.toml:13: clients[0].assign_tiers: unknown tier 'gold'");
+}
+
+TEST(ConfigClient, WildcardAssignTiersExpandsToEveryTier) {
+  const Config cfg =
+      parsedOk(withBase("[[clients]]\nuids = [0]\nassign_tiers = [\"trial\", \"*\"]\n"));
+  EXPECT_EQ(cfg.clients[0].assign_tiers, (std::vector<std::string>{"trial", "paid"}));
+}
+
+TEST(ConfigClient, AdminOfTheWrongTypeIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[[clients]]\nuids = [0]\nadmin = \"yes\"\n")),
+            "cfg.toml:13: clients[0].admin: expected boolean, got string");
+}
+
+TEST(ConfigClient, SecondRuleIsIndexedInThePath) {
+  EXPECT_EQ(errorOf(withBase("[[clients]]\nuids = [0]\n[[clients]]\nuids = [-3]\n")),
+            "cfg.toml:14: clients[1].uids: must not be negative, got -3");
+}
+
+// --- helpers, inputs and the shipped config ------------------------------------
+
+TEST(ConfigErrorText, ToStringOmitsALineOfZero) {
+  EXPECT_EQ((ConfigError{"cfg.toml", 0, "tiers", "at least one tier is required"}.toString()),
+            "cfg.toml: tiers: at least one tier is required");
+  EXPECT_EQ((ConfigError{"cfg.toml", 7, "daemon.socket", "must not be empty"}.toString()),
+            "cfg.toml:7: daemon.socket: must not be empty");
+  EXPECT_EQ((ConfigError{"cfg.toml", 3, "", "bad syntax"}.toString()), "cfg.toml:3: bad syntax");
+}
+
+TEST(ConfigResolvedQuantum, ExplicitQuantumWins) {
+  EndpointConfig ep;
+  ep.quantum = 77;
+  EXPECT_EQ(ep.resolvedQuantum(), 77u);
+}
+
+TEST(ConfigResolvedQuantum, StreamingGrantsAboutOneRequest) {
+  EndpointConfig ep;
+  ep.kind = EndpointKind::kStreaming;
+  ep.max_batch_requests = 32;
+  ep.max_batch_tokens = 16384;
+  ep.cost = CostModel::kTokens;
+  EXPECT_EQ(ep.resolvedQuantum(), 512u);
+  ep.cost = CostModel::kAdaptive;
+  EXPECT_EQ(ep.resolvedQuantum(), 512u);
+  ep.cost = CostModel::kRequests;
+  EXPECT_EQ(ep.resolvedQuantum(), 1u);
+}
+
+TEST(ConfigResolvedQuantum, StreamingNeverResolvesToZero) {
+  EndpointConfig ep;
+  ep.max_batch_requests = 64;
+  ep.max_batch_tokens = 8;
+  EXPECT_EQ(ep.resolvedQuantum(), 1u);
+}
+
+TEST(ConfigResolvedQuantum, BatchGrantsAFullBatch) {
+  EndpointConfig ep;
+  ep.kind = EndpointKind::kBatch;
+  ep.max_batch_requests = 32;
+  ep.max_batch_tokens = 16384;
+  ep.cost = CostModel::kTokens;
+  EXPECT_EQ(ep.resolvedQuantum(), 16384u);
+  ep.cost = CostModel::kRequests;
+  EXPECT_EQ(ep.resolvedQuantum(), 32u);
+}
+
+TEST(ConfigFind, FindsByNameOrReturnsNull) {
+  const Config cfg = parsedOk(withBase("[tenants.acme]\n"));
+  ASSERT_NE(cfg.findTier("trial"), nullptr);
+  EXPECT_EQ(cfg.findTier("trial")->name, "trial");
+  EXPECT_EQ(cfg.findTier("gold"), nullptr);
+  ASSERT_NE(cfg.findEndpoint("embed"), nullptr);
+  EXPECT_EQ(cfg.findEndpoint("embed")->kind, EndpointKind::kBatch);
+  EXPECT_EQ(cfg.findEndpoint("image"), nullptr);
+  ASSERT_NE(cfg.findTenant("acme"), nullptr);
+  EXPECT_EQ(cfg.findTenant("globex"), nullptr);
+}
+
+TEST(ConfigInput, ParsesFromAStream) {
+  std::istringstream in(withBase("[daemon]\npolicy = \"fifo\"\n"));
+  auto r = parseConfig(in, "stream.toml");
+  ASSERT_TRUE(std::holds_alternative<Config>(r));
+  EXPECT_EQ(std::get<Config>(r).daemon.policy, Policy::kFifo);
+}
+
+TEST(ConfigInput, StreamErrorsCarryTheSourceName) {
+  std::istringstream in(withBase("[daemon]\npolicy = \"x\"\n"));
+  auto r = parseConfig(in, "stream.toml");
+  ASSERT_TRUE(std::holds_alternative<ConfigError>(r));
+  EXPECT_EQ(std::get<ConfigError>(r).toString(),
+            "stream.toml:12: daemon.policy: expected one of fair|fifo, got 'x'");
+}
+
+TEST(ConfigInput, DefaultSourceNameIsString) {
+  auto r = parseConfig(std::string_view("tiers = 1"));
+  ASSERT_TRUE(std::holds_alternative<ConfigError>(r));
+  EXPECT_EQ(std::get<ConfigError>(r).file, "<string>");
+}
+
+TEST(ConfigInput, MissingFileIsAnError) {
+  auto r = loadConfigFile("/nonexistent/fairsched.toml");
+  ASSERT_TRUE(std::holds_alternative<ConfigError>(r));
+  EXPECT_EQ(std::get<ConfigError>(r).toString(),
+            "/nonexistent/fairsched.toml: cannot open: No such file or directory");
+}
+
+TEST(ConfigInput, InvalidUtf8IsASyntaxErrorNotACrash) {
+  auto r = parseConfig(std::string_view("name = \"\xff\xfe\"\n"), "cfg.toml");
+  ASSERT_TRUE(std::holds_alternative<ConfigError>(r));
+  EXPECT_EQ(std::get<ConfigError>(r).line, 1u);
+}
+
+TEST(ConfigShipped, DefaultConfigParses) {
+  auto r = loadConfigFile(FAIRSCHED_SOURCE_DIR "/config/fairsched.toml");
+  if (auto* e = std::get_if<ConfigError>(&r)) FAIL() << e->toString();
+  const Config& cfg = std::get<Config>(r);
+  ASSERT_EQ(cfg.tiers.size(), 2u);
+  EXPECT_EQ(cfg.tiers[0].name, "paid");
+  EXPECT_EQ(cfg.tiers[1].name, "trial");
+  EXPECT_EQ(cfg.tiers[1].min_share, 0.1);
+  const EndpointConfig* chat = cfg.findEndpoint("chat");
+  const EndpointConfig* embed = cfg.findEndpoint("embed");
+  ASSERT_NE(chat, nullptr);
+  ASSERT_NE(embed, nullptr);
+  EXPECT_EQ(chat->kind, EndpointKind::kStreaming);
+  EXPECT_EQ(chat->cost, CostModel::kTokens);
+  EXPECT_GT(chat->latency_target_ms, 0u);
+  EXPECT_EQ(chat->executor, ExecutorKind::kCpu);
+  EXPECT_EQ(embed->kind, EndpointKind::kBatch);
+  EXPECT_EQ(embed->executor, ExecutorKind::kCpu);
+  EXPECT_EQ(cfg.daemon.socket, "/run/fairsched/fairsched.sock");
+  // The noisy-neighbor benchmark needs A and B alike.
+  const TenantConfig* a = cfg.findTenant("A");
+  const TenantConfig* b = cfg.findTenant("B");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(a->tier, b->tier);
+  EXPECT_EQ(a->weight, b->weight);
+  ASSERT_NE(cfg.findTenant("acme"), nullptr);
+  ASSERT_NE(cfg.findTenant("globex"), nullptr);
+  ASSERT_NE(cfg.findTenant("initech"), nullptr);
+  EXPECT_EQ(cfg.findTenant("initech")->tier, "trial");
+  ASSERT_FALSE(cfg.clients.empty());
+  const ClientRule& root = cfg.clients[0];
+  EXPECT_EQ(root.uids, (std::vector<std::uint32_t>{0}));
+  EXPECT_EQ(root.tenants, (std::vector<std::string>{"*"}));
+  EXPECT_EQ(root.endpoints, (std::vector<std::string>{"*"}));
+  EXPECT_TRUE(root.admin);
+}
+
+RC_GTEST_PROP(ConfigProperty, ArbitraryTextNeverThrowsAndErrorsNameTheSource, (std::string text)) {
+  auto r = parseConfig(text, "fuzz.toml");
+  if (auto* e = std::get_if<ConfigError>(&r)) {
+    RC_ASSERT(e->file == "fuzz.toml");
+    RC_ASSERT(!e->message.empty());
+  }
+}
+
+RC_GTEST_PROP(ConfigProperty, AnyValidSocketModeRoundTrips, (std::uint16_t seed)) {
+  const std::uint32_t mode = seed & 07777u;
+  char digits[8];
+  std::snprintf(digits, sizeof digits, "%04o", mode);
+  auto r = parseConfig(withBase(std::string("[daemon]\nsocket_mode = \"") + digits + "\"\n"),
+                       "cfg.toml");
+  RC_ASSERT(std::holds_alternative<Config>(r));
+  RC_ASSERT(std::get<Config>(r).daemon.socket_mode == mode);
+}
+
+}  // namespace
+}  // namespace fairsched::config
