@@ -14,6 +14,7 @@
 
 #include "bench/core_scenario.hpp"
 #include "bench/scenario.hpp"
+#include "bench/sim_noisy_neighbor.hpp"
 
 namespace {
 
@@ -37,6 +38,8 @@ constexpr ScenarioInfo kScenarios[] = {
     {"core", "scheduling decisions/s of the core vs a single priority queue",
      fairsched::bench::runCoreScenario, fairsched::bench::plotCoreScenario},
     {"replay", "a JSONL trace through the real core in virtual time", nullptr, nullptr},
+    {"sim-noisy-neighbor", "noisy-neighbor on the real core in virtual time (modelled executor)",
+     fairsched::bench::runSimNoisyNeighbor, fairsched::bench::plotNoisyNeighbor},
     {"fleet", "limiter admissions/s: host, fleet (Redis) and naive", nullptr, nullptr},
 };
 
@@ -53,7 +56,7 @@ std::string availableList() {
     if (!s.run) continue;
     out += "  ";
     out += s.name;
-    out += std::string(16 - std::min<std::size_t>(15, s.name.size()), ' ');
+    out += std::string(20 - std::min<std::size_t>(19, s.name.size()), ' ');
     out += s.summary;
     out += '\n';
   }
@@ -92,7 +95,7 @@ int main(int argc, char** argv) {
   app.add_option("--socket", options.socket_path, "use the daemon at PATH instead of starting one");
   app.add_option("--seed", options.seed, "seed of every random choice")->capture_default_str();
   app.add_option("--rounds", options.rounds, "repetitions (0: the scenario's default)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1000));
   app.add_flag("--quick", options.quick, "smaller sizes, for smoke tests");
   app.footer("scenarios:\n" + availableList());
   try {

@@ -30,22 +30,57 @@ void DrrScheduler::unlink(List& l, FlowId f) {
   fl.prev = fl.next = kNone;
 }
 
+void DrrScheduler::toWheel(FlowId f, std::int64_t turn) {
+  Flow& fl = flows_[f];
+  fl.where = Where::kLater;
+  fl.wheeled = true;
+  fl.turn_round = turn;
+  const auto b = static_cast<std::size_t>(turn & kWheelMask);
+  pushBack(wheel_[b], f);
+  occupied_[b / 64] |= std::uint64_t{1} << (b % 64);
+  ++wheeled_;
+}
+
 void DrrScheduler::park(FlowId f) {
   Flow& fl = flows_[f];
   const std::int64_t need = fl.head_cost - fl.deficit;
   const std::int64_t k = need > 0 ? (need + fl.quantum - 1) / fl.quantum : 1;
-  // The first round whose grant lets the flow afford its head; never the
-  // round of a turn it already had.
   const std::int64_t turn = std::max(fl.granted_round + std::max<std::int64_t>(k, 1), round_);
   if (turn <= round_ + 1) {
     fl.where = Where::kListed;
+    fl.wheeled = false;
     fl.turn_round = turn;
     pushBack(listOf(fl), f);
+  } else if (turn < round_ + kWheel) {
+    toWheel(f, turn);
   } else {
     fl.where = Where::kLater;
+    fl.wheeled = false;
     later_.push_back({turn, seq_++, f, fl.epoch});
     std::push_heap(later_.begin(), later_.end(), std::greater<>{});
   }
+}
+
+void DrrScheduler::refillWheel() {
+  while (!later_.empty() && later_.front().round < round_ + kWheel) {
+    const Later top = later_.front();
+    std::pop_heap(later_.begin(), later_.end(), std::greater<>{});
+    later_.pop_back();
+    Flow& fl = flows_[top.flow];
+    if (fl.epoch != top.epoch || fl.where != Where::kLater || fl.wheeled) continue;  // stale
+    toWheel(top.flow, std::max(top.round, round_));
+  }
+}
+
+std::int64_t DrrScheduler::nextWheelRound() const {
+  // Rounds in the wheel lie in (round_, round_ + kWheel): scan buckets from round_ + 1 on.
+  for (std::int64_t d = 1; d < kWheel;) {
+    const auto b = static_cast<std::size_t>((round_ + d) & kWheelMask);
+    const std::uint64_t word = occupied_[b / 64] >> (b % 64);
+    if (word != 0) return round_ + d + __builtin_ctzll(word);
+    d += 64 - static_cast<std::int64_t>(b % 64);
+  }
+  return round_ + kWheel;  // unreachable while wheeled_ > 0
 }
 
 void DrrScheduler::enqueue(FlowId f, std::int64_t head_cost) {
@@ -65,22 +100,32 @@ void DrrScheduler::headChanged(FlowId f, std::int64_t head_cost) {
   // Active and listed flows check their head at their turn; a flow waiting for
   // a later round may now be due earlier (or later).
   if (fl.where == Where::kLater) {
+    if (fl.wheeled) {
+      const auto b = static_cast<std::size_t>(fl.turn_round & kWheelMask);
+      unlink(wheel_[b], f);
+      if (wheel_[b].empty()) occupied_[b / 64] &= ~(std::uint64_t{1} << (b % 64));
+      --wheeled_;
+    }
     ++fl.epoch;
     park(f);
   }
 }
 
 void DrrScheduler::pullLater() {
-  while (!later_.empty() && later_.front().round <= round_) {
-    const Later top = later_.front();
-    std::pop_heap(later_.begin(), later_.end(), std::greater<>{});
-    later_.pop_back();
-    Flow& fl = flows_[top.flow];
-    if (fl.epoch != top.epoch || fl.where != Where::kLater) continue;  // stale
+  refillWheel();
+  const auto b = static_cast<std::size_t>(round_ & kWheelMask);
+  List& l = wheel_[b];
+  while (!l.empty()) {
+    const FlowId f = l.head;
+    unlink(l, f);
+    --wheeled_;
+    Flow& fl = flows_[f];
     fl.where = Where::kListed;
+    fl.wheeled = false;
     fl.turn_round = round_;
-    pushBack(current_, top.flow);
+    pushBack(current_, f);
   }
+  occupied_[b / 64] &= ~(std::uint64_t{1} << (b % 64));
 }
 
 DrrScheduler::FlowId DrrScheduler::select() {
@@ -102,8 +147,12 @@ DrrScheduler::FlowId DrrScheduler::select() {
         later_.pop_back();
       }
       if (next_.empty()) {
-        if (later_.empty()) return kNone;
-        round_ = later_.front().round;  // skip rounds in which nobody could dispatch
+        if (wheeled_ > 0) {
+          round_ = nextWheelRound();
+        } else {
+          if (later_.empty()) return kNone;
+          round_ = later_.front().round;  // skip rounds in which nobody could dispatch
+        }
       } else {
         ++round_;
       }
@@ -127,7 +176,16 @@ void DrrScheduler::detach(FlowId f) {
     case Where::kIdle: return;
     case Where::kActive: active_ = kNone; break;
     case Where::kListed: unlink(listOf(fl), f); break;
-    case Where::kLater: ++fl.epoch; break;
+    case Where::kLater:
+      if (fl.wheeled) {
+        const auto b = static_cast<std::size_t>(fl.turn_round & kWheelMask);
+        unlink(wheel_[b], f);
+        if (wheel_[b].empty()) occupied_[b / 64] &= ~(std::uint64_t{1} << (b % 64));
+        --wheeled_;
+        fl.wheeled = false;
+      }
+      ++fl.epoch;
+      break;
   }
   fl.where = Where::kIdle;
   fl.deficit = std::min<std::int64_t>(fl.deficit, 0);

@@ -28,6 +28,7 @@
 // completion add at most the estimation error of the requests in flight.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -75,6 +76,10 @@ class DrrScheduler {
   std::size_t backloggedCount() const { return backlogged_; }
   std::int64_t deficit(FlowId f) const { return f < flows_.size() ? flows_[f].deficit : 0; }
   std::int64_t round() const { return round_; }
+  // The flows due after the active one in this round (kNone when unknown).
+  FlowId upcoming() const { return current_.head; }
+  FlowId after(FlowId f) const { return f == kNone ? kNone : flows_[f].next; }
+  void prefetch(FlowId f) const { __builtin_prefetch(&flows_[f]); }
 
  private:
   // kListed: in current_ when turn_round == round_, else in next_.
@@ -88,6 +93,7 @@ class DrrScheduler {
     std::uint32_t prev = kNone, next = kNone;
     std::uint32_t epoch = 0;          // invalidates stale heap entries
     Where where = Where::kIdle;
+    bool wheeled = false;             // kLater: in wheel_[turn_round & kWheelMask], else in overflow_
   };
   struct List {
     FlowId head = kNone, tail = kNone;
@@ -113,7 +119,15 @@ class DrrScheduler {
   std::vector<Flow> flows_;
   List current_;  // flows still to get their turn in round_
   List next_;     // flows whose turn is in round_ + 1
-  std::vector<Later> later_;  // min-heap: flows whose turn is in a later round
+  static constexpr std::int64_t kWheel = 256;
+  static constexpr std::int64_t kWheelMask = kWheel - 1;
+  std::array<List, kWheel> wheel_{};           // flows whose turn is round r in (round_+1, round_+kWheel)
+  std::array<std::uint64_t, kWheel / 64> occupied_{};
+  std::size_t wheeled_ = 0;
+  std::vector<Later> later_;  // min-heap: flows whose turn is kWheel or more rounds ahead
+  void toWheel(FlowId f, std::int64_t turn);
+  void refillWheel();
+  std::int64_t nextWheelRound() const;  // earliest round with a wheeled flow; REQUIRES wheeled_ > 0
   FlowId active_ = kNone;     // the flow having its turn
   std::int64_t round_ = 0;
   std::uint64_t seq_ = 0;

@@ -28,7 +28,6 @@
 #include <optional>
 #include <span>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "daemon/core/backlog_throttle.hpp"
@@ -118,6 +117,8 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
+  // The spec the scheduler was built from. Its `tenants` list is empty: the
+  // listed tenants live in tenants() from construction on.
   const SchedulerSpec& spec() const { return spec_; }
   TenantTable& tenants() { return tenants_; }
   const TenantTable& tenants() const { return tenants_; }
@@ -181,21 +182,25 @@ class Scheduler {
     std::uint32_t gen = 1;
     SlotState state = SlotState::kFree;
   };
+  // What a decision touches comes first (prefetchUpcoming fetches the first
+  // kHotLines lines); counters and the limiter come after.
   struct TenantState {
+    TenantQueue queue;
+    std::uint64_t queued_tokens = 0;
+    double weight = 1.0;
+    double expected_output = -1.0;  // adaptive: EMA of actual output; < 0 = none yet
+    std::uint32_t queued = 0;
+    std::uint32_t in_flight = 0;
+    std::uint32_t withdrawn = 0;  // dead entries still in `queue`
+    std::uint32_t queue_limit = 0;
     TenantId tenant = kNoTenant;
     TierId tier = 0;
     bool live = false;
-    double weight = 1.0;
-    std::uint32_t queue_limit = 0;
-    std::uint32_t queued = 0;
-    std::uint32_t in_flight = 0;
-    std::uint64_t queued_tokens = 0;
-    double expected_output = -1.0;  // adaptive: EMA of actual output; < 0 = none yet
     TimeNs last_active = 0;
-    TenantQueue queue;
     std::unique_ptr<KeyLimiter> limiter;  // null: no limits
     TenantStats stats;
   };
+  static constexpr std::size_t kHotLines = 3;
   struct TierState {
     std::uint64_t queued_tokens = 0;
     double backlogged_weight = 0.0;
@@ -204,7 +209,9 @@ class Scheduler {
     EndpointSpec spec;
     std::vector<TenantState> states;
     std::vector<std::uint32_t> free_states;
-    std::unordered_map<TenantId, std::uint32_t> state_of;
+    // TenantId -> index into `states`, kNoState when the tenant has none here.
+    // Ids are dense (TenantTable reuses them), so a vector beats a hash map.
+    std::vector<std::uint32_t> state_of;
     std::vector<DrrScheduler> drr;  // one per tier
     std::vector<TierState> tiers;
     TierSelector tier_selector;
@@ -224,12 +231,21 @@ class Scheduler {
     bool operator>(const DeadlineEntry& o) const { return deadline > o.deadline; }
   };
 
+  static constexpr std::uint32_t kNoState = UINT32_MAX;
+  static std::uint32_t findState(const EndpointState& ep, TenantId t) {
+    return t < ep.state_of.size() ? ep.state_of[t] : kNoState;
+  }
+  static std::uint32_t indexOf(Handle h) { return static_cast<std::uint32_t>(h & 0xffffffffu); }
   static Handle makeHandle(std::uint32_t index, std::uint32_t gen) {
     return (static_cast<Handle>(gen) << 32) | index;
   }
   Slot* lookup(Handle h);
   std::uint32_t stateFor(EndpointState& ep, TenantId t, TimeNs now);
-  std::int64_t costOf(const EndpointState& ep, const TenantState& ts, const Slot& s) const;
+  std::int64_t costOf(const EndpointState& ep, const TenantState& ts, const Slot& s) const {
+    return costOf(ep, ts, s.req.input_tokens, s.req.max_output_tokens);
+  }
+  std::int64_t costOf(const EndpointState& ep, const TenantState& ts, std::uint32_t input,
+                      std::uint32_t max_output) const;
   static std::uint64_t tokensOf(const Request& r) {
     return static_cast<std::uint64_t>(r.input_tokens) + r.max_output_tokens;
   }
@@ -240,10 +256,17 @@ class Scheduler {
   // Unqueue a request (cancel, expiry): bookkeeping and the completion.
   void withdraw(Slot& s, Status why, std::vector<Done>& done);
   bool takeFair(EndpointState& ep, TimeNs now, Batch& out, std::vector<Done>& done);
+  static constexpr std::size_t kPrefetchDepth = 4;
+  void prefetchUpcoming(const EndpointState& ep, const DrrScheduler& drr) const;
+  void prefetchSlot(Handle h) const {
+    const char* p = reinterpret_cast<const char*>(&slots_[indexOf(h)]);
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + sizeof(Slot) - 1);  // a Slot may straddle two lines
+  }
   bool takeFifo(EndpointState& ep, TimeNs now, Batch& out, std::vector<Done>& done);
   void dispatch(EndpointState& ep, Slot& s, Batch& out);
   // Bookkeeping shared by dispatch and withdraw: the request leaves the queue.
-  void unqueue(EndpointState& ep, TenantState& ts, const Slot& s);
+  void unqueue(EndpointState& ep, TenantState& ts, std::uint64_t tokens);
   void freeSlot(std::uint32_t index);
 
   SchedulerSpec spec_;

@@ -6,12 +6,16 @@
 // in O(1); the others go to a binary heap. The head is the smaller of the two
 // fronts, so the order is exact either way.
 //
+// The FIFO is a ring whose first kInline entries live inside the object: a
+// tenant with a short queue — the common case with many tenants — has its
+// head in the same cache lines as the rest of its state.
+//
 // Entries are not removed from the middle: the owner invalidates a request
 // elsewhere (cancelled, expired) and skips it when it reaches the head.
 #pragma once
 
 #include <cstdint>
-#include <deque>
+#include <memory>
 #include <vector>
 
 #include "daemon/core/types.hpp"
@@ -34,28 +38,48 @@ struct QueueKey {
 struct QueueEntry {
   QueueKey key;
   std::uint64_t handle = 0;  // the owner's reference to the request
+  std::uint32_t input_tokens = 0;
+  std::uint32_t max_output_tokens = 0;
 };
 
 class TenantQueue {
  public:
+  static constexpr std::uint32_t kInline = 2;  // a power of two
+
+  TenantQueue() = default;
+  TenantQueue(const TenantQueue& o);
+  TenantQueue& operator=(const TenantQueue& o);
+  TenantQueue(TenantQueue&&) noexcept = default;
+  TenantQueue& operator=(TenantQueue&&) noexcept = default;
+
   void push(const QueueEntry& e);
-  bool empty() const { return fifo_.empty() && heap_.empty(); }
-  std::size_t size() const { return fifo_.size() + heap_.size(); }
+  bool empty() const { return size_ == 0 && heap_.empty(); }
+  std::size_t size() const { return size_ + heap_.size(); }
   // REQUIRES: !empty().
   const QueueEntry& top() const;
   void pop();
   void clear();
 
  private:
+  QueueEntry* ring() { return spill_ ? spill_.get() : inline_; }
+  const QueueEntry* ring() const { return spill_ ? spill_.get() : inline_; }
+  const QueueEntry& front() const { return ring()[head_ & (capacity_ - 1)]; }
+  const QueueEntry& back() const { return ring()[(head_ + size_ - 1) & (capacity_ - 1)]; }
   bool heapFirst() const {
-    return fifo_.empty() || (!heap_.empty() && heap_.front().key.before(fifo_.front().key));
+    return size_ == 0 || (!heap_.empty() && heap_.front().key.before(front().key));
   }
+  void grow();
   struct HeapCmp {
     bool operator()(const QueueEntry& a, const QueueEntry& b) const { return b.key.before(a.key); }
   };
 
-  std::deque<QueueEntry> fifo_;   // sorted: each push_back sorts after the previous tail
-  std::vector<QueueEntry> heap_;  // min-heap by key
+  // The FIFO ring, sorted: each push sorts after the previous tail.
+  std::uint32_t head_ = 0;
+  std::uint32_t size_ = 0;
+  std::uint32_t capacity_ = kInline;  // a power of two
+  QueueEntry inline_[kInline];
+  std::unique_ptr<QueueEntry[]> spill_;  // the ring once it outgrows inline_
+  std::vector<QueueEntry> heap_;         // min-heap by key
 };
 
 }  // namespace fairsched::core

@@ -16,7 +16,7 @@ TenantTable::TenantTable(const SchedulerSpec& spec) : spec_(&spec) {
       owned_limits_.push_back(*t.limits);
       e.limits = &owned_limits_.back();
     } else {
-      e.limits = &owned_limits_[t.tier];
+      e.limits = t.tier < spec.tier_limits.size() ? &owned_limits_[t.tier] : nullptr;
     }
     e.listed = true;
     e.live = true;
@@ -47,7 +47,7 @@ TenantId TenantTable::acquire(std::string_view name, std::optional<TierId> tier_
   e.tier = tier;
   e.weight = spec_->tiers[tier].default_weight;
   e.queue_limit = spec_->tiers[tier].default_queue_limit;
-  e.limits = &owned_limits_[tier];
+  e.limits = tier < spec_->tier_limits.size() ? &owned_limits_[tier] : nullptr;
   e.refs = 1;
   e.listed = false;
   e.live = true;

@@ -245,6 +245,40 @@ TEST(TenantQueue, SteadyStateHalfFullQueueKeepsFifoOrder) {
   EXPECT_EQ(popped, pushed);
 }
 
+TEST(TenantQueue, GrowingPastTheInlineRingWhileWrappedKeepsOrder) {
+  TenantQueue q;
+  std::uint64_t seq = 1;
+  q.push(entry(0, kNever, seq++));
+  q.pop();  // the inline ring's head is now off slot 0
+  for (int i = 0; i < 2 * static_cast<int>(TenantQueue::kInline) + 3; ++i) {
+    q.push(entry(0, kNever, seq++));
+  }
+  for (std::uint64_t want = 2; want < seq; ++want) {
+    ASSERT_FALSE(q.empty());
+    EXPECT_EQ(q.top().key.seq, want);
+    q.pop();
+  }
+  EXPECT_TRUE(q.empty());
+}
+
+TEST(TenantQueue, CopyIsIndependentOfTheOriginal) {
+  for (int n : {1, static_cast<int>(TenantQueue::kInline) + 3}) {
+    TenantQueue q;
+    for (int i = 0; i < n; ++i) q.push(entry(0, kNever, static_cast<std::uint64_t>(i + 1)));
+    q.push(entry(9, kNever, 100));  // into the heap
+    TenantQueue copy(q);
+    q.clear();
+    ASSERT_EQ(copy.size(), static_cast<std::size_t>(n + 1));
+    EXPECT_EQ(copy.top().key.seq, 100u);
+    copy.pop();
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(copy.top().key.seq, static_cast<std::uint64_t>(i + 1));
+      copy.pop();
+    }
+    EXPECT_TRUE(copy.empty());
+  }
+}
+
 TEST(TenantQueue, ClearEmptiesFifoAndHeap) {
   TenantQueue q;
   q.push(entry(0, kNever, 1));  // FIFO
