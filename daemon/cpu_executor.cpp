@@ -1,0 +1,138 @@
+#include "daemon/cpu_executor.hpp"
+
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <span>
+
+#include "daemon/event_loop.hpp"
+#include "kernels/workload_reference.hpp"
+
+namespace fairsched::daemon {
+namespace {
+
+void signal(int fd) {
+  const std::uint64_t one = 1;
+  // EAGAIN only when the counter is saturated: a signal is pending anyway.
+  [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
+}
+
+void sleepUntil(TimeNs deadline) {
+  timespec ts{};
+  ts.tv_sec = deadline / kNsPerSec;
+  ts.tv_nsec = deadline % kNsPerSec;
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+}
+
+}  // namespace
+
+std::variant<std::unique_ptr<CpuExecutor>, std::string> CpuExecutor::create(
+    const Options& options) {
+  if (options.threads == 0) return std::string("cpu executor: threads must be >= 1");
+  if (!(options.per_batch_us >= 0) || !(options.per_token_us >= 0)) {
+    return std::string("cpu executor: per_batch_us and per_token_us must be >= 0");
+  }
+  std::unique_ptr<CpuExecutor> ex(new CpuExecutor(options));
+  ex->done_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (ex->done_fd_ < 0) return std::string("cpu executor: eventfd: ") + std::strerror(errno);
+  for (std::uint32_t i = 0; i < options.threads; ++i) {
+    auto w = std::make_unique<Worker>();
+    w->wake_fd = eventfd(0, EFD_CLOEXEC);
+    if (w->wake_fd < 0) return std::string("cpu executor: eventfd: ") + std::strerror(errno);
+    ex->workers_.push_back(std::move(w));
+  }
+  for (auto& w : ex->workers_) {
+    Worker* raw = w.get();
+    w->thread = std::thread([e = ex.get(), raw] { e->work(*raw); });
+  }
+  return ex;
+}
+
+CpuExecutor::~CpuExecutor() {
+  stopping_ = true;
+  for (auto& w : workers_) {
+    if (w->wake_fd >= 0) signal(w->wake_fd);
+  }
+  for (auto& w : workers_) {
+    if (w->thread.joinable()) w->thread.join();
+    if (w->wake_fd >= 0) close(w->wake_fd);
+  }
+  if (done_fd_ >= 0) close(done_fd_);
+}
+
+TimeNs CpuExecutor::serviceTime(std::uint64_t tokens) const {
+  const double us = options_.per_batch_us + options_.per_token_us * static_cast<double>(tokens);
+  return static_cast<TimeNs>(std::llround(us * kNsPerUs));
+}
+
+void CpuExecutor::submit(ExecBatch&& batch) {
+  for (auto& w : workers_) {
+    if (w->busy) continue;
+    w->busy = true;
+    ++busy_;
+    w->in.push(std::move(batch));  // capacity 2, at most 1 in flight per worker: never full
+    signal(w->wake_fd);
+    return;
+  }
+}
+
+void CpuExecutor::drain(std::vector<BatchDone>& out) {
+  std::uint64_t counter = 0;
+  [[maybe_unused]] const ssize_t n = ::read(done_fd_, &counter, sizeof counter);  // reset
+  for (auto& w : workers_) {
+    while (auto done = w->out.pop()) {
+      out.push_back(std::move(*done));
+      w->busy = false;
+      --busy_;
+    }
+  }
+}
+
+BatchDone CpuExecutor::run(const ExecBatch& batch) const {
+  BatchDone done;
+  done.id = batch.id;
+  done.endpoint = batch.endpoint;
+  std::uint64_t tokens = 0;
+  std::size_t offset = 0;
+  for (const ExecRequest& r : batch.requests) {
+    if (offset + r.input_tokens > batch.tokens.size()) {
+      done.ok = false;
+      done.error = "batch's token array is shorter than its requests' input_tokens";
+      done.results.clear();
+      return done;
+    }
+    const std::span<const std::uint32_t> prompt(batch.tokens.data() + offset, r.input_tokens);
+    done.results.push_back({r.key, r.max_output_tokens, kernels::promptChecksum(prompt)});
+    offset += r.input_tokens;
+    tokens += static_cast<std::uint64_t>(r.input_tokens) + r.max_output_tokens;
+  }
+  done.service_ns = serviceTime(tokens);
+  return done;
+}
+
+void CpuExecutor::work(Worker& w) {
+  for (;;) {
+    std::uint64_t counter = 0;
+    while (w.in.empty() && !stopping_.load(std::memory_order_acquire)) {
+      [[maybe_unused]] const ssize_t n = ::read(w.wake_fd, &counter, sizeof counter);
+    }
+    if (stopping_.load(std::memory_order_acquire)) return;
+    auto batch = w.in.pop();
+    if (!batch) continue;
+    const TimeNs start = monotonicNow();
+    BatchDone done = run(*batch);
+    // Hold the slot for the modelled service time, as the device would.
+    sleepUntil(start + done.service_ns);
+    done.service_ns = monotonicNow() - start;
+    while (!w.out.push(std::move(done))) {
+    }
+    signal(done_fd_);
+  }
+}
+
+}  // namespace fairsched::daemon

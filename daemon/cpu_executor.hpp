@@ -1,0 +1,66 @@
+// The CPU executor: runs the CPU reference of the workload for every request
+// and models GPU occupancy — a batch holds its slot for
+//     per_batch_us + per_token_us × (input + output tokens)
+// — so fairness results on a machine without a GPU mean the same as on one.
+// Each request produces its max_output_tokens.
+//
+// One worker thread per slot (`threads`); the loop hands batches to idle
+// workers through SPSC queues and reads finished ones back the same way,
+// with an eventfd to say there is something to drain.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "daemon/executor.hpp"
+#include "daemon/spsc_queue.hpp"
+
+namespace fairsched::daemon {
+
+class CpuExecutor final : public Executor {
+ public:
+  struct Options {
+    double per_batch_us = 200.0;
+    double per_token_us = 0.5;
+    std::uint32_t threads = 1;
+  };
+
+  static std::variant<std::unique_ptr<CpuExecutor>, std::string> create(const Options& options);
+  ~CpuExecutor() override;
+
+  std::string_view name() const override { return "cpu"; }
+  std::uint32_t slots() const override { return static_cast<std::uint32_t>(workers_.size()); }
+  std::uint32_t freeSlots() const override { return slots() - busy_; }
+  void submit(ExecBatch&& batch) override;
+  void drain(std::vector<BatchDone>& out) override;
+  int completionFd() const override { return done_fd_; }
+
+  // The modelled service time of a batch with `tokens` input + output tokens.
+  TimeNs serviceTime(std::uint64_t tokens) const;
+
+ private:
+  struct Worker {
+    explicit Worker() : in(2), out(2) {}
+    SpscQueue<ExecBatch> in;   // loop -> worker
+    SpscQueue<BatchDone> out;  // worker -> loop
+    int wake_fd = -1;          // the worker sleeps on it while it has nothing to do
+    bool busy = false;         // loop's view
+    std::thread thread;
+  };
+  explicit CpuExecutor(const Options& options) : options_(options) {}
+  void work(Worker& w);
+  BatchDone run(const ExecBatch& batch) const;
+
+  Options options_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::uint32_t busy_ = 0;
+  int done_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace fairsched::daemon

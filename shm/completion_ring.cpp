@@ -1,0 +1,107 @@
+#include "shm/completion_ring.hpp"
+
+#include <cstring>
+
+#include "shm/shared_word.hpp"
+
+namespace fairsched::shm {
+
+using std::memory_order_acquire;
+using std::memory_order_relaxed;
+using std::memory_order_release;
+
+void initCompletionRing(const CompletionRingMemory& ring, std::uint64_t start) {
+  sharedStore(ring.control->completion_write, start, memory_order_relaxed);
+  sharedStore(ring.client->completion_read, start, memory_order_relaxed);
+}
+
+// ---- producer (daemon) --------------------------------------------------
+
+CompletionProducer::CompletionProducer(const CompletionRingMemory& ring, std::uint64_t start)
+    : ring_(ring), mask_(ring.capacity - 1), write_(start), read_cache_(start) {}
+
+std::uint64_t CompletionProducer::freeSlots(std::uint64_t wanted) {
+  // Invariant: write_ - capacity <= read_cache_ <= write_.
+  std::uint64_t used = write_ - read_cache_;
+  if (ring_.capacity - used >= wanted) return ring_.capacity - used;
+  // Acquire: pairs with the client's release store, so its reads of the cells
+  // it has passed happen before we overwrite them. Loaded once, then checked.
+  const std::uint64_t read = sharedLoad(ring_.client->completion_read, memory_order_acquire);
+  used = write_ - read;  // modulo 2^64: an index ahead of write_ wraps to a huge value
+  if (used > ring_.capacity) {
+    // Garbage: keep the last valid index; the cells it freed are still free.
+    read_index_valid_ = false;
+    return ring_.capacity - (write_ - read_cache_);
+  }
+  read_index_valid_ = true;
+  read_cache_ = read;
+  return ring_.capacity - used;
+}
+
+void CompletionProducer::writeCell(const CompletionSlot& slot) {
+  std::uint64_t words[kCompletionSlotWords];
+  std::memcpy(words, &slot, sizeof(words));
+  CompletionCell& cell = ring_.cells[write_ & mask_];
+  // Relaxed: ordered by the release store of completion_write that follows.
+  for (std::size_t i = 0; i < kCompletionSlotWords; ++i) {
+    sharedStore(cell.words[i], words[i], memory_order_relaxed);
+  }
+  ++write_;
+}
+
+bool CompletionProducer::tryPush(const CompletionSlot& slot) {
+  if (freeSlots(1) == 0) return false;
+  writeCell(slot);
+  // Release: the client's acquire load of the write index sees the cell.
+  sharedStore(ring_.control->completion_write, write_, memory_order_release);
+  return true;
+}
+
+std::size_t CompletionProducer::tryPushBatch(std::span<const CompletionSlot> slots) {
+  if (slots.empty()) return 0;
+  const std::uint64_t room = freeSlots(slots.size());
+  const std::size_t n = room < slots.size() ? static_cast<std::size_t>(room) : slots.size();
+  if (n == 0) return 0;
+  for (std::size_t i = 0; i < n; ++i) writeCell(slots[i]);
+  // Release: the client's acquire load of the write index sees all n cells.
+  sharedStore(ring_.control->completion_write, write_, memory_order_release);
+  return n;
+}
+
+// ---- consumer (client) --------------------------------------------------
+
+CompletionConsumer::CompletionConsumer(const CompletionRingMemory& ring)
+    : ring_(ring),
+      mask_(ring.capacity - 1),
+      read_(sharedLoad(ring.client->completion_read, memory_order_relaxed)),
+      write_cache_(read_) {}
+
+std::uint64_t CompletionConsumer::available() {
+  if (broken_) return 0;
+  if (write_cache_ != read_) return write_cache_ - read_;
+  // Acquire: pairs with the daemon's release store; the cells up to it are visible.
+  const std::uint64_t write = sharedLoad(ring_.control->completion_write, memory_order_acquire);
+  if (write - read_ > ring_.capacity) {
+    broken_ = true;
+    return 0;
+  }
+  write_cache_ = write;
+  return write_cache_ - read_;
+}
+
+bool CompletionConsumer::tryPop(CompletionSlot& out) {
+  if (available() == 0) return false;
+  const CompletionCell& cell = ring_.cells[read_ & mask_];
+  std::uint64_t words[kCompletionSlotWords];
+  for (std::size_t i = 0; i < kCompletionSlotWords; ++i) {
+    words[i] = sharedLoad(cell.words[i], memory_order_relaxed);
+  }
+  std::memcpy(&out, words, sizeof(words));
+  ++read_;
+  // Release: our reads of the cell happen before the daemon, whose acquire
+  // load sees this index, overwrites it.
+  sharedStore(ring_.client->completion_read, read_, memory_order_release);
+  return true;
+}
+
+}  // namespace fairsched::shm

@@ -1,0 +1,113 @@
+// The completion ring: single producer (the daemon), single consumer (the
+// client), 64-bit positions that only grow, full when
+// write == read + capacity.
+//
+// The cells and the write index live in part (b) of the segment (read-only
+// in the client). The client's read index lives in part (a), where the client
+// can write anything into it, so the daemon bounds-checks every value it
+// loads: a read index is in range when write - capacity <= read <= write
+// (modulo 2^64). An out-of-range index is treated as "this client's ring is
+// full" — the daemon writes nothing until the index is sane again, and
+// readIndexValid() lets it log and drop the client. Clamping instead would
+// overwrite completions the client has not read; treating it as full can only
+// stall that one client, which has broken its own ring. The daemon's write
+// position is private and never read back from shared memory.
+//
+// Every submitted request gets exactly one completion, so the daemon must
+// never be left holding one it cannot place: it keeps the number of a
+// client's requests in flight (taken from its rings, not yet completed) at
+// most the ring's free space, pausing ingest for that client otherwise
+// (see docs/shm-layout.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "daemon/core/types.hpp"
+#include "shm/layout.hpp"
+
+namespace fairsched::shm {
+
+// CompletionSlot::status carries fairsched::Status by value; layout version 1
+// fixes these numbers.
+static_assert(static_cast<int>(Status::kOk) == 0 && static_cast<int>(Status::kExecutorFailed) == 9,
+              "Status values are part of the shared-memory layout: bump kLayoutVersion");
+inline constexpr std::uint32_t encodeStatus(Status s) {
+  return static_cast<std::uint32_t>(s);
+}
+inline constexpr std::optional<Status> decodeStatus(std::uint32_t wire) {
+  if (wire > static_cast<std::uint32_t>(Status::kExecutorFailed)) return std::nullopt;
+  return static_cast<Status>(wire);
+}
+
+struct CompletionRingMemory {
+  CompletionControl* control = nullptr;  // part (b): read-only mapping in the client
+  CompletionCell* cells = nullptr;       // part (b), `capacity` cells
+  std::uint32_t capacity = 0;            // a power of two
+  ClientControl* client = nullptr;       // part (a): the client's read index
+};
+
+// Daemon, before the segment is handed over: both indices start at `start`.
+void initCompletionRing(const CompletionRingMemory& ring, std::uint64_t start);
+
+// The daemon's side; one thread.
+class CompletionProducer {
+ public:
+  // `ring` must come from the daemon's own Layout; `start` as given to
+  // initCompletionRing().
+  CompletionProducer(const CompletionRingMemory& ring, std::uint64_t start);
+
+  // Writes and publishes one completion. False when the ring is full or the
+  // client's read index is out of range (see readIndexValid()).
+  bool tryPush(const CompletionSlot& slot);
+
+  // Writes as many of `slots` as fit and publishes them with one store;
+  // returns how many were written.
+  std::size_t tryPushBatch(std::span<const CompletionSlot> slots);
+
+  // Free cells, after loading the client's read index when the cached one
+  // shows less than `wanted` free.
+  std::uint64_t freeSlots(std::uint64_t wanted = 1);
+
+  // False when the last load of the client's read index was out of range.
+  bool readIndexValid() const { return read_index_valid_; }
+  std::uint64_t written() const { return write_; }
+
+ private:
+  void writeCell(const CompletionSlot& slot);
+
+  CompletionRingMemory ring_;
+  std::uint64_t mask_;
+  std::uint64_t write_;       // private; published to control->completion_write
+  std::uint64_t read_cache_;  // the client's read index as last validated
+  bool read_index_valid_ = true;
+};
+
+// The client's side: one consumer at a time (the client library serialises
+// its threads). Trusts the daemon, but still checks the write index it loads.
+class CompletionConsumer {
+ public:
+  // Starts at the read index the daemon initialised.
+  explicit CompletionConsumer(const CompletionRingMemory& ring);
+
+  // Copies the next completion into `out` and hands the cell back; false when
+  // there is none (or the write index is out of range: broken()).
+  bool tryPop(CompletionSlot& out);
+
+  // Completions published and not yet popped.
+  std::uint64_t available();
+
+  bool broken() const { return broken_; }
+  std::uint64_t position() const { return read_; }
+
+ private:
+  CompletionRingMemory ring_;
+  std::uint64_t mask_;
+  std::uint64_t read_;
+  std::uint64_t write_cache_;
+  bool broken_ = false;
+};
+
+}  // namespace fairsched::shm

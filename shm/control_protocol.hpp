@@ -1,0 +1,256 @@
+// The control protocol on the daemon's unix socket (SOCK_SEQPACKET: one
+// message per datagram, reliable, in order, with a connection).
+//
+//   client                                  daemon
+//   connect ───────────────────────────────▶ SO_PEERCRED → client rule (or refuse)
+//   Hello{layout version, name} ───────────▶
+//          ◀─── HelloReply{status, geometry, endpoints} + SCM_RIGHTS[segment memfd,
+//                                            daemon doorbell eventfd, completion eventfd]
+//   OpenTenant{tenant, tier hint} ─────────▶ authorise, acquire the tenant
+//          ◀─── OpenTenantReply{status, ring}
+//   ... submissions through the ring, completions through the completion ring ...
+//   close (or die) ────────────────────────▶ queued requests cancelled, segment released
+//
+// Every message is a fixed-size record that starts with a MessageHeader.
+// Strings are fixed arrays, NUL-padded; a string that fills its array without
+// a NUL is rejected. decode() checks everything — magic, version, type,
+// length, strings — before the daemon looks at a field: the socket is as
+// untrusted as shared memory. Plain functions, no I/O: the daemon and the
+// client library do the sending.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+namespace fairsched::shm {
+
+inline constexpr std::uint32_t kControlMagic = 0x46534350;  // "FSCP"
+inline constexpr std::uint16_t kControlVersion = 1;
+inline constexpr std::size_t kNameBytes = 64;  // tenant, client and tier names
+inline constexpr std::size_t kEndpointNameBytes = 32;
+inline constexpr std::size_t kMessageTextBytes = 192;  // human-readable reasons
+inline constexpr std::size_t kMaxEndpointsInReply = 16;
+// A successful HelloReply carries three descriptors, in this order.
+inline constexpr int kHelloReplyFds = 3;
+inline constexpr int kFdSegment = 0;         // the sealed memfd (shm::Segment::attach)
+inline constexpr int kFdDaemonDoorbell = 1;  // eventfd the client writes to wake a sleeping daemon
+inline constexpr int kFdCompletionBell = 2;  // eventfd the daemon writes to wake a sleeping client
+
+enum class MessageType : std::uint16_t {
+  kHello = 1,
+  kHelloReply = 2,
+  kOpenTenant = 3,
+  kOpenTenantReply = 4,
+};
+
+// Outcome of a control request; the per-request statuses of submissions are
+// separate (fairsched::Status).
+enum class ControlStatus : std::uint32_t {
+  kOk = 0,
+  kUnauthorized = 1,     // no client rule admits this peer, tenant, endpoint or tier
+  kBadRequest = 2,       // malformed or out-of-order message
+  kVersionMismatch = 3,  // protocol or shared-memory layout version differs
+  kNoCapacity = 4,       // no free submission ring (the client opened too many tenants)
+  kShuttingDown = 5,
+  kInternal = 6,  // the daemon could not create the segment or eventfds
+};
+
+constexpr std::string_view toString(ControlStatus s) {
+  switch (s) {
+    case ControlStatus::kOk:
+      return "OK";
+    case ControlStatus::kUnauthorized:
+      return "UNAUTHORIZED";
+    case ControlStatus::kBadRequest:
+      return "BAD_REQUEST";
+    case ControlStatus::kVersionMismatch:
+      return "VERSION_MISMATCH";
+    case ControlStatus::kNoCapacity:
+      return "NO_CAPACITY";
+    case ControlStatus::kShuttingDown:
+      return "SHUTTING_DOWN";
+    case ControlStatus::kInternal:
+      return "INTERNAL";
+  }
+  return "UNKNOWN";
+}
+
+struct MessageHeader {
+  std::uint32_t magic = kControlMagic;
+  std::uint16_t version = kControlVersion;
+  std::uint16_t type = 0;    // a MessageType
+  std::uint32_t length = 0;  // bytes of the whole message
+  std::uint32_t seq = 0;     // chosen by the client, echoed in the reply
+};
+
+struct HelloMessage {
+  MessageHeader header;
+  std::uint32_t layout_version = 0;  // shm::kLayoutVersion of the client's build
+  std::uint32_t pid = 0;             // informational; the daemon trusts SO_PEERCRED
+  char client_name[kNameBytes] = {};
+};
+
+struct EndpointInfo {
+  char name[kEndpointNameBytes] = {};
+  std::uint16_t id = 0;
+  std::uint16_t reserved = 0;
+  std::uint32_t max_output_tokens = 0;
+  std::uint32_t max_batch_tokens = 0;  // input + max output of one request may not exceed it
+  std::uint32_t reserved2 = 0;
+};
+
+struct HelloReplyMessage {
+  MessageHeader header;
+  std::uint32_t status = 0;  // a ControlStatus
+  std::uint32_t endpoint_count = 0;
+  std::uint64_t client_id = 0;
+  std::uint32_t ring_count = 0;  // tenants this connection may open
+  std::uint32_t reserved = 0;
+  char message[kMessageTextBytes] = {};
+  EndpointInfo endpoints[kMaxEndpointsInReply] = {};
+};
+
+struct OpenTenantMessage {
+  MessageHeader header;
+  char tenant[kNameBytes] = {};
+  char tier[kNameBytes] = {};  // empty: no hint
+};
+
+struct OpenTenantReplyMessage {
+  MessageHeader header;
+  std::uint32_t status = 0;  // a ControlStatus
+  std::uint32_t ring = 0;    // the submission ring for this tenant
+  char message[kMessageTextBytes] = {};
+};
+
+template <class M>
+constexpr MessageType typeOf();
+template <>
+constexpr MessageType typeOf<HelloMessage>() {
+  return MessageType::kHello;
+}
+template <>
+constexpr MessageType typeOf<HelloReplyMessage>() {
+  return MessageType::kHelloReply;
+}
+template <>
+constexpr MessageType typeOf<OpenTenantMessage>() {
+  return MessageType::kOpenTenant;
+}
+template <>
+constexpr MessageType typeOf<OpenTenantReplyMessage>() {
+  return MessageType::kOpenTenantReply;
+}
+
+// A message of type M, header filled in.
+template <class M>
+M makeMessage(std::uint32_t seq) {
+  static_assert(std::is_trivially_copyable_v<M>);
+  M m{};
+  m.header.type = static_cast<std::uint16_t>(typeOf<M>());
+  m.header.length = sizeof(M);
+  m.header.seq = seq;
+  return m;
+}
+
+// Copies `s` into a fixed array, truncated to leave room for the NUL.
+template <std::size_t N>
+void setString(char (&dst)[N], std::string_view s) {
+  const std::size_t n = std::min(s.size(), N - 1);
+  std::memcpy(dst, s.data(), n);
+  std::memset(dst + n, 0, N - n);
+}
+
+// The string in a fixed array; nullopt when it has no NUL (malformed).
+template <std::size_t N>
+std::optional<std::string_view> getString(const char (&src)[N]) {
+  const void* nul = std::memchr(src, 0, N);
+  if (!nul) return std::nullopt;
+  return std::string_view(src, static_cast<std::size_t>(static_cast<const char*>(nul) - src));
+}
+
+enum class DecodeError : std::uint8_t {
+  kNone,
+  kTooShort,  // fewer bytes than a header
+  kBadMagic,
+  kBadVersion,
+  kWrongType,  // a valid message, but not the one expected here
+  kBadLength,  // header.length differs from the bytes received or the type's size
+  kBadString,  // a string field without its NUL
+};
+
+constexpr std::string_view toString(DecodeError e) {
+  switch (e) {
+    case DecodeError::kNone:
+      return "ok";
+    case DecodeError::kTooShort:
+      return "message shorter than its header";
+    case DecodeError::kBadMagic:
+      return "bad magic";
+    case DecodeError::kBadVersion:
+      return "unsupported protocol version";
+    case DecodeError::kWrongType:
+      return "unexpected message type";
+    case DecodeError::kBadLength:
+      return "message length does not match its type";
+    case DecodeError::kBadString:
+      return "string field without a terminating NUL";
+  }
+  return "?";
+}
+
+// The header of a received message, checked for magic and version; the
+// length is checked against `bytes.size()`.
+inline DecodeError peekHeader(std::span<const std::byte> bytes, MessageHeader& out) {
+  if (bytes.size() < sizeof(MessageHeader)) return DecodeError::kTooShort;
+  std::memcpy(&out, bytes.data(), sizeof out);
+  if (out.magic != kControlMagic) return DecodeError::kBadMagic;
+  if (out.version != kControlVersion) return DecodeError::kBadVersion;
+  if (out.length != bytes.size()) return DecodeError::kBadLength;
+  return DecodeError::kNone;
+}
+
+namespace detail {
+inline bool stringsOk(const HelloMessage& m) {
+  return getString(m.client_name).has_value();
+}
+inline bool stringsOk(const HelloReplyMessage& m) {
+  if (!getString(m.message)) return false;
+  if (m.endpoint_count > kMaxEndpointsInReply) return false;
+  for (std::uint32_t i = 0; i < m.endpoint_count; ++i) {
+    if (!getString(m.endpoints[i].name)) return false;
+  }
+  return true;
+}
+inline bool stringsOk(const OpenTenantMessage& m) {
+  return getString(m.tenant).has_value() && getString(m.tier).has_value();
+}
+inline bool stringsOk(const OpenTenantReplyMessage& m) {
+  return getString(m.message).has_value();
+}
+}  // namespace detail
+
+// Decodes `bytes` as a message of type M: header, type, exact length and every
+// string (and count) checked. Safe on arbitrary bytes.
+template <class M>
+DecodeError decode(std::span<const std::byte> bytes, M& out) {
+  MessageHeader h;
+  if (const DecodeError e = peekHeader(bytes, h); e != DecodeError::kNone) return e;
+  if (h.type != static_cast<std::uint16_t>(typeOf<M>())) return DecodeError::kWrongType;
+  if (h.length != sizeof(M)) return DecodeError::kBadLength;
+  std::memcpy(&out, bytes.data(), sizeof(M));
+  return detail::stringsOk(out) ? DecodeError::kNone : DecodeError::kBadString;
+}
+
+template <class M>
+std::span<const std::byte> bytesOf(const M& m) {
+  return {reinterpret_cast<const std::byte*>(&m), sizeof(M)};
+}
+
+}  // namespace fairsched::shm

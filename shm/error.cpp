@@ -1,0 +1,44 @@
+#include "shm/error.hpp"
+
+#include <cstring>
+
+namespace fairsched::shm {
+
+std::string_view toString(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidGeometry:
+      return "invalid geometry";
+    case ErrorCode::kSystem:
+      return "system call failed";
+    case ErrorCode::kMapFailed:
+      return "mapping failed";
+    case ErrorCode::kBadSeals:
+      return "bad seals";
+    case ErrorCode::kTooSmall:
+      return "segment too small";
+    case ErrorCode::kBadMagic:
+      return "bad magic";
+    case ErrorCode::kBadVersion:
+      return "unsupported layout version";
+    case ErrorCode::kBadPageSize:
+      return "page size mismatch";
+    case ErrorCode::kLayoutMismatch:
+      return "layout mismatch";
+    case ErrorCode::kSizeMismatch:
+      return "size mismatch";
+  }
+  return "unknown error";
+}
+
+std::string Error::toString() const {
+  std::string out(shm::toString(code));
+  if (!message.empty()) out += ": " + message;
+  if (sys_errno != 0) {
+    out += " (";
+    out += std::strerror(sys_errno);
+    out += ")";
+  }
+  return out;
+}
+
+}  // namespace fairsched::shm

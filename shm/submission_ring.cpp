@@ -1,0 +1,199 @@
+#include "shm/submission_ring.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+#include "shm/shared_word.hpp"
+
+namespace fairsched::shm {
+
+using std::memory_order_acquire;
+using std::memory_order_relaxed;
+using std::memory_order_release;
+
+void initSubmissionRing(const SubmissionRingMemory& ring, std::uint64_t start) {
+  const std::uint64_t mask = ring.capacity - 1;
+  sharedStore(ring.control->reserve, start, memory_order_relaxed);
+  sharedStore(ring.control->consumed, start, memory_order_relaxed);
+  for (std::uint64_t i = 0; i < ring.capacity; ++i) {
+    // The position in [start, start + capacity) whose cell is i.
+    const std::uint64_t pos = start + ((i - start) & mask);
+    sharedStore(ring.cells[i].sequence, pos, memory_order_relaxed);
+    for (std::uint64_t& w : ring.cells[i].words)
+      sharedStore(w, std::uint64_t{0}, memory_order_relaxed);
+  }
+}
+
+std::string_view toString(SlotCheck check) {
+  switch (check) {
+    case SlotCheck::kValid:
+      return "valid";
+    case SlotCheck::kPromptOutOfArena:
+      return "prompt outside the ring's arena region";
+    case SlotCheck::kFlagsSet:
+      return "unknown flags set";
+    case SlotCheck::kReservedSet:
+      return "reserved field set";
+  }
+  return "unknown";
+}
+
+SlotCheck checkSlot(const SubmissionSlot& slot, std::uint64_t arena_tokens) {
+  // Written so that no sum can overflow: offset <= size, then count <= size - offset.
+  if (slot.prompt_offset > arena_tokens || slot.prompt_tokens > arena_tokens - slot.prompt_offset) {
+    return SlotCheck::kPromptOutOfArena;
+  }
+  if (slot.flags != 0) return SlotCheck::kFlagsSet;
+  if (slot.reserved != 0) return SlotCheck::kReservedSet;
+  return SlotCheck::kValid;
+}
+
+// ---- producer -----------------------------------------------------------
+
+SubmissionProducer::SubmissionProducer(const SubmissionRingMemory& ring)
+    : ring_(ring), mask_(ring.capacity - 1) {}
+
+bool SubmissionProducer::claim(std::uint64_t& pos, SubmissionCell*& cell) {
+  // Relaxed: `reserve` only hands out positions; the cell's sequence orders the data.
+  pos = sharedLoad(ring_.control->reserve, memory_order_relaxed);
+  for (;;) {
+    cell = &ring_.cells[pos & mask_];
+    // Acquire: pairs with the daemon's release of the previous lap, so our
+    // writes to the cell and its prompt come after its reads of them.
+    const std::uint64_t seq = sharedLoad(cell->sequence, memory_order_acquire);
+    const auto diff = static_cast<std::int64_t>(seq - pos);
+    if (diff == 0) {
+      if (sharedCompareExchangeWeak(ring_.control->reserve, pos, pos + 1, memory_order_relaxed,
+                                    memory_order_relaxed)) {
+        return true;
+      }
+      // Another producer took pos; the failed CAS loaded the current reserve.
+    } else if (diff < 0) {
+      return false;  // the previous lap is not consumed yet: reserve == consumed + capacity
+    } else {
+      pos = sharedLoad(ring_.control->reserve, memory_order_relaxed);
+    }
+  }
+}
+
+void SubmissionProducer::publish(SubmissionCell* cell, std::uint64_t pos,
+                                 const SubmissionSlot& slot) {
+  std::uint64_t words[kSubmissionSlotWords];
+  std::memcpy(words, &slot, sizeof(words));
+  for (std::size_t i = 0; i < kSubmissionSlotWords; ++i) {
+    sharedStore(cell->words[i], words[i], memory_order_relaxed);
+  }
+  // Release: the daemon's acquire load of p + 1 sees the words and the prompt.
+  sharedStore(cell->sequence, pos + 1, memory_order_release);
+  if (ring_.ready_word != nullptr) {
+    // Release: a daemon whose acquire exchange takes this bit sees the publication above.
+    sharedFetchOr(*ring_.ready_word, ring_.ready_bit, memory_order_release);
+  }
+}
+
+bool SubmissionProducer::tryPush(const SubmissionSlot& slot) {
+  assert(checkSlot(slot, ring_.arenaTokens()) == SlotCheck::kValid);
+  std::uint64_t pos = 0;
+  SubmissionCell* cell = nullptr;
+  if (!claim(pos, cell)) return false;
+  publish(cell, pos, slot);
+  return true;
+}
+
+PushResult SubmissionProducer::tryPushPrompt(SubmissionSlot slot,
+                                             std::span<const std::uint32_t> prompt) {
+  if (prompt.size() > ring_.tokens_per_slot) return PushResult::kPromptTooLarge;
+  if (slot.flags != 0 || slot.reserved != 0) return PushResult::kInvalidSlot;
+  std::uint64_t pos = 0;
+  SubmissionCell* cell = nullptr;
+  if (!claim(pos, cell)) return PushResult::kFull;
+  const std::uint64_t offset = (pos & mask_) * ring_.tokens_per_slot;
+  if (!prompt.empty()) {
+    std::memcpy(ring_.arena + offset, prompt.data(), prompt.size_bytes());
+  }
+  slot.prompt_offset = offset;
+  slot.prompt_tokens = static_cast<std::uint32_t>(prompt.size());
+  publish(cell, pos, slot);
+  return PushResult::kOk;
+}
+
+std::uint64_t SubmissionProducer::sizeApprox() const {
+  // Relaxed: an estimate; nothing is ordered by it.
+  const std::uint64_t consumed = sharedLoad(ring_.control->consumed, memory_order_relaxed);
+  const std::uint64_t reserve = sharedLoad(ring_.control->reserve, memory_order_relaxed);
+  const auto diff = static_cast<std::int64_t>(reserve - consumed);
+  if (diff < 0) return 0;
+  return std::min<std::uint64_t>(static_cast<std::uint64_t>(diff), ring_.capacity);
+}
+
+// ---- consumer -----------------------------------------------------------
+
+SubmissionConsumer::SubmissionConsumer(const SubmissionRingMemory& ring, std::uint64_t start)
+    : ring_(ring), mask_(ring.capacity - 1), arena_tokens_(ring.arenaTokens()), pos_(start) {}
+
+PopResult SubmissionConsumer::peek(SubmissionSlot& out) {
+  if (corrupt()) {
+    if (corruption_ == Corruption::kBadSlot) out = peeked_slot_;
+    return PopResult::kCorrupt;
+  }
+  if (peeked_) {
+    out = peeked_slot_;
+    return PopResult::kOk;
+  }
+  SubmissionCell& cell = ring_.cells[pos_ & mask_];  // in bounds: our position, our mask
+  // Acquire: pairs with the producer's release of p + 1; the words and the prompt are visible.
+  const std::uint64_t seq = sharedLoad(cell.sequence, memory_order_acquire);
+  if (seq == pos_) return PopResult::kEmpty;
+  if (seq != pos_ + 1) {
+    corruption_ = Corruption::kBadSequence;
+    bad_sequence_ = seq;
+    return PopResult::kCorrupt;
+  }
+  std::uint64_t words[kSubmissionSlotWords];
+  for (std::size_t i = 0; i < kSubmissionSlotWords; ++i) {
+    words[i] = sharedLoad(cell.words[i], memory_order_relaxed);
+  }
+  std::memcpy(&peeked_slot_, words, sizeof(words));
+  out = peeked_slot_;
+  slot_check_ = checkSlot(peeked_slot_, arena_tokens_);
+  if (slot_check_ != SlotCheck::kValid) {
+    corruption_ = Corruption::kBadSlot;
+    return PopResult::kCorrupt;
+  }
+  peeked_ = true;
+  return PopResult::kOk;
+}
+
+void SubmissionConsumer::copyPrompt(std::span<std::uint32_t> dst) const {
+  assert(peeked_);
+  assert(dst.size() >= peeked_slot_.prompt_tokens);
+  if (peeked_slot_.prompt_tokens == 0) return;
+  // Bounds come from the checked private copy. The tokens themselves are
+  // arbitrary values; whoever uses them validates them (vocabulary size).
+  std::memcpy(dst.data(), ring_.arena + peeked_slot_.prompt_offset,
+              std::size_t{peeked_slot_.prompt_tokens} * sizeof(std::uint32_t));
+}
+
+void SubmissionConsumer::release() {
+  assert(peeked_);
+  SubmissionCell& cell = ring_.cells[pos_ & mask_];
+  // Release: our reads of the words and the prompt happen before the
+  // producer of the next lap, whose acquire load sees this value, writes them.
+  sharedStore(cell.sequence, pos_ + ring_.capacity, memory_order_release);
+  ++pos_;
+  peeked_ = false;
+  // Relaxed: only producers' occupancy estimates read it.
+  sharedStore(ring_.control->consumed, pos_, memory_order_relaxed);
+}
+
+PopResult SubmissionConsumer::tryPop(SubmissionSlot& out, std::vector<std::uint32_t>& prompt) {
+  const PopResult r = peek(out);
+  if (r != PopResult::kOk) return r;
+  prompt.resize(out.prompt_tokens);
+  copyPrompt(prompt);
+  release();
+  return PopResult::kOk;
+}
+
+}  // namespace fairsched::shm

@@ -1,0 +1,114 @@
+// The CPU executor: per-request checksums of each request's own prompt, the
+// modelled service time holding a slot, late-binding slot accounting, and a
+// malformed batch reported as a failure.
+#include "daemon/cpu_executor.hpp"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <numeric>
+
+#include "kernels/workload_reference.hpp"
+
+namespace fairsched::daemon {
+namespace {
+
+std::unique_ptr<CpuExecutor> make(CpuExecutor::Options o) {
+  auto created = CpuExecutor::create(o);
+  EXPECT_TRUE(std::holds_alternative<std::unique_ptr<CpuExecutor>>(created));
+  return std::move(std::get<std::unique_ptr<CpuExecutor>>(created));
+}
+
+// Wait for the completion eventfd, then drain (bounded: 10 s).
+std::vector<BatchDone> waitFor(CpuExecutor& ex, std::size_t batches) {
+  std::vector<BatchDone> out;
+  for (int i = 0; i < 1000 && out.size() < batches; ++i) {
+    pollfd p{ex.completionFd(), POLLIN, 0};
+    poll(&p, 1, 10);
+    ex.drain(out);
+  }
+  return out;
+}
+
+ExecBatch batchOf(std::vector<std::vector<std::uint32_t>> prompts, std::uint32_t out_tokens) {
+  ExecBatch b;
+  b.id = 42;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    b.requests.push_back({100 + i, static_cast<std::uint32_t>(prompts[i].size()), out_tokens});
+    b.tokens.insert(b.tokens.end(), prompts[i].begin(), prompts[i].end());
+  }
+  return b;
+}
+
+TEST(CpuExecutor, InvalidOptionsAreRejected) {
+  CpuExecutor::Options o;
+  o.threads = 0;
+  auto created = CpuExecutor::create(o);
+  ASSERT_TRUE(std::holds_alternative<std::string>(created));
+  EXPECT_EQ(std::get<std::string>(created), "cpu executor: threads must be >= 1");
+}
+
+TEST(CpuExecutor, EachResultCarriesTheChecksumOfItsOwnPrompt) {
+  auto ex = make({0.0, 0.0, 1});
+  const std::vector<std::vector<std::uint32_t>> prompts{{1, 2, 3}, {3, 2, 1}, {}, {7}};
+  ex->submit(batchOf(prompts, 5));
+  auto done = waitFor(*ex, 1);
+  ASSERT_EQ(done.size(), 1u);
+  ASSERT_TRUE(done[0].ok);
+  EXPECT_EQ(done[0].id, 42u);
+  ASSERT_EQ(done[0].results.size(), prompts.size());
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(done[0].results[i].key, 100 + i);
+    EXPECT_EQ(done[0].results[i].output_tokens, 5u);
+    EXPECT_EQ(done[0].results[i].checksum, kernels::promptChecksum(prompts[i]));
+  }
+  EXPECT_NE(done[0].results[0].checksum, done[0].results[1].checksum) << "order matters";
+}
+
+TEST(CpuExecutor, ModelledServiceTimeHoldsTheSlot) {
+  auto ex = make({2000.0, 10.0, 1});  // 2 ms + 10 us x 300 tokens = 5 ms
+  EXPECT_EQ(ex->serviceTime(300), 5 * kNsPerMs);
+  ex->submit(batchOf({std::vector<std::uint32_t>(100, 9)}, 200));
+  EXPECT_EQ(ex->freeSlots(), 0u);
+  auto done = waitFor(*ex, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_GE(done[0].service_ns, 5 * kNsPerMs);
+  EXPECT_EQ(ex->freeSlots(), 1u);
+}
+
+TEST(CpuExecutor, SlotsFollowThreadsAndFreeUpWhenDrained) {
+  auto ex = make({0.0, 0.0, 3});
+  EXPECT_EQ(ex->slots(), 3u);
+  for (int i = 0; i < 3; ++i) ex->submit(batchOf({{1}}, 1));
+  EXPECT_EQ(ex->freeSlots(), 0u);
+  auto done = waitFor(*ex, 3);
+  EXPECT_EQ(done.size(), 3u);
+  EXPECT_EQ(ex->freeSlots(), 3u);
+}
+
+TEST(CpuExecutor, BatchWithTooFewTokensFailsAsAWhole) {
+  auto ex = make({0.0, 0.0, 1});
+  ExecBatch b = batchOf({{1, 2, 3}}, 1);
+  b.tokens.pop_back();
+  ex->submit(std::move(b));
+  auto done = waitFor(*ex, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_FALSE(done[0].ok);
+  EXPECT_TRUE(done[0].results.empty());
+  EXPECT_FALSE(done[0].error.empty());
+}
+
+TEST(WorkloadReference, ChecksumDependsOnEveryTokenAndItsPosition) {
+  const std::vector<std::uint32_t> a{1, 2, 3, 4};
+  std::vector<std::uint32_t> b = a;
+  b[2] = 5;
+  std::vector<std::uint32_t> c{1, 2, 4, 3};
+  const std::vector<std::uint32_t> empty;
+  EXPECT_EQ(kernels::promptChecksum(a), kernels::promptChecksum(a));
+  EXPECT_NE(kernels::promptChecksum(a), kernels::promptChecksum(b));
+  EXPECT_NE(kernels::promptChecksum(a), kernels::promptChecksum(c));
+  EXPECT_NE(kernels::promptChecksum(empty), kernels::promptChecksum(std::vector<std::uint32_t>{0}));
+}
+
+}  // namespace
+}  // namespace fairsched::daemon

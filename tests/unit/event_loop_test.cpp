@@ -1,0 +1,174 @@
+// The io_uring event loop: timers, eventfd reads and writes, accept and
+// recvmsg on a unix socket, cancellation, wake-ups from other threads, and
+// the spin-then-sleep hooks. Skips with the reason where io_uring is refused.
+#include "daemon/event_loop.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fairsched::daemon {
+namespace {
+
+std::unique_ptr<EventLoop> makeLoop() {
+  auto created = EventLoop::create(64);
+  if (auto* err = std::get_if<std::string>(&created)) {
+    std::cerr << "event_loop_test: skipping, io_uring unavailable: " << *err << "\n";
+    return nullptr;
+  }
+  return std::move(std::get<std::unique_ptr<EventLoop>>(created));
+}
+
+#define REQUIRE_LOOP(loop) \
+  if (!(loop)) GTEST_SKIP() << "io_uring unavailable on this machine"
+
+TEST(EventLoop, TimersFireInDeadlineOrderAndNotEarly) {
+  auto loop = makeLoop();
+  REQUIRE_LOOP(loop);
+  const TimeNs start = monotonicNow();
+  std::vector<int> order;
+  std::vector<TimeNs> fired_at;
+  loop->timerAt(start + 3 * kNsPerMs, [&](int res) {
+    EXPECT_EQ(res, -ETIME);
+    order.push_back(2);
+    fired_at.push_back(monotonicNow());
+    loop->stop();
+  });
+  loop->timerAt(start + 1 * kNsPerMs, [&](int res) {
+    EXPECT_EQ(res, -ETIME);
+    order.push_back(1);
+    fired_at.push_back(monotonicNow());
+  });
+  EXPECT_EQ(loop->run(), 0);
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  ASSERT_EQ(fired_at.size(), 2u);
+  EXPECT_GE(fired_at[0], start + 1 * kNsPerMs);
+  EXPECT_GE(fired_at[1], start + 3 * kNsPerMs);
+}
+
+TEST(EventLoop, CancelledTimerReportsCancellation) {
+  auto loop = makeLoop();
+  REQUIRE_LOOP(loop);
+  int result = 1;
+  const auto id = loop->timerAt(monotonicNow() + 60 * kNsPerSec, [&](int res) {
+    result = res;
+    loop->stop();
+  });
+  loop->cancel(id);
+  loop->run();
+  EXPECT_EQ(result, -ECANCELED);
+}
+
+TEST(EventLoop, EventfdWriteAndReadComplete) {
+  auto loop = makeLoop();
+  REQUIRE_LOOP(loop);
+  const int efd = eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(efd, 0);
+  std::uint64_t out = 0;
+  const std::uint64_t one = 7;
+  loop->read(efd, &out, sizeof out, [&](int res) {
+    EXPECT_EQ(res, 8);
+    loop->stop();
+  });
+  loop->write(efd, &one, sizeof one, [&](int res) { EXPECT_EQ(res, 8); });
+  loop->run();
+  EXPECT_EQ(out, 7u);
+  close(efd);
+}
+
+TEST(EventLoop, WakeFromAnotherThreadEndsASleep) {
+  auto loop = makeLoop();
+  REQUIRE_LOOP(loop);
+  std::atomic<bool> flag{false};
+  int sleeps = 0;
+  EventLoop::Hooks hooks;
+  hooks.spin_iterations = 10;
+  hooks.poll = [&] {
+    if (flag.load()) loop->stop();
+    return false;
+  };
+  hooks.before_sleep = [&] {
+    ++sleeps;
+    return flag.load();
+  };
+  loop->setHooks(hooks);
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    flag = true;
+    loop->wake();
+  });
+  EXPECT_EQ(loop->run(), 0);
+  t.join();
+  EXPECT_GE(sleeps, 1) << "the loop slept before the wake";
+}
+
+TEST(EventLoop, AcceptsAndReceivesOnAUnixSocket) {
+  auto loop = makeLoop();
+  REQUIRE_LOOP(loop);
+  const int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string path = "/tmp/fairsched-el-" + std::to_string(getpid()) + ".sock";
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  unlink(path.c_str());
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(lfd, 4), 0);
+
+  char buf[64] = {};
+  iovec iov{buf, sizeof buf};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  int conn = -1;
+  int received = -1;
+  loop->accept(lfd, [&](int fd) {
+    ASSERT_GE(fd, 0);
+    conn = fd;
+    loop->recvmsg(conn, &msg, [&](int n) {
+      received = n;
+      loop->stop();
+    });
+  });
+  std::thread client([&] {
+    const int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    ASSERT_EQ(connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ASSERT_EQ(send(c, "hello", 5, 0), 5);
+    close(c);
+  });
+  loop->run();
+  client.join();
+  EXPECT_EQ(received, 5);
+  EXPECT_EQ(std::string(buf, 5), "hello");
+  close(conn);
+  close(lfd);
+  unlink(path.c_str());
+}
+
+TEST(EventLoop, ManyOperationsInFlightAllComplete) {
+  auto loop = makeLoop();
+  REQUIRE_LOOP(loop);  // 64 entries: the loop must submit when the queue fills
+  const TimeNs now = monotonicNow();
+  int fired = 0;
+  constexpr int kTimers = 500;
+  for (int i = 0; i < kTimers; ++i) {
+    loop->timerAt(now + (i % 5) * kNsPerUs, [&](int) {
+      if (++fired == kTimers) loop->stop();
+    });
+  }
+  loop->run();
+  EXPECT_EQ(fired, kTimers);
+  EXPECT_EQ(loop->pending(), 0u);
+}
+
+}  // namespace
+}  // namespace fairsched::daemon
