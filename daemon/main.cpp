@@ -1,8 +1,10 @@
 // fairschedd: parse arguments, load the config, build the daemon, run it.
-// The event loop arrives with the transport layer; until then `--config`
-// loads and validates the file, logs what it found and exits 3.
+// Exit status: 0 stopped cleanly, 1 bad configuration, 2 usage, 3 could not
+// serve (socket, io_uring, executor) or the event loop failed.
 #include <spdlog/spdlog.h>
 
+#include <csignal>
+#include <cstring>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -11,6 +13,7 @@
 
 #include "daemon/config/config.hpp"
 #include "daemon/log.hpp"
+#include "daemon/server.hpp"
 
 #ifndef FAIRSCHED_VERSION
 #define FAIRSCHED_VERSION "0.1.0"
@@ -30,7 +33,7 @@ constexpr std::string_view kUsage =
     "usage: fairschedd --config FILE [--log-level LEVEL]\n"
     "       fairschedd --check-config FILE\n"
     "\n"
-    "  --config FILE        load FILE and serve (this build exits 3 after loading it)\n"
+    "  --config FILE        load FILE and serve until SIGTERM/SIGINT\n"
     "  --check-config FILE  validate FILE; exit 0 if it is valid, 1 with the reason if not\n"
     "  --log-level LEVEL    trace|debug|info|warn|error|critical|off (overrides daemon.log_level)\n"
     "  --help               show this help\n"
@@ -127,8 +130,17 @@ int main(int argc, char** argv) {
     return kExitBadConfig;
   }
   spdlog::info("fairschedd {}: loaded {} ({})", FAIRSCHED_VERSION, opts.config_path, summary(cfg));
-  // The event loop (sockets, shared memory, executors) is not in this build.
-  std::cerr << "fairschedd: serving arrives with the transport layer; this build stops after "
-               "validating the configuration\n";
-  return kExitCannotServe;
+  signal(SIGPIPE, SIG_IGN);
+  auto server = fairsched::daemon::Server::create(cfg);
+  if (auto* err = std::get_if<std::string>(&server)) {
+    spdlog::critical("cannot serve: {}", *err);
+    return kExitCannotServe;
+  }
+  const int rc = std::get<std::unique_ptr<fairsched::daemon::Server>>(server)->run();
+  if (rc != 0) {
+    spdlog::critical("event loop failed: {}", std::strerror(rc));
+    return kExitCannotServe;
+  }
+  spdlog::info("stopped");
+  return kExitOk;
 }

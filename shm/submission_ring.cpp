@@ -187,6 +187,14 @@ void SubmissionConsumer::release() {
   sharedStore(ring_.control->consumed, pos_, memory_order_relaxed);
 }
 
+void SubmissionConsumer::skipBadSlot() {
+  assert(corruption_ == Corruption::kBadSlot);
+  corruption_ = Corruption::kNone;
+  slot_check_ = SlotCheck::kValid;
+  peeked_ = true;
+  release();
+}
+
 PopResult SubmissionConsumer::tryPop(SubmissionSlot& out, std::vector<std::uint32_t>& prompt) {
   const PopResult r = peek(out);
   if (r != PopResult::kOk) return r;

@@ -155,6 +155,12 @@ class SubmissionConsumer {
   // REQUIRES: peek() returned kOk. Copy the prompt out first.
   void release();
 
+  // After peek() returned kCorrupt for a bad slot (corruption() == kBadSlot):
+  // hands the cell back unused and clears the corruption, so the ring goes on
+  // and only that request is rejected (its request_id is in the copy peek()
+  // gave). A bad sequence stays sticky: the ring itself is broken then.
+  void skipBadSlot();
+
   // peek(), copy the prompt into `prompt` (resized), release().
   PopResult tryPop(SubmissionSlot& out, std::vector<std::uint32_t>& prompt);
 

@@ -282,6 +282,28 @@ TEST(SubmissionRing, SlotNamingTokensOutsideTheArenaIsCorrupt) {
   EXPECT_EQ(out.request_id, 3u) << "the copy is kept for the log";
 }
 
+TEST(SubmissionRing, BadSlotIsSkippedAndOnlyThatRequestIsLost) {
+  RingFixture f(4, 2);  // 8 arena tokens
+  SubmissionProducer producer(f.mem);
+  SubmissionConsumer consumer(f.mem, 0);
+  ASSERT_TRUE(producer.tryPush(makeSlot(1)));
+  ASSERT_TRUE(producer.tryPush(makeSlot(2)));
+  // The client scribbles a prompt count beyond the arena into the first slot.
+  sharedStore(f.cells[0].words[4], std::uint64_t{99}, std::memory_order_relaxed);
+  SubmissionSlot out;
+  std::vector<std::uint32_t> prompt;
+  ASSERT_EQ(consumer.tryPop(out, prompt), PopResult::kCorrupt);
+  EXPECT_EQ(out.request_id, 1u);
+  consumer.skipBadSlot();
+  EXPECT_FALSE(consumer.corrupt());
+  ASSERT_EQ(consumer.tryPop(out, prompt), PopResult::kOk);
+  EXPECT_EQ(out.request_id, 2u);
+  EXPECT_EQ(consumer.tryPop(out, prompt), PopResult::kEmpty);
+  // The skipped cell went back to the producers: the ring fills to capacity again.
+  for (std::uint64_t id = 3; id < 7; ++id) EXPECT_TRUE(producer.tryPush(makeSlot(id)));
+  EXPECT_FALSE(producer.tryPush(makeSlot(7)));
+}
+
 TEST(SubmissionRing, CheckSlotBoundsEveryField) {
   SubmissionSlot s;
   EXPECT_EQ(checkSlot(s, 0), SlotCheck::kValid);

@@ -1,0 +1,181 @@
+// fairschedd's serving side: the control socket, one shared-memory segment
+// per client connection, ingest from the submission rings, the scheduling
+// core, the executors and completions back to the clients — all on one
+// io_uring event loop thread (executors run batches on threads of their own).
+//
+// Per loop iteration (poll): take the ready bitmaps and drain each ready ring
+// within a per-ring budget (so one tenant's full ring cannot delay another's),
+// copy each slot out and validate it, admit it through the core; expire
+// deadlines; while an executor has a free slot, form the next batch (late
+// binding); collect finished batches; publish completions and ring a client's
+// eventfd only when it said it sleeps. The loop spins while there is work and
+// then sleeps in io_uring (doorbells, the socket, executor eventfds, timers
+// for max_wait and deadlines).
+//
+// Every request gets exactly one completion: admitted ones when they finish,
+// are withdrawn or expire; rejected ones at once. Completions of a client that
+// is gone are dropped; its queued requests are cancelled so they never reach
+// an executor. A client never has more requests outstanding than its
+// completion ring holds (ingest pauses for it), so a completion always has
+// somewhere to go.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "daemon/client_rules.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/core/scheduler.hpp"
+#include "daemon/event_loop.hpp"
+#include "daemon/executor.hpp"
+#include "shm/control_protocol.hpp"
+#include "shm/doorbell.hpp"
+#include "shm/segment.hpp"
+
+namespace fairsched::daemon {
+
+struct ServerStats {
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_refused = 0;
+  std::uint64_t submissions = 0;
+  std::uint64_t completions_delivered = 0;
+  std::uint64_t completions_dropped = 0;  // their client was gone
+  std::uint64_t bad_slots = 0;
+  std::uint64_t batches = 0;
+};
+
+class Server {
+ public:
+  // Binds the socket and starts the executors. The error says what failed.
+  static std::variant<std::unique_ptr<Server>, std::string> create(const config::Config& cfg);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Serves until SIGTERM/SIGINT; then admits nothing more (new submissions
+  // end SHUTTING_DOWN), keeps serving what is queued for up to
+  // shutdown_grace_ms, ends what is left SHUTTING_DOWN, lets running batches
+  // finish, delivers every completion and returns 0; nonzero on a fatal loop
+  // error.
+  int run();
+  // Loop thread only (e.g. from a test hook); a signal does the same.
+  void beginShutdown();
+
+  const ServerStats& stats() const { return stats_; }
+  const std::string& socketPath() const { return socket_path_; }
+
+ private:
+  struct Ring {
+    TenantId tenant = kNoTenant;
+    std::string name;
+    std::optional<shm::SubmissionConsumer> consumer;
+  };
+  struct Connection {
+    std::uint64_t id = 0;
+    int fd = -1;
+    ucred cred{};
+    const config::ClientRule* rule = nullptr;
+    std::vector<bool> endpoint_allowed;
+    std::optional<shm::Segment> segment;
+    std::optional<shm::EventFd> doorbell;         // the client writes, we read
+    std::optional<shm::EventFd> completion_bell;  // we write, the client reads
+    std::optional<shm::CompletionProducer> producer;
+    std::vector<Ring> rings;
+    std::vector<std::uint32_t> pending_rings;  // taken from the bitmap, not yet drained dry
+    std::vector<bool> ring_pending;
+    std::deque<shm::CompletionSlot> backlog;  // completions not yet in the ring
+    std::uint64_t outstanding = 0;            // admitted, not yet completed
+    bool closing = false;
+    // io_uring operations queued on this connection's buffers; a closed
+    // connection is freed only when the last one has completed.
+    int ops = 0;
+    EventLoop::OpId doorbell_op = 0;
+    // Receive buffers for the queued recvmsg.
+    alignas(8) std::byte buf[512];
+    iovec iov{};
+    msghdr msg{};
+    std::uint64_t doorbell_buf = 0;
+  };
+  struct Pending {
+    std::uint64_t conn = 0;
+    std::uint64_t request_id = 0;
+    std::uint64_t tag = 0;
+    core::Handle handle = 0;
+    EndpointId endpoint = 0;
+    TimeNs admitted = 0;
+    TimeNs dispatched = 0;
+    std::vector<std::uint32_t> prompt;
+  };
+
+  Server(const config::Config& cfg, core::SchedulerSpec spec);
+  std::optional<std::string> listen();
+  void acceptNext();
+  void onAccept(int fd);
+  void receiveNext(Connection& c);
+  void onMessage(std::uint64_t conn_id, int bytes);
+  void handleHello(Connection& c, const shm::HelloMessage& m);
+  void handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m);
+  bool sendReply(Connection& c, std::span<const std::byte> bytes, const int* fds, int nfds);
+  void armDoorbell(Connection& c);
+  void dropConnection(std::uint64_t conn_id, const char* why);
+  // An operation of connection `id` completed: the live connection, or null
+  // when it is closed (and then freed once its last operation is done).
+  Connection* opDone(std::uint64_t id);
+
+  bool poll();
+  // One step of a graceful stop; true when nothing is left to finish.
+  bool shutdownStep(TimeNs now);
+  bool beforeSleep();
+  bool ingest(Connection& c, TimeNs now);
+  void admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot& slot,
+             std::span<const std::uint32_t> prompt, TimeNs now);
+  bool dispatch(TimeNs now);
+  bool collect(TimeNs now);
+  void finishDone(std::vector<core::Done>& done, TimeNs now);
+  void complete(std::uint64_t conn_id, shm::CompletionSlot slot, bool was_admitted);
+  bool flush();
+  void armTimer(TimeNs at);
+  void armExecutorWatch(std::size_t e);
+
+  config::Config cfg_;
+  ClientRules rules_;
+  core::Scheduler sched_;
+  std::unique_ptr<EventLoop> loop_;
+  std::vector<std::unique_ptr<Executor>> executors_;  // per endpoint
+  std::vector<std::uint64_t> executor_buf_;
+  std::string socket_path_;
+  int listen_fd_ = -1;
+  int signal_fd_ = -1;
+  std::uint64_t signal_buf_[16] = {};
+  std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> conns_;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> closed_;  // ops still queued
+  std::unordered_map<std::uint64_t, Pending> pending_;                     // by core request id
+  std::vector<std::uint64_t> drop_later_;
+  std::unordered_map<std::uint64_t, std::vector<std::uint64_t>>
+      batches_;  // batch id -> request ids
+  std::uint64_t next_conn_ = 1;
+  std::uint64_t next_request_ = 1;
+  std::uint64_t next_batch_ = 1;
+  TimeNs timer_at_ = kNever;
+  EventLoop::OpId timer_op_ = 0;
+  bool sleeping_ = false;
+  bool shutting_down_ = false;
+  TimeNs shutdown_deadline_ = kNever;
+  std::uint64_t in_flight_batches_ = 0;
+  const std::uint64_t bell_value_ = 1;
+  core::Batch batch_;
+  std::vector<core::Done> done_;
+  std::vector<BatchDone> finished_;
+  std::vector<shm::CompletionSlot> flush_buf_;
+  ServerStats stats_;
+};
+
+}  // namespace fairsched::daemon

@@ -1,0 +1,371 @@
+// fairschedd end to end: a real daemon process (forked, serving on a socket
+// in a temporary directory) and clients speaking the control protocol and
+// the shared-memory rings directly. Every request gets exactly one
+// completion, checksums match each request's own prompt, refusals are
+// explicit, a client that dies loses its queued requests without disturbing
+// others, and SIGTERM stops the daemon cleanly.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <variant>
+
+#include "daemon/config/config.hpp"
+#include "daemon/log.hpp"
+#include "daemon/server.hpp"
+#include "kernels/workload_reference.hpp"
+#include "shm/control_protocol.hpp"
+#include "shm/segment.hpp"
+
+namespace fairsched {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string configText(const std::string& socket, const std::string& extra_rules = "") {
+  return "[daemon]\nsocket = \"" + socket +
+         "\"\nsocket_mode = \"0666\"\nlog_level = \"warn\"\n"
+         "shutdown_grace_ms = 2000\n"
+         "[[tiers]]\nname = \"paid\"\n"
+         "[endpoints.chat]\nmax_batch_requests = 8\nmax_batch_tokens = 4096\nmax_wait_us = 200\n"
+         "max_output_tokens = 64\n"
+         "[endpoints.chat.cpu]\nper_batch_us = 50.0\nper_token_us = 0.1\nthreads = 2\n"
+         "[[clients]]\nname = \"tests\"\nuids = [" +
+         std::to_string(getuid()) +
+         "]\n"
+         "tenants = [\"acme\", \"globex\", \"victim\", \"crasher\"]\nendpoints = [\"*\"]\n"
+         "assign_tiers = [\"*\"]\n" +
+         extra_rules;
+}
+
+// A daemon in a child process for the duration of a test.
+class DaemonProcess {
+ public:
+  explicit DaemonProcess(const std::string& dir) {
+    socket_ = dir + "/fairsched.sock";
+    auto parsed = config::parseConfig(configText(socket_), "test");
+    if (auto* err = std::get_if<config::ConfigError>(&parsed)) {
+      ADD_FAILURE() << err->toString();
+      return;
+    }
+    const config::Config cfg = std::get<config::Config>(parsed);
+    pid_ = fork();
+    if (pid_ == 0) {
+      setupLogging("warn", nullptr);
+      auto server = daemon::Server::create(cfg);
+      if (std::holds_alternative<std::string>(server)) {
+        std::fprintf(stderr, "daemon: %s\n", std::get<std::string>(server).c_str());
+        _exit(3);
+      }
+      _exit(std::get<std::unique_ptr<daemon::Server>>(server)->run());
+    }
+    // Wait (bounded) for the socket to accept.
+    for (int i = 0; i < 500; ++i) {
+      if (std::filesystem::exists(socket_)) return;
+      std::this_thread::sleep_for(10ms);
+    }
+    ADD_FAILURE() << "daemon did not create " << socket_;
+  }
+  ~DaemonProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  // SIGTERM, then the exit status (bounded wait: 10 s).
+  int terminate() {
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 1000; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return -1;
+  }
+  const std::string& socket() const { return socket_; }
+
+ private:
+  std::string socket_;
+  pid_t pid_ = -1;
+};
+
+// The client side of the protocol, written directly against shm/.
+class RawClient {
+ public:
+  shm::ControlStatus connect(const std::string& path, std::string* why = nullptr) {
+    fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      return shm::ControlStatus::kInternal;
+    }
+    auto hello = shm::makeMessage<shm::HelloMessage>(1);
+    hello.layout_version = shm::kLayoutVersion;
+    shm::setString(hello.client_name, "test");
+    EXPECT_EQ(send(fd_, &hello, sizeof hello, 0), static_cast<ssize_t>(sizeof hello));
+    shm::HelloReplyMessage reply;
+    int fds[shm::kHelloReplyFds] = {-1, -1, -1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
+    iovec iov{&reply, sizeof reply};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
+    if (n <= 0) return shm::ControlStatus::kInternal;
+    EXPECT_EQ(shm::decode(std::span(reinterpret_cast<const std::byte*>(&reply),
+                                    static_cast<std::size_t>(n)),
+                          reply),
+              shm::DecodeError::kNone);
+    if (why) *why = std::string(*shm::getString(reply.message));
+    const auto status = static_cast<shm::ControlStatus>(reply.status);
+    if (status != shm::ControlStatus::kOk) return status;
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    EXPECT_NE(cm, nullptr);
+    std::memcpy(fds, CMSG_DATA(cm), sizeof fds);
+    auto seg = shm::Segment::attach(fds[shm::kFdSegment]);
+    close(fds[shm::kFdSegment]);
+    EXPECT_TRUE(std::holds_alternative<shm::Segment>(seg));
+    segment_.emplace(std::move(std::get<shm::Segment>(seg)));
+    doorbell_ = fds[shm::kFdDaemonDoorbell];
+    bell_ = fds[shm::kFdCompletionBell];
+    consumer_.emplace(segment_->completionRing());
+    endpoint_ = reply.endpoints[0].id;
+    return status;
+  }
+  ~RawClient() {
+    for (int fd : {fd_, doorbell_, bell_}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+
+  std::pair<shm::ControlStatus, std::uint32_t> open(const std::string& tenant,
+                                                    std::string* why = nullptr) {
+    auto m = shm::makeMessage<shm::OpenTenantMessage>(2);
+    shm::setString(m.tenant, tenant);
+    send(fd_, &m, sizeof m, 0);
+    shm::OpenTenantReplyMessage reply{};
+    const ssize_t n = recv(fd_, &reply, sizeof reply, 0);
+    if (n != static_cast<ssize_t>(sizeof reply)) return {shm::ControlStatus::kInternal, 0};
+    if (why) *why = std::string(*shm::getString(reply.message));
+    if (reply.status == 0)
+      producers_.emplace(reply.ring, shm::SubmissionProducer(segment_->submissionRing(reply.ring)));
+    return {static_cast<shm::ControlStatus>(reply.status), reply.ring};
+  }
+
+  bool submit(std::uint32_t ring, std::uint64_t id, const std::vector<std::uint32_t>& prompt,
+              std::uint32_t max_out = 8, std::int64_t deadline_ns = 0) {
+    shm::SubmissionSlot s;
+    s.request_id = id;
+    s.tag = id * 3;
+    s.endpoint = endpoint_;
+    s.max_output_tokens = max_out;
+    s.deadline_ns = deadline_ns;
+    if (producers_.at(ring).tryPushPrompt(s, prompt) != shm::PushResult::kOk) return false;
+    if (segment_->peerSleepFlag().sleeping()) {
+      const std::uint64_t one = 1;
+      EXPECT_EQ(write(doorbell_, &one, sizeof one), 8);
+    }
+    return true;
+  }
+
+  // Completions until `count` arrived or 20 s passed.
+  std::vector<shm::CompletionSlot> collect(std::size_t count) {
+    std::vector<shm::CompletionSlot> out;
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (out.size() < count && std::chrono::steady_clock::now() < until) {
+      shm::CompletionSlot s;
+      if (consumer_->tryPop(s)) {
+        out.push_back(s);
+      } else {
+        std::this_thread::sleep_for(100us);
+      }
+    }
+    return out;
+  }
+  shm::SubmissionRingMemory ringMemory(std::uint32_t ring) {
+    return segment_->submissionRing(ring);
+  }
+  std::uint16_t endpoint() const { return endpoint_; }
+
+ private:
+  int fd_ = -1, doorbell_ = -1, bell_ = -1;
+  std::optional<shm::Segment> segment_;
+  std::optional<shm::CompletionConsumer> consumer_;
+  std::map<std::uint32_t, shm::SubmissionProducer> producers_;
+  std::uint16_t endpoint_ = 0;
+};
+
+class DaemonServer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/fairsched-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    chmod(tmpl, 0755);  // other uids reach the socket (its own mode decides)
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+std::vector<std::uint32_t> promptFor(std::uint64_t id) {
+  std::vector<std::uint32_t> p(1 + id % 50);
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<std::uint32_t>(id * 131 + i);
+  return p;
+}
+
+TEST_F(DaemonServer, EveryRequestCompletesOnceWithItsOwnChecksum) {
+  DaemonProcess d(dir_);
+  RawClient c;
+  ASSERT_EQ(c.connect(d.socket()), shm::ControlStatus::kOk);
+  const auto [st_a, ring_a] = c.open("acme");
+  const auto [st_b, ring_b] = c.open("globex");
+  ASSERT_EQ(st_a, shm::ControlStatus::kOk);
+  ASSERT_EQ(st_b, shm::ControlStatus::kOk);
+  EXPECT_NE(ring_a, ring_b);
+  std::map<std::uint64_t, std::uint64_t> expected;  // id -> checksum
+  std::uint64_t id = 1;
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < 50; ++i, ++id) {
+      const auto prompt = promptFor(id);
+      ASSERT_TRUE(c.submit(id % 2 ? ring_a : ring_b, id, prompt));
+      expected[id] = kernels::promptChecksum(prompt);
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  const auto got = c.collect(expected.size());
+  ASSERT_EQ(got.size(), expected.size());
+  std::map<std::uint64_t, int> seen;
+  for (const auto& s : got) {
+    ++seen[s.request_id];
+    EXPECT_EQ(s.status, shm::encodeStatus(Status::kOk)) << "request " << s.request_id;
+    EXPECT_EQ(s.tag, s.request_id * 3);
+    EXPECT_EQ(s.checksum, expected.at(s.request_id)) << "request " << s.request_id;
+    EXPECT_EQ(s.output_tokens, 8u);
+  }
+  for (const auto& [rid, n] : seen) EXPECT_EQ(n, 1) << "request " << rid;
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST_F(DaemonServer, InvalidRequestsAreRejectedOneByOne) {
+  DaemonProcess d(dir_);
+  RawClient c;
+  ASSERT_EQ(c.connect(d.socket()), shm::ControlStatus::kOk);
+  const auto ring = c.open("acme").second;
+  ASSERT_TRUE(c.submit(ring, 1, {1, 2, 3}, 65));  // above max_output_tokens = 64
+  ASSERT_TRUE(c.submit(ring, 2, {1, 2, 3}, 8));
+  // A slot naming tokens outside the arena, written by hand.
+  shm::SubmissionSlot bad;
+  bad.request_id = 3;
+  bad.prompt_offset = 0;
+  bad.prompt_tokens = 1;
+  shm::SubmissionProducer raw(c.ringMemory(ring));
+  ASSERT_TRUE(raw.tryPush(bad));
+  auto cells = c.ringMemory(ring).cells;
+  // Publish first, then corrupt the published count beyond the arena.
+  shm::sharedStore(cells[2].words[4], std::uint64_t{0xffffffff}, std::memory_order_relaxed);
+  ASSERT_TRUE(c.submit(ring, 4, {9}, 8));
+  const auto got = c.collect(4);
+  ASSERT_EQ(got.size(), 4u);
+  std::map<std::uint64_t, std::uint32_t> status;
+  for (const auto& s : got) status[s.request_id] = s.status;
+  EXPECT_EQ(status[1], shm::encodeStatus(Status::kInvalid));
+  EXPECT_EQ(status[2], shm::encodeStatus(Status::kOk));
+  EXPECT_EQ(status[3], shm::encodeStatus(Status::kInvalid));
+  EXPECT_EQ(status[4], shm::encodeStatus(Status::kOk)) << "the ring goes on after a bad slot";
+}
+
+TEST_F(DaemonServer, UnlistedTenantIsRefusedWithTheReason) {
+  DaemonProcess d(dir_);
+  RawClient c;
+  ASSERT_EQ(c.connect(d.socket()), shm::ControlStatus::kOk);
+  std::string why;
+  EXPECT_EQ(c.open("intruder", &why).first, shm::ControlStatus::kUnauthorized);
+  EXPECT_EQ(why, "rule 'tests' does not allow tenant 'intruder'");
+}
+
+TEST_F(DaemonServer, PeerWithoutARuleIsRefused) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
+  DaemonProcess d(dir_);
+  const pid_t child = fork();
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    RawClient c;
+    std::string why;
+    const auto status = c.connect(d.socket(), &why);
+    _exit(status == shm::ControlStatus::kUnauthorized &&
+                  why == "uid 65534 gid 65534 matches no [[clients]] rule"
+              ? 0
+              : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the refusal and its reason reach the client";
+}
+
+TEST_F(DaemonServer, KilledClientDoesNotDisturbOthers) {
+  DaemonProcess d(dir_);
+  const unsigned seed = static_cast<unsigned>(std::random_device{}());
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  for (int victim_round = 0; victim_round < 5; ++victim_round) {
+    const pid_t child = fork();
+    if (child == 0) {
+      RawClient c;
+      if (c.connect(d.socket()) != shm::ControlStatus::kOk) _exit(1);
+      const auto ring = c.open("crasher").second;
+      for (std::uint64_t id = 1;; ++id) c.submit(ring, id, promptFor(id), 64);  // until killed
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500 + rng() % 5000));
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+  }
+  RawClient c;
+  ASSERT_EQ(c.connect(d.socket()), shm::ControlStatus::kOk);
+  const auto ring = c.open("victim").second;
+  for (std::uint64_t id = 1; id <= 200; ++id)
+    ASSERT_TRUE(c.submit(ring, id, promptFor(id)) ||
+                (std::this_thread::sleep_for(1ms), c.submit(ring, id, promptFor(id))));
+  const auto got = c.collect(200);
+  ASSERT_EQ(got.size(), 200u);
+  for (const auto& s : got) EXPECT_EQ(s.status, shm::encodeStatus(Status::kOk));
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST_F(DaemonServer, ShutdownCompletesQueuedRequestsExplicitly) {
+  DaemonProcess d(dir_);
+  RawClient c;
+  ASSERT_EQ(c.connect(d.socket()), shm::ControlStatus::kOk);
+  const auto ring = c.open("acme").second;
+  std::size_t submitted = 0;
+  for (std::uint64_t id = 1; id <= 250; ++id)
+    submitted += c.submit(ring, id, promptFor(id), 64) ? 1 : 0;
+  EXPECT_EQ(d.terminate(), 0);
+  const auto got = c.collect(submitted);
+  EXPECT_EQ(got.size(), submitted) << "every request ends, whatever the shutdown caught it doing";
+  for (const auto& s : got) {
+    EXPECT_TRUE(s.status == shm::encodeStatus(Status::kOk) ||
+                s.status == shm::encodeStatus(Status::kShuttingDown))
+        << "status " << s.status;
+  }
+}
+
+}  // namespace
+}  // namespace fairsched
