@@ -202,6 +202,17 @@ class RawClient {
   shm::SubmissionRingMemory ringMemory(std::uint32_t ring) {
     return segment_->submissionRing(ring);
   }
+  // Random bytes over the whole client-writable part, with the doorbell rung.
+  void scribble(std::mt19937_64& rng) {
+    auto* words = reinterpret_cast<std::uint64_t*>(segment_->writablePart());
+    const std::size_t n = segment_->layout().writable_size / sizeof(std::uint64_t);
+    for (int i = 0; i < 4096; ++i) {
+      shm::sharedStore(words[rng() % n], static_cast<std::uint64_t>(rng()),
+                       std::memory_order_relaxed);
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t w = write(doorbell_, &one, sizeof one);
+  }
   std::uint16_t endpoint() const { return endpoint_; }
 
  private:
@@ -347,6 +358,40 @@ TEST_F(DaemonServer, KilledClientDoesNotDisturbOthers) {
   ASSERT_EQ(got.size(), 200u);
   for (const auto& s : got) EXPECT_EQ(s.status, shm::encodeStatus(Status::kOk));
   EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST_F(DaemonServer, HostileClientScribblingOverItsSegmentHurtsOnlyItself) {
+  DaemonProcess d(dir_);
+  const std::uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const pid_t hostile = fork();
+  if (hostile == 0) {
+    RawClient c;
+    if (c.connect(d.socket()) != shm::ControlStatus::kOk) _exit(1);
+    for (const char* t : {"crasher", "acme"}) c.open(t);
+    std::mt19937_64 rng(seed);
+    const auto until = std::chrono::steady_clock::now() + 400ms;
+    while (std::chrono::steady_clock::now() < until) c.scribble(rng);
+    _exit(0);
+  }
+  RawClient c;
+  ASSERT_EQ(c.connect(d.socket()), shm::ControlStatus::kOk);
+  const auto ring = c.open("victim").second;
+  std::map<std::uint64_t, std::uint64_t> expected;
+  for (std::uint64_t id = 1; id <= 300; ++id) {
+    while (!c.submit(ring, id, promptFor(id))) std::this_thread::sleep_for(100us);
+    expected[id] = kernels::promptChecksum(promptFor(id));
+    if (id % 50 == 0) std::this_thread::sleep_for(20ms);
+  }
+  const auto got = c.collect(expected.size());
+  int status = 0;
+  waitpid(hostile, &status, 0);
+  ASSERT_EQ(got.size(), expected.size());
+  for (const auto& s : got) {
+    EXPECT_EQ(s.status, shm::encodeStatus(Status::kOk));
+    EXPECT_EQ(s.checksum, expected.at(s.request_id));
+  }
+  EXPECT_EQ(d.terminate(), 0) << "the daemon survived and stops cleanly";
 }
 
 TEST_F(DaemonServer, ShutdownCompletesQueuedRequestsExplicitly) {
