@@ -6,7 +6,10 @@
 //
 // One worker thread per slot (`threads`); the loop hands batches to idle
 // workers through SPSC queues and reads finished ones back the same way,
-// with an eventfd to say there is something to drain.
+// with an eventfd to say there is something to drain. When the modelled time
+// is zero (both costs 0) there is no occupancy to model and no thread: a
+// batch runs inline in submit() and is ready at the next drain() — the
+// transport benchmarks measure the daemon's own overhead that way.
 #pragma once
 
 #include <atomic>
@@ -34,8 +37,12 @@ class CpuExecutor final : public Executor {
   ~CpuExecutor() override;
 
   std::string_view name() const override { return "cpu"; }
-  std::uint32_t slots() const override { return static_cast<std::uint32_t>(workers_.size()); }
-  std::uint32_t freeSlots() const override { return slots() - busy_; }
+  std::uint32_t slots() const override {
+    return inline_ ? 1 : static_cast<std::uint32_t>(workers_.size());
+  }
+  std::uint32_t freeSlots() const override {
+    return inline_ ? (inline_done_.empty() ? 1 : 0) : slots() - busy_;
+  }
   void submit(ExecBatch&& batch) override;
   void drain(std::vector<BatchDone>& out) override;
   int completionFd() const override { return done_fd_; }
@@ -59,6 +66,8 @@ class CpuExecutor final : public Executor {
   Options options_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::uint32_t busy_ = 0;
+  bool inline_ = false;
+  std::vector<BatchDone> inline_done_;
   int done_fd_ = -1;
   std::atomic<bool> stopping_{false};
 };

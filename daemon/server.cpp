@@ -481,7 +481,10 @@ bool Server::poll() {
   drop_later_.clear();
   sched_.expireDeadlines(now, done_);
   finishDone(done_, now);
-  worked = dispatch(now) || worked;
+  if (dispatch(now)) {
+    worked = true;
+    collect(now);  // an inline executor has finished already
+  }
   worked = flush() || worked;
   sched_.collectIdle(now, kIdleCollectBudget);
   if (shutting_down_ && shutdownStep(now)) loop_->stop();

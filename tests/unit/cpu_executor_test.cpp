@@ -77,7 +77,7 @@ TEST(CpuExecutor, ModelledServiceTimeHoldsTheSlot) {
 }
 
 TEST(CpuExecutor, SlotsFollowThreadsAndFreeUpWhenDrained) {
-  auto ex = make({0.0, 0.0, 3});
+  auto ex = make({1.0, 0.0, 3});
   EXPECT_EQ(ex->slots(), 3u);
   for (int i = 0; i < 3; ++i) ex->submit(batchOf({{1}}, 1));
   EXPECT_EQ(ex->freeSlots(), 0u);
@@ -96,6 +96,18 @@ TEST(CpuExecutor, BatchWithTooFewTokensFailsAsAWhole) {
   EXPECT_FALSE(done[0].ok);
   EXPECT_TRUE(done[0].results.empty());
   EXPECT_FALSE(done[0].error.empty());
+}
+
+TEST(CpuExecutor, ZeroModelledTimeRunsInlineWithOneSlot) {
+  auto ex = make({0.0, 0.0, 4});
+  EXPECT_EQ(ex->slots(), 1u);
+  ex->submit(batchOf({{4, 5}}, 3));
+  EXPECT_EQ(ex->freeSlots(), 0u) << "until its result is drained";
+  std::vector<BatchDone> out;
+  ex->drain(out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].results[0].checksum, kernels::promptChecksum(std::vector<std::uint32_t>{4, 5}));
+  EXPECT_EQ(ex->freeSlots(), 1u);
 }
 
 TEST(WorkloadReference, ChecksumDependsOnEveryTokenAndItsPosition) {
