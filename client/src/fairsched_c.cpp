@@ -1,0 +1,310 @@
+// The C ABI over fairsched::Client. Nothing here throws: allocation failure
+// aside (which terminates, as everywhere in the library), every path returns
+// a fairsched_error.
+#include "fairsched/fairsched.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "fairsched/client.hpp"
+
+struct fairsched_client {
+  explicit fairsched_client(fairsched::Client c) : client(std::move(c)) {}
+  fairsched::Client client;
+};
+
+namespace {
+
+using std::chrono::nanoseconds;
+
+// The C enums mirror the C++ ones value for value.
+static_assert(FAIRSCHED_ERR_INVALID_ARGUMENT ==
+              static_cast<int>(fairsched::ErrorCode::kInvalidArgument) + 1);
+static_assert(FAIRSCHED_ERR_RING_FULL == static_cast<int>(fairsched::ErrorCode::kRingFull) + 1);
+static_assert(FAIRSCHED_ERR_SYSTEM == static_cast<int>(fairsched::ErrorCode::kSystem) + 1);
+static_assert(FAIRSCHED_STATUS_RATE_LIMITED == static_cast<int>(fairsched::Status::kRateLimited));
+static_assert(FAIRSCHED_STATUS_SHUTTING_DOWN == static_cast<int>(fairsched::Status::kShuttingDown));
+static_assert(FAIRSCHED_STATUS_EXECUTOR_FAILED ==
+              static_cast<int>(fairsched::Status::kExecutorFailed));
+
+thread_local std::string t_last_error;
+
+fairsched_error fail(const fairsched::Error& e) {
+  t_last_error = e.toString();
+  return static_cast<fairsched_error>(static_cast<int>(e.code) + 1);
+}
+
+fairsched_error invalid(const char* what) {
+  t_last_error = std::string("invalid argument: ") + what;
+  return FAIRSCHED_ERR_INVALID_ARGUMENT;
+}
+
+fairsched::SubmitRequest toRequest(const fairsched_submit_request& r) {
+  fairsched::SubmitRequest req;
+  req.tenant = fairsched::Tenant{r.tenant};
+  req.endpoint = r.endpoint != nullptr ? std::string_view(r.endpoint) : std::string_view();
+  if (r.prompt != nullptr) req.prompt = std::span<const std::uint32_t>(r.prompt, r.prompt_tokens);
+  req.max_output_tokens = r.max_output_tokens;
+  req.priority = r.priority;
+  if (r.deadline_ns != 0) {
+    req.deadline = std::chrono::steady_clock::time_point(nanoseconds(r.deadline_ns));
+  }
+  if (r.timeout_ns != 0) req.timeout = nanoseconds(r.timeout_ns);
+  req.tag = r.tag;
+  return req;
+}
+
+fairsched_completion toC(const fairsched::Completion& c) {
+  fairsched_completion out{};
+  out.request_id = c.request_id;
+  out.tag = c.tag;
+  out.status = static_cast<int32_t>(c.status);
+  out.output_tokens = c.output_tokens;
+  out.retry_after_ns = c.retry_after.count();
+  out.queue_wait_ns = c.queue_wait.count();
+  out.service_ns = c.service.count();
+  out.checksum = c.checksum;
+  out.local = c.local ? 1 : 0;
+  return out;
+}
+
+fairsched::Completion fromC(const fairsched_completion& c) {
+  fairsched::Completion out;
+  out.request_id = c.request_id;
+  out.tag = c.tag;
+  out.status = static_cast<fairsched::Status>(c.status);
+  out.retry_after = nanoseconds(c.retry_after_ns);
+  out.output_tokens = c.output_tokens;
+  return out;
+}
+
+bool validRequest(const fairsched_submit_request* request) {
+  return request != nullptr && request->struct_size >= sizeof(fairsched_submit_request) &&
+         (request->prompt != nullptr || request->prompt_tokens == 0);
+}
+
+}  // namespace
+
+extern "C" {
+
+void fairsched_options_init(fairsched_options* options) {
+  if (options == nullptr) return;
+  const fairsched::ClientOptions d;
+  *options = fairsched_options{};
+  options->struct_size = sizeof(fairsched_options);
+  options->socket_path = nullptr;
+  options->client_name = nullptr;
+  options->connect_timeout_ns = d.connect_timeout.count();
+  options->control_timeout_ns = d.control_timeout.count();
+  options->spin_ns = d.spin.count();
+  options->reconnect = d.reconnect.enabled ? 1 : 0;
+  options->reconnect_initial_delay_ns = d.reconnect.initial_delay.count();
+  options->reconnect_max_delay_ns = d.reconnect.max_delay.count();
+}
+
+void fairsched_submit_request_init(fairsched_submit_request* request) {
+  if (request == nullptr) return;
+  *request = fairsched_submit_request{};
+  request->struct_size = sizeof(fairsched_submit_request);
+}
+
+void fairsched_retry_policy_init(fairsched_retry_policy* policy) {
+  if (policy == nullptr) return;
+  const fairsched::RetryPolicy d;
+  *policy = fairsched_retry_policy{};
+  policy->max_attempts = d.max_attempts;
+  policy->base_backoff_ns = d.base_backoff.count();
+  policy->max_backoff_ns = d.max_backoff.count();
+  policy->max_retry_after_ns = d.max_retry_after.count();
+  policy->attempt_timeout_ns = d.attempt_timeout.count();
+}
+
+fairsched_error fairsched_connect(const fairsched_options* options, fairsched_client** out) {
+  if (out == nullptr) return invalid("out is NULL");
+  *out = nullptr;
+  fairsched::ClientOptions o;
+  if (options != nullptr) {
+    if (options->struct_size < sizeof(fairsched_options)) {
+      return invalid("options not initialised with fairsched_options_init");
+    }
+    if (options->socket_path != nullptr) o.socket_path = options->socket_path;
+    if (options->client_name != nullptr) o.client_name = options->client_name;
+    o.connect_timeout = nanoseconds(options->connect_timeout_ns);
+    o.control_timeout = nanoseconds(options->control_timeout_ns);
+    o.spin = nanoseconds(options->spin_ns);
+    o.reconnect.enabled = options->reconnect != 0;
+    o.reconnect.initial_delay = nanoseconds(options->reconnect_initial_delay_ns);
+    o.reconnect.max_delay = nanoseconds(options->reconnect_max_delay_ns);
+  }
+  fairsched::Result<fairsched::Client> c = fairsched::Client::connect(std::move(o));
+  if (!c) return fail(c.error());
+  *out = new fairsched_client(std::move(c).value());
+  return FAIRSCHED_OK;
+}
+
+fairsched_error fairsched_open_tenant(fairsched_client* client, const char* tenant,
+                                      const char* tier, uint32_t* out_tenant) {
+  if (client == nullptr || tenant == nullptr || out_tenant == nullptr) {
+    return invalid("client, tenant and out_tenant must not be NULL");
+  }
+  std::optional<std::string_view> t;
+  if (tier != nullptr) t = std::string_view(tier);
+  fairsched::Result<fairsched::Tenant> r = client->client.openTenant(tenant, t);
+  if (!r) return fail(r.error());
+  *out_tenant = r->index;
+  return FAIRSCHED_OK;
+}
+
+fairsched_error fairsched_submit(fairsched_client* client, const fairsched_submit_request* request,
+                                 uint64_t* out_request_id) {
+  if (client == nullptr || !validRequest(request)) {
+    return invalid("client or request (use fairsched_submit_request_init)");
+  }
+  fairsched::Result<fairsched::RequestId> r = client->client.submit(toRequest(*request));
+  if (!r) return fail(r.error());
+  if (out_request_id != nullptr) *out_request_id = *r;
+  return FAIRSCHED_OK;
+}
+
+size_t fairsched_poll(fairsched_client* client, fairsched_completion* out, size_t max) {
+  if (client == nullptr || out == nullptr || max == 0) return 0;
+  thread_local std::vector<fairsched::Completion> buffer;
+  buffer.clear();
+  const std::size_t n = client->client.poll(buffer, max);
+  for (std::size_t i = 0; i < n; ++i) out[i] = toC(buffer[i]);
+  return n;
+}
+
+fairsched_error fairsched_wait(fairsched_client* client, int64_t timeout_ns) {
+  if (client == nullptr) return invalid("client is NULL");
+  fairsched::Result<void> r = client->client.wait(nanoseconds(timeout_ns));
+  if (!r) return fail(r.error());
+  return FAIRSCHED_OK;
+}
+
+int fairsched_completion_fd(const fairsched_client* client) {
+  return client != nullptr ? client->client.completionFd() : -1;
+}
+
+fairsched_error fairsched_prepare_to_block(fairsched_client* client, int* block) {
+  if (client == nullptr || block == nullptr) return invalid("client and block must not be NULL");
+  fairsched::Result<bool> r = client->client.prepareToBlock();
+  if (!r) return fail(r.error());
+  *block = *r ? 1 : 0;
+  return FAIRSCHED_OK;
+}
+
+fairsched_error fairsched_submit_and_wait(fairsched_client* client,
+                                          const fairsched_submit_request* request,
+                                          int64_t timeout_ns, fairsched_completion* out) {
+  if (client == nullptr || !validRequest(request) || out == nullptr) {
+    return invalid("client, request and out must not be NULL");
+  }
+  fairsched::Result<fairsched::Completion> r =
+      client->client.submitAndWait(toRequest(*request), nanoseconds(timeout_ns));
+  if (!r) return fail(r.error());
+  *out = toC(*r);
+  return FAIRSCHED_OK;
+}
+
+fairsched_error fairsched_submit_with_retry(fairsched_client* client,
+                                            const fairsched_submit_request* request,
+                                            const fairsched_retry_policy* policy,
+                                            fairsched_completion* out, int32_t* attempts) {
+  if (client == nullptr || !validRequest(request) || out == nullptr) {
+    return invalid("client, request and out must not be NULL");
+  }
+  fairsched::RetryPolicy p;
+  if (policy != nullptr) {
+    p.max_attempts = policy->max_attempts;
+    p.base_backoff = nanoseconds(policy->base_backoff_ns);
+    p.max_backoff = nanoseconds(policy->max_backoff_ns);
+    p.max_retry_after = nanoseconds(policy->max_retry_after_ns);
+    p.attempt_timeout = nanoseconds(policy->attempt_timeout_ns);
+  }
+  fairsched::RetryOutcome r = fairsched::submitWithRetry(client->client, toRequest(*request), p);
+  if (attempts != nullptr) *attempts = r.attempts;
+  if (!r.last) return fail(r.last.error());
+  *out = toC(*r.last);
+  return FAIRSCHED_OK;
+}
+
+int fairsched_connected(const fairsched_client* client) {
+  return client != nullptr && client->client.connected() ? 1 : 0;
+}
+
+void fairsched_close(fairsched_client* client) {
+  delete client;
+}
+
+const char* fairsched_status_name(int status) {
+  if (status < 0 || status > static_cast<int>(fairsched::Status::kExecutorFailed)) {
+    return "UNKNOWN";
+  }
+  // toString returns views of string literals: NUL-terminated.
+  return fairsched::toString(static_cast<fairsched::Status>(status)).data();
+}
+
+const char* fairsched_error_name(fairsched_error error) {
+  switch (error) {
+    case FAIRSCHED_OK:
+      return "OK";
+    case FAIRSCHED_ERR_INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case FAIRSCHED_ERR_CONNECT_FAILED:
+      return "CONNECT_FAILED";
+    case FAIRSCHED_ERR_TIMED_OUT:
+      return "TIMED_OUT";
+    case FAIRSCHED_ERR_UNAUTHORIZED:
+      return "UNAUTHORIZED";
+    case FAIRSCHED_ERR_VERSION_MISMATCH:
+      return "VERSION_MISMATCH";
+    case FAIRSCHED_ERR_NO_CAPACITY:
+      return "NO_CAPACITY";
+    case FAIRSCHED_ERR_SHUTTING_DOWN:
+      return "SHUTTING_DOWN";
+    case FAIRSCHED_ERR_REFUSED:
+      return "REFUSED";
+    case FAIRSCHED_ERR_PROTOCOL:
+      return "PROTOCOL";
+    case FAIRSCHED_ERR_NOT_CONNECTED:
+      return "NOT_CONNECTED";
+    case FAIRSCHED_ERR_DAEMON_LOST:
+      return "DAEMON_LOST";
+    case FAIRSCHED_ERR_UNKNOWN_TENANT:
+      return "UNKNOWN_TENANT";
+    case FAIRSCHED_ERR_UNKNOWN_ENDPOINT:
+      return "UNKNOWN_ENDPOINT";
+    case FAIRSCHED_ERR_PROMPT_TOO_LARGE:
+      return "PROMPT_TOO_LARGE";
+    case FAIRSCHED_ERR_RING_FULL:
+      return "RING_FULL";
+    case FAIRSCHED_ERR_SYSTEM:
+      return "SYSTEM";
+  }
+  return "UNKNOWN";
+}
+
+const char* fairsched_last_error_message(void) {
+  return t_last_error.c_str();
+}
+
+int fairsched_http_status(const fairsched_completion* completion) {
+  if (completion == nullptr) return 500;
+  return fairsched::toHttpStatus(fromC(*completion)).status;
+}
+
+int64_t fairsched_retry_after_ms(const fairsched_completion* completion) {
+  if (completion == nullptr) return -1;
+  const fairsched::HttpAnswer a = fairsched::toHttpStatus(fromC(*completion));
+  for (const fairsched::HttpHeader& h : a.headers) {
+    if (h.name == "retry-after-ms") return std::strtoll(h.value.c_str(), nullptr, 10);
+  }
+  return -1;
+}
+
+}  // extern "C"

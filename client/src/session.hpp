@@ -1,0 +1,106 @@
+// One connection to the daemon: the control socket, the shared-memory
+// segment, the two eventfds, and what the HelloReply said. A reconnect makes
+// a new Session; the old one lives on (unmapped last) until no thread holds
+// a reference to it.
+//
+// Thread-safety: everything set by open() is immutable afterwards. The
+// producers are shared by every submitting thread (the ring is
+// multi-producer). `consumer` is guarded by `consumer_mu`; the sleep count
+// by `sleep_mu`; `tenant_ring` and `alive` are atomics. The socket is read
+// only under the Client's control mutex.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "control_channel.hpp"
+#include "fairsched/client.hpp"
+#include "shm/segment.hpp"
+
+namespace fairsched::client_detail {
+
+// Tenants one Client can hold open: one ring each, at most shm::kMaxRings.
+inline constexpr std::uint32_t kMaxTenants = shm::kMaxRings;
+
+// The ErrorCode for a ControlStatus the daemon answered with.
+ErrorCode errorForControlStatus(std::uint32_t status);
+
+class Session {
+ public:
+  // connect(), Hello, then the HelloReply's descriptors: attach the segment
+  // (kFdSegment), the daemon's doorbell (kFdDaemonDoorbell) and the
+  // completion eventfd (kFdCompletionBell). `seq` is the Hello's sequence
+  // number. Errors: see Client::connect.
+  static Result<std::shared_ptr<Session>> open(const ClientOptions& options,
+                                               std::uint64_t generation, std::uint32_t seq);
+
+  // Sends OpenTenant and returns the ring the daemon assigned. REQUIRES: the
+  // caller holds the Client's control mutex. Errors: kUnauthorized,
+  // kNoCapacity, kShuttingDown, kRefused, kVersionMismatch, kProtocol (a ring
+  // outside the segment, or one already serving another tenant), kTimedOut,
+  // kDaemonLost.
+  Result<std::uint32_t> openTenant(std::string_view name, std::string_view tier, std::uint32_t seq,
+                                   std::chrono::nanoseconds timeout);
+
+  const EndpointDescription* findEndpoint(std::string_view name) const;
+
+  // The client's sleep flag is shared by every thread that blocks on this
+  // session (wait(), submitAndWait(), a prepareToBlock() announcement): it
+  // is set while at least one of them is about to block, and each entry is
+  // followed by a seq_cst fence before that thread's re-check
+  // (shm/doorbell.hpp).
+  void enterSleep();
+  void leaveSleep();
+  // prepareToBlock(): one announcement that lasts as long as the session.
+  // Idempotent.
+  void arm();
+
+  std::uint32_t ringCount() const { return segment_.layout().geometry.ring_count; }
+  std::uint32_t promptTokensPerSlot() const {
+    return segment_.layout().geometry.prompt_tokens_per_slot;
+  }
+
+  const std::uint64_t generation;
+
+ private:
+  // Declared first: everything below is derived from them.
+  shm::UniqueFd sock_;
+  shm::Segment segment_;
+  shm::SleepFlag own_sleeping_;
+
+ public:
+  const int sock;  // owned by sock_
+  std::uint64_t client_id = 0;
+  std::uint32_t tenant_capacity = 0;  // rings this connection may open
+  std::vector<EndpointDescription> endpoints;
+
+  shm::EventFd doorbell;  // the daemon's: written when daemon_sleeping says it sleeps
+  shm::EventFd bell;      // ours: the daemon writes it when we said we sleep
+  shm::PeerSleepFlag daemon_sleeping;
+  std::vector<shm::SubmissionProducer> producers;  // one per ring
+
+  // Client tenant index → ring on this connection; -1 when not open here.
+  std::array<std::atomic<std::int32_t>, kMaxTenants> tenant_ring;
+  // Cleared once, by whoever notices the loss first (Client::Impl::handleLoss).
+  std::atomic<bool> alive{true};
+
+  std::mutex consumer_mu;
+  shm::CompletionConsumer consumer;  // guarded by consumer_mu
+
+ private:
+  Session(std::uint64_t gen, shm::UniqueFd sock, shm::Segment segment, shm::EventFd doorbell,
+          shm::EventFd bell);
+  void enterLocked();
+  void leaveLocked();
+
+  std::mutex sleep_mu_;
+  int sleepers_ = 0;    // guarded by sleep_mu_
+  bool armed_ = false;  // guarded by sleep_mu_
+};
+
+}  // namespace fairsched::client_detail

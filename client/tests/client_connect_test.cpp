@@ -1,0 +1,193 @@
+// Connecting and opening tenants against a fake daemon: Hello with real
+// SCM_RIGHTS, refusals with their reasons, version mismatches, timeouts, and
+// the local checks done before anything is sent.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "client_test_util.hpp"
+
+namespace fairsched::testing {
+namespace {
+
+TEST(ClientConnect, SaysHelloMapsTheSegmentAndListsEndpoints) {
+  FakeDaemon fake;
+  fake.start();
+  Client client = mustConnect(optionsFor(fake));
+  EXPECT_TRUE(client.connected());
+  EXPECT_EQ(client.clientId(), 42u);
+  const std::vector<EndpointDescription> eps = client.endpoints();
+  ASSERT_EQ(eps.size(), 2u);
+  EXPECT_EQ(eps[0].name, "chat");
+  EXPECT_EQ(eps[0].id, 7);
+  EXPECT_EQ(eps[0].max_output_tokens, 4096u);
+  EXPECT_EQ(eps[1].name, "embed");
+  EXPECT_EQ(eps[1].id, 9);
+  EXPECT_EQ(fake.hellos(), 1u);
+  EXPECT_GE(client.completionFd(), 0);
+}
+
+TEST(ClientConnect, FailsWithConnectFailedWhenNoDaemonListens) {
+  ClientOptions o;
+  o.socket_path = "/nonexistent-fairsched-dir/fairsched.sock";
+  Result<Client> c = Client::connect(o);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.code(), ErrorCode::kConnectFailed);
+  EXPECT_NE(c.error().message.find("/nonexistent-fairsched-dir"), std::string::npos);
+  EXPECT_EQ(c.error().sys_errno, ENOENT);
+}
+
+TEST(ClientConnect, RejectsASocketPathLongerThanSunPath) {
+  ClientOptions o;
+  o.socket_path = "/tmp/" + std::string(200, 'x');
+  Result<Client> c = Client::connect(o);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(ClientConnect, RejectsAClientNameThatDoesNotFitTheMessage) {
+  FakeDaemon fake;
+  fake.start();
+  ClientOptions o = optionsFor(fake);
+  o.client_name = std::string(64, 'n');
+  Result<Client> c = Client::connect(o);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(fake.hellos(), 0u);
+}
+
+TEST(ClientConnect, RefusedHelloSurfacesUnauthorizedWithTheDaemonsReason) {
+  FakeDaemonOptions fo;
+  fo.hello_status = shm::ControlStatus::kUnauthorized;
+  fo.hello_message = "no client rule admits uid 1000";
+  FakeDaemon fake(fo);
+  fake.start();
+  Result<Client> c = Client::connect(optionsFor(fake));
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.code(), ErrorCode::kUnauthorized);
+  EXPECT_NE(c.error().message.find("no client rule admits uid 1000"), std::string::npos)
+      << c.error().message;
+  EXPECT_NE(c.error().message.find("UNAUTHORIZED"), std::string::npos);
+}
+
+TEST(ClientConnect, VersionMismatchStatusIsVersionMismatch) {
+  FakeDaemonOptions fo;
+  fo.hello_status = shm::ControlStatus::kVersionMismatch;
+  fo.hello_message = "layout version 2 required";
+  FakeDaemon fake(fo);
+  fake.start();
+  Result<Client> c = Client::connect(optionsFor(fake));
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.code(), ErrorCode::kVersionMismatch);
+  EXPECT_NE(c.error().message.find("layout version 2 required"), std::string::npos);
+}
+
+TEST(ClientConnect, ReplyInAnotherProtocolVersionIsVersionMismatch) {
+  FakeDaemonOptions fo;
+  fo.reply_version = shm::kControlVersion + 1;
+  FakeDaemon fake(fo);
+  fake.start();
+  Result<Client> c = Client::connect(optionsFor(fake));
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.code(), ErrorCode::kVersionMismatch);
+  EXPECT_NE(c.error().message.find("version 2"), std::string::npos) << c.error().message;
+}
+
+TEST(ClientConnect, DaemonShuttingDownIsShuttingDown) {
+  FakeDaemonOptions fo;
+  fo.hello_status = shm::ControlStatus::kShuttingDown;
+  FakeDaemon fake(fo);
+  fake.start();
+  Result<Client> c = Client::connect(optionsFor(fake));
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.code(), ErrorCode::kShuttingDown);
+}
+
+TEST(ClientConnect, HelloTimesOutWhenTheDaemonNeverAnswers) {
+  // A listener that never accepts: connect() completes (backlog), Hello waits.
+  char dir[] = "/tmp/fairsched-client-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/silent.sock";
+  shm::UniqueFd listener(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener.get(), 4), 0);
+
+  ClientOptions o;
+  o.socket_path = path;
+  o.connect_timeout = 50ms;
+  const auto before = Clock::now();
+  Result<Client> c = Client::connect(o);
+  const auto took = Clock::now() - before;
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.code(), ErrorCode::kTimedOut);
+  EXPECT_GE(took, 50ms);
+  EXPECT_LT(took, 5s);
+  ::unlink(path.c_str());
+  ::rmdir(dir);
+}
+
+TEST(ClientTenants, OpenReturnsAHandleAndReusesItForTheSameName) {
+  FakeDaemon fake;
+  fake.start();
+  Client client = mustConnect(optionsFor(fake));
+  Result<Tenant> a = client.openTenant("acme", "gold");
+  ASSERT_TRUE(a) << a.error().toString();
+  Result<Tenant> b = client.openTenant("beta");
+  ASSERT_TRUE(b) << b.error().toString();
+  Result<Tenant> again = client.openTenant("acme");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*a, *again);
+  EXPECT_NE(*a, *b);
+  const auto opened = fake.tenantsOpened();
+  ASSERT_EQ(opened.size(), 2u);  // the second open of acme never reached the daemon
+  EXPECT_EQ(opened[0], std::make_pair(std::string("acme"), std::string("gold")));
+  EXPECT_EQ(opened[1], std::make_pair(std::string("beta"), std::string("")));
+}
+
+TEST(ClientTenants, RefusedTenantSurfacesUnauthorizedWithTheReason) {
+  FakeDaemonOptions fo;
+  fo.refused_tenants = {"mallory"};
+  FakeDaemon fake(fo);
+  fake.start();
+  Client client = mustConnect(optionsFor(fake));
+  Result<Tenant> t = client.openTenant("mallory");
+  ASSERT_FALSE(t);
+  EXPECT_EQ(t.code(), ErrorCode::kUnauthorized);
+  EXPECT_NE(t.error().message.find("not allowed for this client"), std::string::npos);
+  EXPECT_TRUE(client.openTenant("alice")) << "a refusal leaves the connection usable";
+}
+
+TEST(ClientTenants, MoreTenantsThanRingsIsNoCapacity) {
+  FakeDaemonOptions fo;
+  fo.geometry.ring_count = 2;
+  FakeDaemon fake(fo);
+  fake.start();
+  Client client = mustConnect(optionsFor(fake));
+  EXPECT_TRUE(client.openTenant("t1"));
+  EXPECT_TRUE(client.openTenant("t2"));
+  Result<Tenant> t3 = client.openTenant("t3");
+  ASSERT_FALSE(t3);
+  EXPECT_EQ(t3.code(), ErrorCode::kNoCapacity);
+}
+
+TEST(ClientTenants, NamesThatDoNotFitAreRejectedLocally) {
+  FakeDaemon fake;
+  fake.start();
+  Client client = mustConnect(optionsFor(fake));
+  EXPECT_EQ(client.openTenant("").code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(client.openTenant(std::string(64, 't')).code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(client.openTenant(std::string(63, 't')));
+  EXPECT_EQ(client.openTenant("x", std::string(64, 'g')).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(fake.tenantsOpened().size(), 1u);
+}
+
+}  // namespace
+}  // namespace fairsched::testing

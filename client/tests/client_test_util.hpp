@@ -1,0 +1,78 @@
+// Helpers shared by the client library's tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fairsched/client.hpp"
+#include "fake_daemon.hpp"
+
+namespace fairsched::testing {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// FAIRSCHED_SEED from the environment, or a fresh one; printed either way.
+inline std::uint64_t testSeed() {
+  std::uint64_t seed = 0;
+  if (const char* env = std::getenv("FAIRSCHED_SEED")) {
+    seed = std::strtoull(env, nullptr, 10);
+  } else {
+    seed = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  }
+  std::cout << "[ seed     ] FAIRSCHED_SEED=" << seed << "\n";
+  return seed;
+}
+
+inline ClientOptions optionsFor(const FakeDaemon& fake) {
+  ClientOptions o;
+  o.socket_path = fake.socketPath();
+  o.client_name = "client-test";
+  o.connect_timeout = 5s;
+  o.control_timeout = 5s;
+  return o;
+}
+
+inline Client mustConnect(const ClientOptions& options) {
+  Result<Client> c = Client::connect(options);
+  if (!c) {
+    ADD_FAILURE() << "connect: " << c.error().toString();
+    std::abort();
+  }
+  return std::move(c).value();
+}
+
+inline Tenant mustOpen(Client& client, std::string_view name) {
+  Result<Tenant> t = client.openTenant(name);
+  if (!t) {
+    ADD_FAILURE() << "openTenant: " << t.error().toString();
+    std::abort();
+  }
+  return *t;
+}
+
+// Polls (with wait()) until `n` completions arrived or `timeout` passed.
+inline std::vector<Completion> collect(Client& client, std::size_t n,
+                                       std::chrono::milliseconds timeout = 5000ms) {
+  std::vector<Completion> out;
+  const auto deadline = Clock::now() + timeout;
+  while (out.size() < n && Clock::now() < deadline) {
+    client.poll(out);
+    if (out.size() >= n) break;
+    const Result<void> w = client.wait(10ms);
+    if (!w && w.code() != ErrorCode::kTimedOut) {
+      client.poll(out);
+      if (w.code() == ErrorCode::kNotConnected) break;
+    }
+  }
+  return out;
+}
+
+}  // namespace fairsched::testing
