@@ -22,8 +22,7 @@
 #include <variant>
 
 #include "daemon/config/config.hpp"
-#include "daemon/log.hpp"
-#include "daemon/server.hpp"
+#include "daemon/forked_daemon.hpp"
 #include "kernels/workload_reference.hpp"
 #include "shm/control_protocol.hpp"
 #include "shm/segment.hpp"
@@ -53,54 +52,23 @@ std::string configText(const std::string& socket, const std::string& extra_rules
 class DaemonProcess {
  public:
   explicit DaemonProcess(const std::string& dir) {
-    socket_ = dir + "/fairsched.sock";
-    auto parsed = config::parseConfig(configText(socket_), "test");
+    auto parsed = config::parseConfig(configText(dir + "/fairsched.sock"), "test");
     if (auto* err = std::get_if<config::ConfigError>(&parsed)) {
       ADD_FAILURE() << err->toString();
       return;
     }
-    const config::Config cfg = std::get<config::Config>(parsed);
-    pid_ = fork();
-    if (pid_ == 0) {
-      setupLogging("warn", nullptr);
-      auto server = daemon::Server::create(cfg);
-      if (std::holds_alternative<std::string>(server)) {
-        std::fprintf(stderr, "daemon: %s\n", std::get<std::string>(server).c_str());
-        _exit(3);
-      }
-      _exit(std::get<std::unique_ptr<daemon::Server>>(server)->run());
+    auto started = daemon::ForkedDaemon::start(std::get<config::Config>(parsed));
+    if (auto* err = std::get_if<std::string>(&started)) {
+      ADD_FAILURE() << *err;
+      return;
     }
-    // Wait (bounded) for the socket to accept.
-    for (int i = 0; i < 500; ++i) {
-      if (std::filesystem::exists(socket_)) return;
-      std::this_thread::sleep_for(10ms);
-    }
-    ADD_FAILURE() << "daemon did not create " << socket_;
+    daemon_.emplace(std::move(std::get<daemon::ForkedDaemon>(started)));
   }
-  ~DaemonProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  // SIGTERM, then the exit status (bounded wait: 10 s).
-  int terminate() {
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 1000; ++i) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    return -1;
-  }
-  const std::string& socket() const { return socket_; }
+  int terminate() { return daemon_ ? daemon_->terminate() : -1; }
+  std::string socket() const { return daemon_ ? daemon_->socket() : ""; }
 
  private:
-  std::string socket_;
-  pid_t pid_ = -1;
+  std::optional<daemon::ForkedDaemon> daemon_;
 };
 
 // The client side of the protocol, written directly against shm/.

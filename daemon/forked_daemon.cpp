@@ -1,0 +1,97 @@
+#include "daemon/forked_daemon.hpp"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "daemon/log.hpp"
+#include "daemon/server.hpp"
+
+namespace fairsched::daemon {
+namespace {
+
+bool accepts(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return false;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
+}
+
+// Waits for `pid` up to `timeout`; the exit status, or -1.
+int reap(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    if (std::chrono::steady_clock::now() >= until) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+}  // namespace
+
+std::variant<ForkedDaemon, std::string> ForkedDaemon::start(
+    const config::Config& cfg, std::chrono::milliseconds ready_timeout) {
+  const pid_t pid = fork();
+  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
+  if (pid == 0) {
+    signal(SIGPIPE, SIG_IGN);
+    setupLogging(cfg.daemon.log_level, nullptr);
+    auto server = Server::create(cfg);
+    if (auto* err = std::get_if<std::string>(&server)) {
+      std::fprintf(stderr, "fairschedd (forked): %s\n", err->c_str());
+      _exit(3);
+    }
+    _exit(std::get<std::unique_ptr<Server>>(server)->run());
+  }
+  ForkedDaemon d(pid, cfg.daemon.socket);
+  const auto until = std::chrono::steady_clock::now() + ready_timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (accepts(d.socket_)) return d;
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      d.pid_ = -1;
+      return std::string("the daemon exited before serving on ") + d.socket_;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return "the daemon did not accept on " + d.socket_ + " in time";
+}
+
+ForkedDaemon::~ForkedDaemon() {
+  if (pid_ > 0) kill();
+}
+
+int ForkedDaemon::terminate(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  const int status = reap(pid_, timeout);
+  if (status < 0) {
+    kill();
+    return -1;
+  }
+  pid_ = -1;
+  return status;
+}
+
+void ForkedDaemon::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+}  // namespace fairsched::daemon

@@ -1,0 +1,45 @@
+// A fairschedd Server in a child process, for tests and benchmarks that need
+// a real daemon: fork, serve on the config's socket, and stop it on request.
+// The parent waits (bounded) until the socket accepts.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <variant>
+
+#include "daemon/config/config.hpp"
+
+namespace fairsched::daemon {
+
+class ForkedDaemon {
+ public:
+  // Forks; the child serves `cfg` until SIGTERM and exits with run()'s
+  // status (3 when the server cannot start). Returns once the socket accepts,
+  // or the reason it did not within `ready_timeout`.
+  static std::variant<ForkedDaemon, std::string> start(
+      const config::Config& cfg,
+      std::chrono::milliseconds ready_timeout = std::chrono::seconds(10));
+
+  ForkedDaemon(ForkedDaemon&& o) noexcept : pid_(o.pid_), socket_(std::move(o.socket_)) {
+    o.pid_ = -1;
+  }
+  ForkedDaemon& operator=(ForkedDaemon&&) = delete;
+  ~ForkedDaemon();  // SIGKILL if still running
+
+  // SIGTERM, then the exit status (128 + signal when killed); -1 when it did
+  // not exit within `timeout` (it is killed then).
+  int terminate(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // SIGKILL, as a crash would.
+  void kill();
+  pid_t pid() const { return pid_; }
+  const std::string& socket() const { return socket_; }
+
+ private:
+  ForkedDaemon(pid_t pid, std::string socket) : pid_(pid), socket_(std::move(socket)) {}
+  pid_t pid_ = -1;
+  std::string socket_;
+};
+
+}  // namespace fairsched::daemon

@@ -1,0 +1,225 @@
+// libfairsched against a real fairschedd: several client processes and
+// tenants (every request completes exactly once, with its own checksum), and
+// a daemon that dies and comes back (outstanding requests end SHUTTING_DOWN
+// at once, the client reconnects and carries on).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "daemon/config/config.hpp"
+#include "daemon/forked_daemon.hpp"
+#include "fairsched/client.hpp"
+#include "kernels/workload_reference.hpp"
+
+namespace fairsched {
+namespace {
+
+using namespace std::chrono_literals;
+
+config::Config makeConfig(const std::string& socket, double per_batch_us) {
+  const std::string text =
+      "[daemon]\nsocket = \"" + socket +
+      "\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\n"
+      "[[tiers]]\nname = \"paid\"\n"
+      "[endpoints.chat]\nmax_batch_requests = 16\nmax_batch_tokens = 8192\nmax_wait_us = 100\n"
+      "max_output_tokens = 64\n"
+      "[endpoints.chat.cpu]\nper_batch_us = " +
+      std::to_string(per_batch_us) +
+      "\nper_token_us = 0.0\nthreads = 1\n"
+      "[[clients]]\nname = \"tests\"\nuids = [" +
+      std::to_string(getuid()) +
+      "]\n"
+      "tenants = [\"*\"]\nendpoints = [\"*\"]\n";
+  auto parsed = config::parseConfig(text, "test");
+  if (auto* err = std::get_if<config::ConfigError>(&parsed)) ADD_FAILURE() << err->toString();
+  return std::get<config::Config>(parsed);
+}
+
+std::vector<std::uint32_t> promptFor(std::uint64_t salt) {
+  std::vector<std::uint32_t> p(1 + salt % 40);
+  for (std::size_t i = 0; i < p.size(); ++i)
+    p[i] = static_cast<std::uint32_t>(salt * 2654435761u + i);
+  return p;
+}
+
+SubmitRequest request(Tenant tenant, std::span<const std::uint32_t> prompt, std::uint64_t tag = 0) {
+  SubmitRequest r;
+  r.tenant = tenant;
+  r.endpoint = "chat";
+  r.prompt = prompt;
+  r.max_output_tokens = 4;
+  r.tag = tag;
+  return r;
+}
+
+ClientOptions options(const std::string& socket) {
+  ClientOptions o;
+  o.socket_path = socket;
+  o.client_name = "it";
+  return o;
+}
+
+class ClientDaemon : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/fairsched-it-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string socket() const { return dir_ + "/fairsched.sock"; }
+  std::string dir_;
+};
+
+// Submits `n` requests for each of `tenants` and checks every completion;
+// returns a description of the first problem, or "".
+std::string runClient(const std::string& socket, const std::vector<std::string>& tenants, int n) {
+  auto client = Client::connect(options(socket));
+  if (!client) return "connect: " + client.error().message;
+  std::map<RequestId, std::uint64_t> expected;  // id -> checksum
+  std::vector<Completion> done;
+  std::map<RequestId, int> seen;
+  auto drain = [&] {
+    done.clear();
+    client->poll(done);
+    for (const Completion& c : done) {
+      ++seen[c.request_id];
+      if (c.status != Status::kOk) return std::string("status ") + std::string(toString(c.status));
+      if (c.checksum != expected[c.request_id]) return std::string("checksum mismatch");
+    }
+    return std::string();
+  };
+  std::uint64_t salt = static_cast<std::uint64_t>(getpid()) << 20;
+  for (const std::string& name : tenants) {
+    auto tenant = client->openTenant(name);
+    if (!tenant) return "open " + name + ": " + tenant.error().message;
+    for (int i = 0; i < n; ++i, ++salt) {
+      const auto prompt = promptFor(salt);
+      for (;;) {
+        auto id = client->submit(request(*tenant, prompt, salt));
+        if (id) {
+          expected[*id] = kernels::promptChecksum(prompt);
+          break;
+        }
+        if (id.error().code != ErrorCode::kRingFull) return "submit: " + id.error().message;
+        (void)client->wait(10ms);
+        if (auto e = drain(); !e.empty()) return e;
+      }
+    }
+  }
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (seen.size() < expected.size() && std::chrono::steady_clock::now() < until) {
+    (void)client->wait(50ms);
+    if (auto e = drain(); !e.empty()) return e;
+  }
+  if (seen.size() != expected.size()) {
+    return std::to_string(expected.size() - seen.size()) + " requests never completed";
+  }
+  for (const auto& [id, count] : seen) {
+    if (count != 1)
+      return "request " + std::to_string(id) + " completed " + std::to_string(count) + " times";
+  }
+  return "";
+}
+
+TEST_F(ClientDaemon, ManyProcessesAndTenantsEachRequestCompletesOnce) {
+  auto started = daemon::ForkedDaemon::start(makeConfig(socket(), 20.0));
+  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
+      << std::get<std::string>(started);
+  auto& d = std::get<daemon::ForkedDaemon>(started);
+  std::vector<pid_t> children;
+  for (int p = 0; p < 3; ++p) {
+    const pid_t child = fork();
+    if (child == 0) {
+      const std::string err = runClient(
+          d.socket(), {"t" + std::to_string(p) + "a", "t" + std::to_string(p) + "b"}, 400);
+      if (!err.empty()) std::fprintf(stderr, "client %d: %s\n", p, err.c_str());
+      _exit(err.empty() ? 0 : 1);
+    }
+    children.push_back(child);
+  }
+  for (pid_t c : children) {
+    int status = 0;
+    waitpid(c, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a client process failed";
+  }
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST_F(ClientDaemon, DaemonDeathEndsOutstandingRequestsAndTheClientReconnects) {
+  const config::Config slow = makeConfig(socket(), 20000.0);  // 20 ms per batch
+  auto started = daemon::ForkedDaemon::start(slow);
+  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
+      << std::get<std::string>(started);
+  auto daemon1 = std::make_optional(std::move(std::get<daemon::ForkedDaemon>(started)));
+
+  ClientOptions opts = options(socket());
+  opts.reconnect.enabled = true;
+  opts.reconnect.initial_delay = 10ms;
+  opts.reconnect.max_delay = 50ms;
+  auto client = Client::connect(opts);
+  ASSERT_TRUE(client) << client.error().message;
+  auto tenant = client->openTenant("acme");
+  ASSERT_TRUE(tenant);
+  const auto prompt = promptFor(7);
+  std::size_t submitted = 0;
+  for (int i = 0; i < 100; ++i) {
+    if (client->submit(request(*tenant, prompt))) {
+      ++submitted;
+    }
+  }
+  ASSERT_GT(submitted, 0u);
+  std::this_thread::sleep_for(5ms);
+  daemon1->kill();
+
+  // Every outstanding request ends exactly once: from the daemon before it
+  // died, or made up locally as SHUTTING_DOWN.
+  std::vector<Completion> done;
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (done.size() < submitted && std::chrono::steady_clock::now() < until) {
+    (void)client->wait(20ms);
+    client->poll(done);
+  }
+  ASSERT_EQ(done.size(), submitted);
+  std::size_t local = 0;
+  for (const Completion& c : done) {
+    EXPECT_TRUE(c.status == Status::kOk || c.status == Status::kShuttingDown);
+    local += c.local ? 1 : 0;
+  }
+  EXPECT_GT(local, 0u) << "some requests were still queued when the daemon died";
+
+  // The daemon comes back; the client reconnects and serves again.
+  auto restarted = daemon::ForkedDaemon::start(slow);
+  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(restarted));
+  Result<RequestId> id = client->submit(request(*tenant, prompt));
+  for (int attempt = 0; attempt < 200 && !id; ++attempt) {
+    id = client->submit(request(*tenant, prompt));
+    if (!id) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(id) << id.error().message;
+  done.clear();
+  const auto until2 = std::chrono::steady_clock::now() + 10s;
+  while (done.empty() && std::chrono::steady_clock::now() < until2) {
+    (void)client->wait(50ms);
+    client->poll(done);
+  }
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].request_id, *id);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(done[0].checksum, kernels::promptChecksum(prompt));
+  EXPECT_GE(client->stats().reconnects, 1u);
+  EXPECT_EQ(std::get<daemon::ForkedDaemon>(restarted).terminate(), 0);
+}
+
+}  // namespace
+}  // namespace fairsched
