@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "bench/core_scenario.hpp"
+#include "bench/roundtrip_scenario.hpp"
 #include "bench/scenario.hpp"
 #include "bench/sim_noisy_neighbor.hpp"
 
@@ -33,8 +34,8 @@ constexpr ScenarioInfo kScenarios[] = {
     {"tiers", "strict tiers and min_share floors", nullptr, nullptr},
     {"token-cost", "token vs request budgets", nullptr, nullptr},
     {"rate-limit", "limits and retries", nullptr, nullptr},
-    {"roundtrip", "submit->completion latency through shared memory vs a unix socket", nullptr,
-     nullptr},
+    {"roundtrip", "submit->completion latency through shared memory vs a unix socket",
+     fairsched::bench::runRoundtripScenario, nullptr},
     {"core", "scheduling decisions/s of the core vs a single priority queue",
      fairsched::bench::runCoreScenario, fairsched::bench::plotCoreScenario},
     {"replay", "a JSONL trace through the real core in virtual time", nullptr, nullptr},

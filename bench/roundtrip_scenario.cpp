@@ -1,0 +1,215 @@
+#include "bench/roundtrip_scenario.hpp"
+
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "daemon/config/config.hpp"
+#include "daemon/forked_daemon.hpp"
+#include "fairsched/client.hpp"
+
+namespace fairsched::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+struct Percentiles {
+  double p50_us = 0, p99_us = 0, max_us = 0;
+};
+
+Percentiles percentiles(std::vector<double> ns) {
+  Percentiles p;
+  if (ns.empty()) return p;
+  std::sort(ns.begin(), ns.end());
+  auto at = [&](double q) {
+    return ns[static_cast<std::size_t>(q * static_cast<double>(ns.size() - 1))] / 1000.0;
+  };
+  p.p50_us = at(0.50);
+  p.p99_us = at(0.99);
+  p.max_us = ns.back() / 1000.0;
+  return p;
+}
+
+nlohmann::json toJson(const Percentiles& p) {
+  return {{"p50_us", p.p50_us}, {"p99_us", p.p99_us}, {"max_us", p.max_us}};
+}
+
+void pinTo(int cpu) {
+  if (std::thread::hardware_concurrency() < 2) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof set, &set);
+}
+
+std::variant<config::Config, std::string> daemonConfig(const std::string& socket) {
+  const std::string text =
+      "[daemon]\nsocket = \"" + socket +
+      "\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\n"
+      "[[tiers]]\nname = \"bench\"\n"
+      "[endpoints.echo]\nmax_batch_requests = 32\nmax_batch_tokens = 65536\nmax_wait_us = 0\n"
+      "max_output_tokens = 16\n"
+      "[endpoints.echo.cpu]\nper_batch_us = 0.0\nper_token_us = 0.0\nthreads = 1\n"
+      "[tenants.bench]\ntier = \"bench\"\nqueue_limit = 100000\n"
+      "[[clients]]\nname = \"bench\"\nuids = [" +
+      std::to_string(getuid()) +
+      "]\n"
+      "tenants = [\"*\"]\nendpoints = [\"*\"]\n";
+  auto parsed = config::parseConfig(text, "<roundtrip>");
+  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return err->toString();
+  return std::get<config::Config>(parsed);
+}
+
+// Unix-socket echo between two processes: the baseline.
+std::vector<double> socketEcho(int iterations) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return {};
+  const pid_t child = fork();
+  if (child == 0) {
+    pinTo(1);
+    close(sv[0]);
+    char buf[64];
+    for (;;) {
+      const ssize_t n = recv(sv[1], buf, sizeof buf, 0);
+      if (n <= 0 || send(sv[1], buf, static_cast<std::size_t>(n), 0) != n) _exit(0);
+    }
+  }
+  close(sv[1]);
+  char msg[56] = {1};
+  std::vector<double> rtt;
+  rtt.reserve(static_cast<std::size_t>(iterations));
+  for (int i = 0; i < iterations; ++i) {
+    const auto t0 = Clock::now();
+    if (send(sv[0], msg, sizeof msg, 0) != static_cast<ssize_t>(sizeof msg)) break;
+    if (recv(sv[0], msg, sizeof msg, 0) <= 0) break;
+    rtt.push_back(static_cast<double>((Clock::now() - t0).count()));
+  }
+  close(sv[0]);
+  waitpid(child, nullptr, 0);
+  return rtt;
+}
+
+SubmitRequest request(Tenant t, std::span<const std::uint32_t> prompt) {
+  SubmitRequest r;
+  r.tenant = t;
+  r.endpoint = "echo";
+  r.prompt = prompt;
+  r.max_output_tokens = 1;
+  return r;
+}
+
+}  // namespace
+
+ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
+  const int iterations = options.quick ? 2'000 : 50'000;
+  const int sleeping_iterations = options.quick ? 200 : 2'000;
+  const std::uint64_t throughput_requests = options.quick ? 200'000 : 2'000'000;
+
+  char tmpl[] = "/tmp/fairsched-roundtrip-XXXXXX";
+  if (!mkdtemp(tmpl)) return ScenarioError{"mkdtemp failed"};
+  const std::string dir = tmpl;
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{dir};
+
+  auto cfg = daemonConfig(dir + "/fairsched.sock");
+  if (auto* err = std::get_if<std::string>(&cfg)) return ScenarioError{*err};
+  pinTo(1);  // the daemon inherits this CPU
+  auto started = daemon::ForkedDaemon::start(std::get<config::Config>(cfg));
+  pinTo(0);
+  if (auto* err = std::get_if<std::string>(&started)) return ScenarioError{*err};
+  daemon::ForkedDaemon& d = std::get<daemon::ForkedDaemon>(started);
+
+  ClientOptions copts;
+  copts.socket_path = d.socket();
+  copts.client_name = "roundtrip";
+  auto client = Client::connect(copts);
+  if (!client) return ScenarioError{"connect: " + client.error().toString()};
+  auto tenant = client->openTenant("bench");
+  if (!tenant) return ScenarioError{"open tenant: " + tenant.error().toString()};
+  const std::vector<std::uint32_t> prompt{1, 2, 3, 4};
+  std::vector<Completion> done;
+
+  // 1. Busy-polling round trips.
+  std::vector<double> shm_rtt;
+  shm_rtt.reserve(static_cast<std::size_t>(iterations));
+  for (int i = -iterations / 10; i < iterations; ++i) {
+    const auto t0 = Clock::now();
+    if (!client->submit(request(*tenant, prompt))) return ScenarioError{"submit failed"};
+    done.clear();
+    while (client->poll(done) == 0) {
+    }
+    if (done[0].status != Status::kOk) return ScenarioError{"a round trip did not complete OK"};
+    if (i >= 0) shm_rtt.push_back(static_cast<double>((Clock::now() - t0).count()));
+  }
+
+  // 2. Both sides asleep between requests: two eventfd wake-ups per trip.
+  std::vector<double> sleep_rtt;
+  for (int i = 0; i < sleeping_iterations; ++i) {
+    std::this_thread::sleep_for(1ms);  // long enough for the daemon to go to sleep
+    const auto t0 = Clock::now();
+    if (!client->submit(request(*tenant, prompt))) return ScenarioError{"submit failed"};
+    done.clear();
+    while (done.empty()) {
+      (void)client->wait(1s);
+      client->poll(done);
+    }
+    sleep_rtt.push_back(static_cast<double>((Clock::now() - t0).count()));
+  }
+
+  // 3. One client thread submitting as fast as the ring takes it.
+  std::uint64_t sent = 0, received = 0;
+  const auto t0 = Clock::now();
+  while (received < throughput_requests) {
+    while (sent < throughput_requests && client->submit(request(*tenant, prompt))) ++sent;
+    done.clear();
+    received += client->poll(done);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double per_s = static_cast<double>(throughput_requests) / seconds;
+
+  const std::vector<double> uds_rtt = socketEcho(iterations);
+  const int daemon_status = d.terminate();
+
+  const Percentiles shm = percentiles(shm_rtt), sleeping = percentiles(sleep_rtt),
+                    uds = percentiles(uds_rtt);
+  ScenarioReport report;
+  report.json = {{"scenario", "roundtrip"},
+                 {"shm", toJson(shm)},
+                 {"uds", toJson(uds)},
+                 {"shm_sleeping", toJson(sleeping)},
+                 {"ingest", {{"submissions_per_s", per_s}, {"requests", throughput_requests}}},
+                 {"speedup_p50", shm.p50_us > 0 ? uds.p50_us / shm.p50_us : 0.0},
+                 {"daemon_exit_status", daemon_status}};
+  char buf[1024];
+  std::snprintf(
+      buf, sizeof buf,
+      "roundtrip: submit -> completion through fairschedd (zero-time executor), %d trips\n\n"
+      "%-34s %10s %10s %10s\n"
+      "%-34s %10.2f %10.2f %10.2f\n"
+      "%-34s %10.2f %10.2f %10.2f\n"
+      "%-34s %10.2f %10.2f %10.2f\n\n"
+      "shared memory vs socket at p50: %.1fx faster (target >= 30x)\n"
+      "busy-polling p50 %.2f us (target <= 1), p99 %.2f us (target <= 5)\n"
+      "one client thread: %.2f M submissions/s through the daemon (target >= 5 M)\n",
+      iterations, "path", "p50 us", "p99 us", "max us", "shared memory, busy-polling", shm.p50_us,
+      shm.p99_us, shm.max_us, "shared memory, both sides asleep", sleeping.p50_us, sleeping.p99_us,
+      sleeping.max_us, "unix socket echo (baseline)", uds.p50_us, uds.p99_us, uds.max_us,
+      shm.p50_us > 0 ? uds.p50_us / shm.p50_us : 0.0, shm.p50_us, shm.p99_us, per_s / 1e6);
+  report.table = buf;
+  if (daemon_status != 0) return ScenarioError{"the daemon did not stop cleanly"};
+  return report;
+}
+
+}  // namespace fairsched::bench
