@@ -332,7 +332,9 @@ ScenarioResult runCoreScenario(const ScenarioOptions& options) {
         }
       }
       const double f = best(rates[0]), q = best(rates[1]);
-      sweep.push_back({{"tenants", 10'000}, {"queued", queued}, {"fair_decisions_per_s", f},
+      sweep.push_back({{"tenants", 10'000},
+                       {"queued", queued},
+                       {"fair_decisions_per_s", f},
                        {"fifo_decisions_per_s", q}});
       std::snprintf(line, sizeof line, "%8zu  %14.2f M  %14.2f M  %9.2f\n", queued, f / 1e6,
                     q / 1e6, f / q);

@@ -13,6 +13,8 @@
 #include <string_view>
 
 #include "bench/core_scenario.hpp"
+#include "bench/noisy_neighbor_report.hpp"
+#include "bench/noisy_neighbor_scenario.hpp"
 #include "bench/roundtrip_scenario.hpp"
 #include "bench/scenario.hpp"
 #include "bench/sim_noisy_neighbor.hpp"
@@ -29,7 +31,8 @@ constexpr int kExitUsage = 2;
 // run function and are refused with the list of the ones that are. A new
 // scenario fills in its entry (or adds one) with its run and plot functions.
 constexpr ScenarioInfo kScenarios[] = {
-    {"noisy-neighbor", "a burst tenant against a light one, fifo vs fair", nullptr, nullptr},
+    {"noisy-neighbor", "a burst tenant against a light one, fifo vs fair (daemon + clients)",
+     fairsched::bench::runNoisyNeighbor, fairsched::bench::plotNoisyNeighbor},
     {"weighted", "shares follow weights", nullptr, nullptr},
     {"tiers", "strict tiers and min_share floors", nullptr, nullptr},
     {"token-cost", "token vs request budgets", nullptr, nullptr},

@@ -1,5 +1,7 @@
 #include "bench/sim_noisy_neighbor.hpp"
 
+#include "bench/noisy_neighbor_report.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -78,144 +80,50 @@ std::vector<SimArrival> makeArrivals(const Setup& s, std::uint64_t seed, bool wi
   return arrivals;
 }
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(rank);
-  const std::size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
-}
-
-nlohmann::json tenantReport(const std::vector<SimArrival>& arrivals,
-                            const std::vector<SimOutcome>& outcomes, const std::string& tenant,
-                            nlohmann::json& series) {
-  std::uint64_t submitted = 0, completed = 0, rejected = 0, ended = 0, tokens = 0;
-  std::vector<double> latencies;
-  for (std::size_t i = 0; i < arrivals.size(); ++i) {
-    if (arrivals[i].tenant != tenant) continue;
-    ++submitted;
-    const SimOutcome& o = outcomes[i];
-    if (o.completion < o.arrival) continue;  // never ended: lost
-    ++ended;
-    if (o.status == Status::kOk) {
-      ++completed;
-      tokens += arrivals[i].input_tokens + arrivals[i].output_tokens;
-      const double ms = static_cast<double>(o.completion - o.arrival) / kNsPerMs;
-      latencies.push_back(ms);
-      series.push_back({static_cast<double>(o.completion) / kNsPerMs, ms});
-    } else {
-      ++rejected;
-    }
-  }
-  return {{"submitted", submitted},
-          {"completed", completed},
-          {"rejected", rejected},
-          {"lost", submitted - ended},
-          {"p50_ms", percentile(latencies, 50)},
-          {"p99_ms", percentile(latencies, 99)},
-          {"max_ms", latencies.empty() ? 0.0 : *std::max_element(latencies.begin(), latencies.end())},
-          {"tokens_served", tokens},
-          {"tier", "paid"},
-          {"weight", 1.0}};
-}
-
 }  // namespace
 
 ScenarioResult runSimNoisyNeighbor(const ScenarioOptions& options) {
   auto loaded = loadSetup(options);
   if (auto* err = std::get_if<std::string>(&loaded)) return ScenarioError{*err};
   Setup& setup = std::get<Setup>(loaded);
-  const std::string tier_name = setup.spec.tiers[setup.spec.tenants.front().tier].name;
+  const core::TenantSpec* a_spec = nullptr;
+  for (const auto& t : setup.spec.tenants) {
+    if (t.name == "A") a_spec = &t;
+  }
+  const std::string tier = setup.spec.tiers[a_spec->tier].name;
+  const double weight = a_spec->weight;
 
-  nlohmann::json report{{"scenario", "noisy-neighbor"}, {"mode", "virtual-time"}, {"runs", nlohmann::json::array()}};
-  nlohmann::json plot_series = nlohmann::json::object();
-  struct Run {
+  std::vector<NoisyRun> runs;
+  struct Plan {
     Policy policy;
     const char* label;
     bool burst;
   };
-  for (const Run run : {Run{Policy::kFair, "burst", true}, Run{Policy::kFifo, "burst", true},
-                        Run{Policy::kFair, "alone", false}}) {
-    setup.spec.policy = run.policy;
-    const auto arrivals = makeArrivals(setup, options.seed, run.burst);
+  for (const Plan plan : {Plan{Policy::kFair, "burst", true}, Plan{Policy::kFifo, "burst", true},
+                          Plan{Policy::kFair, "alone", false}}) {
+    setup.spec.policy = plan.policy;
+    const auto arrivals = makeArrivals(setup, options.seed, plan.burst);
     const auto outcomes = simulate(setup.spec, setup.executors, arrivals);
-    const std::string policy = run.policy == Policy::kFair ? "fair" : "fifo";
-    nlohmann::json tenants = nlohmann::json::object();
-    for (const char* t : {"A", "B"}) {
-      if (!run.burst && std::string(t) == "A") continue;
-      nlohmann::json& series = plot_series[policy + "/" + run.label + "/" + t];
-      series = nlohmann::json::array();
-      tenants[t] = tenantReport(arrivals, outcomes, t, series);
-      tenants[t]["tier"] = tier_name;
+    NoisyRun run{plan.policy, plan.label, {}};
+    for (std::size_t i = 0; i < arrivals.size(); ++i) {
+      const SimOutcome& o = outcomes[i];
+      RequestRecord r;
+      r.arrival = o.arrival;
+      r.completion = o.completion >= o.arrival ? o.completion : -1;
+      r.status = o.status;
+      r.tokens = arrivals[i].input_tokens + arrivals[i].output_tokens;
+      run.tenants[arrivals[i].tenant].push_back(r);
     }
-    report["runs"].push_back({{"policy", policy}, {"label", run.label}, {"tenants", tenants}});
+    runs.push_back(std::move(run));
   }
-  report["series"] = plot_series;
-
-  const auto& runs = report["runs"];
-  const double b_fair = runs[0]["tenants"]["B"]["p99_ms"].get<double>();
-  const double b_fifo = runs[1]["tenants"]["B"]["p99_ms"].get<double>();
-  const double b_alone = runs[2]["tenants"]["B"]["p99_ms"].get<double>();
-  std::ostringstream t;
-  char line[256];
-  t << "noisy-neighbor (virtual time, real scheduling core, executor modelled from the config)\n";
-  t << "A: burst of 10,000 requests; B: 5 requests spaced out during the burst; same tier, weight 1\n\n";
-  std::snprintf(line, sizeof line, "%-6s %-6s %-6s %9s %9s %9s %9s %10s %10s %10s\n", "policy",
-                "run", "tenant", "submitted", "completed", "rejected", "lost", "p50_ms", "p99_ms",
-                "max_ms");
-  t << line;
-  for (const auto& r : runs) {
-    for (const auto& [name, v] : r["tenants"].items()) {
-      std::snprintf(line, sizeof line, "%-6s %-6s %-6s %9llu %9llu %9llu %9llu %10.2f %10.2f %10.2f\n",
-                    r["policy"].get<std::string>().c_str(), r["label"].get<std::string>().c_str(),
-                    name.c_str(), v["submitted"].get<unsigned long long>(),
-                    v["completed"].get<unsigned long long>(), v["rejected"].get<unsigned long long>(),
-                    v["lost"].get<unsigned long long>(), v["p50_ms"].get<double>(),
-                    v["p99_ms"].get<double>(), v["max_ms"].get<double>());
-      t << line;
-    }
-  }
-  std::snprintf(line, sizeof line,
-                "\nB p99: fair %.2f ms, alone %.2f ms (fair/alone %.2fx, target <= 2x); "
-                "fifo %.2f ms (fifo/fair %.0fx, target >= 50x)\n",
-                b_fair, b_alone, b_alone > 0 ? b_fair / b_alone : 0.0, b_fifo,
-                b_fair > 0 ? b_fifo / b_fair : 0.0);
-  t << line;
-  return ScenarioReport{report, t.str()};
-}
-
-std::optional<std::string> plotNoisyNeighbor(const nlohmann::json& report, const std::string& path) {
-  static constexpr std::string_view kScript = R"PY(
-import json, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-report = json.load(open(sys.argv[1]))
-series = report["series"]
-fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-for ax, policy in zip(axes, ["fifo", "fair"]):
-    for tenant, color, size in [("A", "#bbbbbb", 2), ("B", "#d62728", 40)]:
-        pts = series.get(policy + "/burst/" + tenant, [])
-        if pts:
-            xs, ys = zip(*pts)
-            ax.scatter(xs, ys, s=size, color=color, label="tenant " + tenant, zorder=3 if tenant == "B" else 2)
-    alone = series.get("fair/alone/B", [])
-    if alone:
-        xs, ys = zip(*alone)
-        ax.scatter(xs, ys, s=40, marker="x", color="#1f77b4", label="B alone", zorder=4)
-    ax.set_title("policy: " + policy)
-    ax.set_xlabel("completion time (ms)")
-    ax.set_yscale("log")
-    ax.grid(True, which="both", alpha=0.3)
-axes[0].set_ylabel("latency, arrival to completion (ms)")
-axes[1].legend(loc="center right")
-fig.suptitle("noisy neighbor: A bursts 10,000 requests, B sends 5")
-fig.tight_layout()
-fig.savefig(sys.argv[2], dpi=110)
-)PY";
-  return plotWithPython(kScript, report, path);
+  ScenarioReport report;
+  report.json = noisyNeighborJson(runs, "virtual-time", tier, weight);
+  report.table = noisyNeighborTable(
+      report.json,
+      "noisy-neighbor (virtual time, real scheduling core, executor modelled from the config)\n"
+      "A: burst of 10,000 requests; B: 5 requests spaced out during the burst; same tier and "
+      "weight");
+  return report;
 }
 
 }  // namespace fairsched::bench

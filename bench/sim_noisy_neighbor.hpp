@@ -12,6 +12,5 @@
 namespace fairsched::bench {
 
 ScenarioResult runSimNoisyNeighbor(const ScenarioOptions& options);
-std::optional<std::string> plotNoisyNeighbor(const nlohmann::json& report, const std::string& path);
 
 }  // namespace fairsched::bench

@@ -72,8 +72,8 @@ std::vector<SimOutcome> simulate(const core::SchedulerSpec& spec,
       r.max_output_tokens = a.max_output_tokens != 0 ? a.max_output_tokens : a.output_tokens;
       r.priority = a.priority;
       r.deadline = a.deadline;
-      const core::Admission adm = t == kNoTenant ? core::Admission{Status::kInvalid, 0, 0}
-                                                 : sched.submit(r, now);
+      const core::Admission adm =
+          t == kNoTenant ? core::Admission{Status::kInvalid, 0, 0} : sched.submit(r, now);
       if (t != kNoTenant) sched.tenants().release(t);
       if (adm.status != Status::kOk) {
         o.status = adm.status;
@@ -96,9 +96,10 @@ std::vector<SimOutcome> simulate(const core::SchedulerSpec& spec,
           work += d.input_tokens + arrivals[d.id - 1].output_tokens;
         }
         const double us = m.per_batch_us + m.per_token_us * work;
-        const TimeNs service = std::max<TimeNs>(1, static_cast<TimeNs>(std::llround(us * kNsPerUs)));
-        running.push({now + service, service, static_cast<EndpointId>(e), batch.tokens,
-                      batch.requests});
+        const TimeNs service =
+            std::max<TimeNs>(1, static_cast<TimeNs>(std::llround(us * kNsPerUs)));
+        running.push(
+            {now + service, service, static_cast<EndpointId>(e), batch.tokens, batch.requests});
         --free_slots[e];
       }
       for (const auto& d : done) finish(d, now);

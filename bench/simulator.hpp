@@ -32,7 +32,7 @@ struct SimArrival {
   std::uint32_t output_tokens = 0;      // what the request will actually produce
   std::uint32_t max_output_tokens = 0;  // what it asks for (0: = output_tokens)
   std::int32_t priority = 0;
-  TimeNs deadline = kNever;             // absolute
+  TimeNs deadline = kNever;  // absolute
   std::optional<TierId> tier_hint;
 };
 

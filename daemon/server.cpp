@@ -22,6 +22,7 @@ namespace {
 
 constexpr std::size_t kRingBudget = 64;  // slots drained from one ring per pass
 constexpr std::size_t kIdleCollectBudget = 64;
+constexpr std::uint32_t kCompletionCapacity = 16384;  // 1 MiB of completion ring per client
 
 std::string errnoText(const char* what) {
   return std::string(what) + ": " + std::strerror(errno);
@@ -326,7 +327,10 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
                   "shared-memory layout " + std::to_string(m.layout_version) + ", daemon has " +
                       std::to_string(shm::kLayoutVersion));
   }
-  auto seg = shm::Segment::create(shm::Geometry{});
+  shm::Geometry geometry;
+  // Room for a burst: a client may have this many requests outstanding.
+  geometry.completion_capacity = kCompletionCapacity;
+  auto seg = shm::Segment::create(geometry);
   auto bell_in = shm::EventFd::create();
   auto bell_out = shm::EventFd::create();
   for (const shm::Error* err : {std::get_if<shm::Error>(&seg), std::get_if<shm::Error>(&bell_in),

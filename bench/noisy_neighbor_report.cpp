@@ -1,0 +1,137 @@
+#include "bench/noisy_neighbor_report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace fairsched::bench {
+namespace {
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(rank);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
+}
+
+nlohmann::json tenantJson(const std::vector<RequestRecord>& records, nlohmann::json& series) {
+  std::uint64_t completed = 0, rejected = 0, ended = 0, tokens = 0;
+  std::vector<double> latencies;
+  for (const RequestRecord& r : records) {
+    if (r.completion < 0) continue;  // no completion ever came: lost
+    ++ended;
+    if (r.status == Status::kOk) {
+      ++completed;
+      tokens += r.tokens;
+      const double ms = static_cast<double>(r.completion - r.arrival) / kNsPerMs;
+      latencies.push_back(ms);
+      series.push_back({static_cast<double>(r.completion) / kNsPerMs, ms});
+    } else {
+      ++rejected;
+    }
+  }
+  const std::uint64_t submitted = records.size();
+  return {
+      {"submitted", submitted},
+      {"completed", completed},
+      {"rejected", rejected},
+      {"lost", submitted - ended},
+      {"p50_ms", percentile(latencies, 50)},
+      {"p99_ms", percentile(latencies, 99)},
+      {"max_ms", latencies.empty() ? 0.0 : *std::max_element(latencies.begin(), latencies.end())},
+      {"tokens_served", tokens}};
+}
+
+}  // namespace
+
+nlohmann::json noisyNeighborJson(const std::vector<NoisyRun>& runs, const std::string& mode,
+                                 const std::string& tier, double weight) {
+  nlohmann::json report{
+      {"scenario", "noisy-neighbor"}, {"mode", mode}, {"runs", nlohmann::json::array()}};
+  nlohmann::json series = nlohmann::json::object();
+  for (const NoisyRun& run : runs) {
+    const std::string policy = run.policy == Policy::kFair ? "fair" : "fifo";
+    nlohmann::json tenants = nlohmann::json::object();
+    for (const auto& [name, records] : run.tenants) {
+      nlohmann::json& points = series[policy + "/" + run.label + "/" + name];
+      points = nlohmann::json::array();
+      tenants[name] = tenantJson(records, points);
+      tenants[name]["tier"] = tier;
+      tenants[name]["weight"] = weight;
+    }
+    report["runs"].push_back({{"policy", policy}, {"label", run.label}, {"tenants", tenants}});
+  }
+  report["series"] = series;
+  return report;
+}
+
+std::string noisyNeighborTable(const nlohmann::json& report, const std::string& title) {
+  const auto& runs = report["runs"];
+  const double b_fair = runs[0]["tenants"]["B"]["p99_ms"].get<double>();
+  const double b_fifo = runs[1]["tenants"]["B"]["p99_ms"].get<double>();
+  const double b_alone = runs[2]["tenants"]["B"]["p99_ms"].get<double>();
+  std::ostringstream t;
+  char line[256];
+  t << title << "\n\n";
+  std::snprintf(line, sizeof line, "%-6s %-6s %-6s %9s %9s %9s %9s %10s %10s %10s\n", "policy",
+                "run", "tenant", "submitted", "completed", "rejected", "lost", "p50_ms", "p99_ms",
+                "max_ms");
+  t << line;
+  for (const auto& r : runs) {
+    for (const auto& [name, v] : r["tenants"].items()) {
+      std::snprintf(
+          line, sizeof line, "%-6s %-6s %-6s %9llu %9llu %9llu %9llu %10.2f %10.2f %10.2f\n",
+          r["policy"].get<std::string>().c_str(), r["label"].get<std::string>().c_str(),
+          name.c_str(), v["submitted"].get<unsigned long long>(),
+          v["completed"].get<unsigned long long>(), v["rejected"].get<unsigned long long>(),
+          v["lost"].get<unsigned long long>(), v["p50_ms"].get<double>(), v["p99_ms"].get<double>(),
+          v["max_ms"].get<double>());
+      t << line;
+    }
+  }
+  std::snprintf(line, sizeof line,
+                "\nB p99: fair %.2f ms, alone %.2f ms (fair/alone %.2fx, target <= 2x); "
+                "fifo %.2f ms (fifo/fair %.0fx, target >= 50x)\n",
+                b_fair, b_alone, b_alone > 0 ? b_fair / b_alone : 0.0, b_fifo,
+                b_fair > 0 ? b_fifo / b_fair : 0.0);
+  t << line;
+  return t.str();
+}
+
+std::optional<std::string> plotNoisyNeighbor(const nlohmann::json& report,
+                                             const std::string& path) {
+  static constexpr std::string_view kScript = R"PY(
+import json, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+report = json.load(open(sys.argv[1]))
+series = report["series"]
+fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+for ax, policy in zip(axes, ["fifo", "fair"]):
+    for tenant, color, size in [("A", "#bbbbbb", 2), ("B", "#d62728", 40)]:
+        pts = series.get(policy + "/burst/" + tenant, [])
+        if pts:
+            xs, ys = zip(*pts)
+            ax.scatter(xs, ys, s=size, color=color, label="tenant " + tenant, zorder=3 if tenant == "B" else 2)
+    alone = series.get("fair/alone/B", [])
+    if alone:
+        xs, ys = zip(*alone)
+        ax.scatter(xs, ys, s=40, marker="x", color="#1f77b4", label="B alone", zorder=4)
+    ax.set_title("policy: " + policy)
+    ax.set_xlabel("completion time (ms)")
+    ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+axes[0].set_ylabel("latency, arrival to completion (ms)")
+axes[1].legend(loc="center right")
+fig.suptitle("noisy neighbor: A bursts 10,000 requests, B sends 5")
+fig.tight_layout()
+fig.savefig(sys.argv[2], dpi=110)
+)PY";
+  return plotWithPython(kScript, report, path);
+}
+
+}  // namespace fairsched::bench

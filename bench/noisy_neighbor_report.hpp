@@ -1,0 +1,42 @@
+// What both noisy-neighbor scenarios report (the multi-process one and the
+// virtual-time one): per run and tenant, submitted / completed / rejected /
+// lost, latency percentiles of completed requests and tokens served, in the
+// JSON shape of design.md §6; the table people read; the plot.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/scenario.hpp"
+#include "daemon/core/types.hpp"
+
+namespace fairsched::bench {
+
+// One request as its client saw it.
+struct RequestRecord {
+  TimeNs arrival = 0;      // submitted, relative to the run's start
+  TimeNs completion = -1;  // its completion arrived; -1 = never (lost)
+  Status status = Status::kOk;
+  std::uint64_t tokens = 0;  // input + output tokens, counted when OK
+};
+
+struct NoisyRun {
+  Policy policy = Policy::kFair;
+  std::string label;  // "burst" or "alone"
+  std::map<std::string, std::vector<RequestRecord>> tenants;
+};
+
+// {"scenario":"noisy-neighbor","mode":mode,"runs":[...],"series":{...}}: runs
+// as in design.md §6 (tier and weight per tenant), series the plot's points
+// ("policy/label/tenant" -> [[completion_ms, latency_ms], ...]).
+nlohmann::json noisyNeighborJson(const std::vector<NoisyRun>& runs, const std::string& mode,
+                                 const std::string& tier, double weight);
+
+// The table: one row per run and tenant, then B's p99 against the targets.
+std::string noisyNeighborTable(const nlohmann::json& report, const std::string& title);
+
+std::optional<std::string> plotNoisyNeighbor(const nlohmann::json& report, const std::string& path);
+
+}  // namespace fairsched::bench
