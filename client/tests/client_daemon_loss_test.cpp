@@ -209,20 +209,33 @@ TEST(ClientDaemonLoss, KilledDaemonProcessIsNoticed) {
     fake.serve();
     ::_exit(0);
   }
-  struct stat st {};
-  const auto deadline = Clock::now() + 10s;
-  while (::stat(path.c_str(), &st) != 0 && Clock::now() < deadline) {
-    std::this_thread::sleep_for(1ms);
-  }
+  // The socket file appears at bind(), before listen(): wait until a
+  // connection is accepted, and never leave the child behind.
+  struct KillChild {
+    pid_t pid;
+    ~KillChild() {
+      if (pid > 0) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } guard{child};
   ClientOptions o;
   o.socket_path = path;
-  Client client = mustConnect(o);
+  auto connected = Client::connect(o);
+  for (const auto deadline = Clock::now() + 10s; !connected && Clock::now() < deadline;) {
+    std::this_thread::sleep_for(1ms);
+    connected = Client::connect(o);
+  }
+  ASSERT_TRUE(connected) << connected.error().toString();
+  Client client = std::move(*connected);
   const Tenant t = mustOpen(client, "acme");
   for (std::uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(client.submit(request(t, i)));
   std::this_thread::sleep_for(20ms);  // let the child take them off the ring
   ASSERT_EQ(::kill(child, SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
+  guard.pid = -1;
 
   const auto before = Clock::now();
   Result<void> w = client.wait(30s);
