@@ -122,7 +122,7 @@ BatchDone CpuExecutor::run(const ExecBatch& batch) const {
       return done;
     }
     const std::span<const std::uint32_t> prompt(batch.tokens.data() + offset, r.input_tokens);
-    done.results.push_back({r.key, r.max_output_tokens, kernels::promptChecksum(prompt)});
+    done.results.push_back({r.key, r.max_output_tokens, kernels::workloadChecksum(prompt)});
     offset += r.input_tokens;
     tokens += static_cast<std::uint64_t>(r.input_tokens) + r.max_output_tokens;
   }

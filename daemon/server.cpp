@@ -16,6 +16,9 @@
 
 #include "daemon/config/scheduler_setup.hpp"
 #include "daemon/cpu_executor.hpp"
+#if FAIRSCHED_HAVE_CUDA
+#include "daemon/cuda_executor.hpp"
+#endif
 
 namespace fairsched::daemon {
 namespace {
@@ -55,10 +58,31 @@ std::variant<std::unique_ptr<Server>, std::string> Server::create(const config::
   s->loop_ = std::move(std::get<std::unique_ptr<EventLoop>>(loop));
 
   for (const config::EndpointConfig& ec : cfg.endpoints) {
-    if (ec.executor == config::ExecutorKind::kCuda &&
-        ec.cuda.fallback != config::ExecutorKind::kCpu) {
-      return "endpoints." + ec.name +
-             ": executor \"cuda\" is not available in this build and no fallback = \"cpu\" is set";
+    if (ec.executor == config::ExecutorKind::kCuda) {
+#if FAIRSCHED_HAVE_CUDA
+      auto ex = CudaExecutor::create(
+          {ec.cuda.device, ec.cuda.streams, ec.cuda.staging_bytes, ec.max_batch_requests, {}});
+      if (auto* ok = std::get_if<std::unique_ptr<CudaExecutor>>(&ex)) {
+        if ((*ok)->maxBatchTokens() < ec.max_batch_tokens) {
+          return "endpoints." + ec.name + ": cuda.staging_bytes = " +
+                 std::to_string(ec.cuda.staging_bytes) + " holds " +
+                 std::to_string((*ok)->maxBatchTokens()) +
+                 " tokens per batch, fewer than max_batch_tokens = " +
+                 std::to_string(ec.max_batch_tokens);
+        }
+        spdlog::info("endpoints.{}: cuda executor on device {} ({} streams)", ec.name,
+                     ec.cuda.device, ec.cuda.streams);
+        s->executors_.push_back(std::move(*ok));
+        continue;
+      }
+      const std::string why = std::get<std::string>(ex);
+#else
+      const std::string why = "executor \"cuda\" is not available in this build";
+#endif
+      if (ec.cuda.fallback != config::ExecutorKind::kCpu) {
+        return "endpoints." + ec.name + ": " + why + " and no fallback = \"cpu\" is set";
+      }
+      spdlog::warn("endpoints.{}: {}; falling back to the cpu executor", ec.name, why);
     }
     auto ex = CpuExecutor::create({ec.cpu.per_batch_us, ec.cpu.per_token_us, ec.cpu.threads});
     if (auto* err = std::get_if<std::string>(&ex)) return "endpoints." + ec.name + ": " + *err;

@@ -2,16 +2,30 @@
 
 namespace fairsched::kernels {
 
-std::uint64_t promptChecksum(std::span<const std::uint32_t> tokens) {
-  std::uint64_t h = 0x9e3779b97f4a7c15ull ^ tokens.size();
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    std::uint64_t x = (static_cast<std::uint64_t>(tokens[i]) << 32) | static_cast<std::uint32_t>(i);
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    h = (h ^ x) * 0xc4ceb9fe1a85ec53ull;
+WorkloadResult runWorkload(std::span<const std::uint32_t> prompt, const WorkloadShape& shape) {
+  WorkloadResult r;
+  r.output.assign(shape.dim, 0);
+  r.checksum = checksumSeed(prompt.size());
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    const std::uint32_t v = prompt[i] % shape.vocab;
+    for (std::uint32_t d = 0; d < shape.dim; ++d) {
+      const std::uint32_t x = tableValue(v, d);
+      r.output[d] += x;
+      r.checksum += checksumTerm(x, static_cast<std::uint64_t>(i) * shape.dim + d);
+    }
   }
-  return h ^ (h >> 29);
+  return r;
+}
+
+std::uint64_t workloadChecksum(std::span<const std::uint32_t> prompt, const WorkloadShape& shape) {
+  std::uint64_t h = checksumSeed(prompt.size());
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    const std::uint32_t v = prompt[i] % shape.vocab;
+    for (std::uint32_t d = 0; d < shape.dim; ++d) {
+      h += checksumTerm(tableValue(v, d), static_cast<std::uint64_t>(i) * shape.dim + d);
+    }
+  }
+  return h;
 }
 
 }  // namespace fairsched::kernels

@@ -60,7 +60,7 @@ TEST(CpuExecutor, EachResultCarriesTheChecksumOfItsOwnPrompt) {
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(done[0].results[i].key, 100 + i);
     EXPECT_EQ(done[0].results[i].output_tokens, 5u);
-    EXPECT_EQ(done[0].results[i].checksum, kernels::promptChecksum(prompts[i]));
+    EXPECT_EQ(done[0].results[i].checksum, kernels::workloadChecksum(prompts[i]));
   }
   EXPECT_NE(done[0].results[0].checksum, done[0].results[1].checksum) << "order matters";
 }
@@ -106,7 +106,7 @@ TEST(CpuExecutor, ZeroModelledTimeRunsInlineWithOneSlot) {
   std::vector<BatchDone> out;
   ex->drain(out);
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].results[0].checksum, kernels::promptChecksum(std::vector<std::uint32_t>{4, 5}));
+  EXPECT_EQ(out[0].results[0].checksum, kernels::workloadChecksum(std::vector<std::uint32_t>{4, 5}));
   EXPECT_EQ(ex->freeSlots(), 1u);
 }
 
@@ -116,10 +116,10 @@ TEST(WorkloadReference, ChecksumDependsOnEveryTokenAndItsPosition) {
   b[2] = 5;
   std::vector<std::uint32_t> c{1, 2, 4, 3};
   const std::vector<std::uint32_t> empty;
-  EXPECT_EQ(kernels::promptChecksum(a), kernels::promptChecksum(a));
-  EXPECT_NE(kernels::promptChecksum(a), kernels::promptChecksum(b));
-  EXPECT_NE(kernels::promptChecksum(a), kernels::promptChecksum(c));
-  EXPECT_NE(kernels::promptChecksum(empty), kernels::promptChecksum(std::vector<std::uint32_t>{0}));
+  EXPECT_EQ(kernels::workloadChecksum(a), kernels::workloadChecksum(a));
+  EXPECT_NE(kernels::workloadChecksum(a), kernels::workloadChecksum(b));
+  EXPECT_NE(kernels::workloadChecksum(a), kernels::workloadChecksum(c));
+  EXPECT_NE(kernels::workloadChecksum(empty), kernels::workloadChecksum(std::vector<std::uint32_t>{0}));
 }
 
 }  // namespace

@@ -224,7 +224,7 @@ TEST_F(DaemonServer, EveryRequestCompletesOnceWithItsOwnChecksum) {
     for (int i = 0; i < 50; ++i, ++id) {
       const auto prompt = promptFor(id);
       ASSERT_TRUE(c.submit(id % 2 ? ring_a : ring_b, id, prompt));
-      expected[id] = kernels::promptChecksum(prompt);
+      expected[id] = kernels::workloadChecksum(prompt);
     }
     std::this_thread::sleep_for(1ms);
   }
@@ -348,7 +348,7 @@ TEST_F(DaemonServer, HostileClientScribblingOverItsSegmentHurtsOnlyItself) {
   std::map<std::uint64_t, std::uint64_t> expected;
   for (std::uint64_t id = 1; id <= 300; ++id) {
     while (!c.submit(ring, id, promptFor(id))) std::this_thread::sleep_for(100us);
-    expected[id] = kernels::promptChecksum(promptFor(id));
+    expected[id] = kernels::workloadChecksum(promptFor(id));
     if (id % 50 == 0) std::this_thread::sleep_for(20ms);
   }
   const auto got = c.collect(expected.size());
