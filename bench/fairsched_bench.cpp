@@ -1,5 +1,7 @@
 // fairsched-bench SCENARIO [--json FILE] [--plot FILE.png] [--config FILE]
 //                          [--socket PATH] [--seed N] [--rounds N] [--quick]
+//                          [--trace FILE.jsonl] [--policy fair|fifo] [--events FILE]
+//                          [--cost EXPR]
 // Parses arguments, looks the scenario up in the registry, runs it, prints its
 // table and writes its JSON and plot. Exit status: 0 ok, 1 the scenario or an
 // output failed, 2 usage (unknown scenario included).
@@ -15,6 +17,8 @@
 #include "bench/core_scenario.hpp"
 #include "bench/noisy_neighbor_report.hpp"
 #include "bench/noisy_neighbor_scenario.hpp"
+#include "bench/property_scenarios.hpp"
+#include "bench/replay_scenario.hpp"
 #include "bench/roundtrip_scenario.hpp"
 #include "bench/scenario.hpp"
 #include "bench/sim_noisy_neighbor.hpp"
@@ -33,15 +37,19 @@ constexpr int kExitUsage = 2;
 constexpr ScenarioInfo kScenarios[] = {
     {"noisy-neighbor", "a burst tenant against a light one, fifo vs fair (daemon + clients)",
      fairsched::bench::runNoisyNeighbor, fairsched::bench::plotNoisyNeighbor},
-    {"weighted", "shares follow weights", nullptr, nullptr},
-    {"tiers", "strict tiers and min_share floors", nullptr, nullptr},
-    {"token-cost", "token vs request budgets", nullptr, nullptr},
+    {"weighted", "shares follow weights 1:2:4 (daemon + clients)", fairsched::bench::runWeighted,
+     nullptr},
+    {"tiers", "strict tiers and min_share floors (daemon + clients)", fairsched::bench::runTiers,
+     nullptr},
+    {"token-cost", "token vs request budgets (daemon + clients)", fairsched::bench::runTokenCost,
+     nullptr},
     {"rate-limit", "limits and retries", nullptr, nullptr},
     {"roundtrip", "submit->completion latency through shared memory vs a unix socket",
      fairsched::bench::runRoundtripScenario, nullptr},
     {"core", "scheduling decisions/s of the core vs a single priority queue",
      fairsched::bench::runCoreScenario, fairsched::bench::plotCoreScenario},
-    {"replay", "a JSONL trace through the real core in virtual time", nullptr, nullptr},
+    {"replay", "a JSONL trace through the real core in virtual time",
+     fairsched::bench::runReplay, fairsched::bench::plotReplay},
     {"sim-noisy-neighbor", "noisy-neighbor on the real core in virtual time (modelled executor)",
      fairsched::bench::runSimNoisyNeighbor, fairsched::bench::plotNoisyNeighbor},
     {"fleet", "limiter admissions/s: host, fleet (Redis) and naive", nullptr, nullptr},
@@ -101,6 +109,12 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", options.rounds, "repetitions (0: the scenario's default)")
       ->check(CLI::Range(0, 1000));
   app.add_flag("--quick", options.quick, "smaller sizes, for smoke tests");
+  app.add_option("--trace", options.trace_path, "replay: the JSONL trace to replay");
+  app.add_option("--policy", options.policy, "replay: scheduling policy (default: the config's)")
+      ->check(CLI::IsMember({"fair", "fifo"}));
+  app.add_option("--events", options.events_path, "replay: write one JSON line per request");
+  app.add_option("--cost", options.cost,
+                 "replay: cost of a request for the service difference, e.g. input+2*output");
   app.footer("scenarios:\n" + availableList());
   try {
     app.parse(argc, argv);

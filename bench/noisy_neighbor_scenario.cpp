@@ -1,38 +1,22 @@
 #include "bench/noisy_neighbor_scenario.hpp"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <random>
-#include <thread>
-#include <unordered_map>
 #include <variant>
 
 #include "bench/noisy_neighbor_report.hpp"
+#include "bench/process_run.hpp"
 #include "daemon/config/config.hpp"
 #include "daemon/config/embedded_config.hpp"
-#include "daemon/forked_daemon.hpp"
-#include "fairsched/client.hpp"
 
 namespace fairsched::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr int kBurst = 10'000;
 constexpr int kLight = 5;
 constexpr auto kRunTimeout = 60s;
-
-struct PlannedRequest {
-  TimeNs offset = 0;  // after the run's start
-  std::uint32_t input_tokens = 0;
-  std::uint32_t max_output_tokens = 0;
-};
 
 struct Setup {
   config::Config cfg;
@@ -53,14 +37,7 @@ std::variant<Setup, std::string> makeSetup(const ScenarioOptions& options, const
   const config::TenantConfig* b = s.cfg.findTenant("B");
   if (!a || !b) return std::string("the config must list tenants A and B");
   if (a->tier != b->tier) return std::string("tenants A and B must share a tier");
-  s.cfg.daemon.socket = dir + "/fairsched.sock";
-  s.cfg.daemon.log_level = "error";
-  config::ClientRule rule;
-  rule.name = "fairsched-bench";
-  rule.uids = {static_cast<std::uint32_t>(getuid())};
-  rule.tenants = {"*"};
-  rule.endpoints = {"*"};
-  s.cfg.clients.insert(s.cfg.clients.begin(), rule);
+  prepareBenchConfig(s.cfg, dir);
   const config::EndpointConfig* ep = s.cfg.findEndpoint("chat");
   if (!ep) ep = &s.cfg.endpoints.front();
   s.endpoint = ep->name;
@@ -85,140 +62,23 @@ std::variant<Setup, std::string> makeSetup(const ScenarioOptions& options, const
   return s;
 }
 
-SubmitRequest submitRequest(Tenant t, const std::string& endpoint,
-                            const std::vector<std::uint32_t>& prompt, std::uint32_t max_output) {
-  SubmitRequest r;
-  r.tenant = t;
-  r.endpoint = endpoint;
-  r.prompt = prompt;
-  r.max_output_tokens = max_output;
-  return r;
-}
-
-// The client process of one tenant: follows its plan from `start`, records
-// every request, writes the records to `out_path`. Exit status 0 or 1.
-int tenantProcess(const std::string& socket, const std::string& tenant, const std::string& endpoint,
-                  const std::vector<PlannedRequest>& plan, Clock::time_point start,
-                  const std::string& out_path) {
-  ClientOptions opts;
-  opts.socket_path = socket;
-  opts.client_name = "bench-" + tenant;
-  auto client = Client::connect(opts);
-  if (!client) {
-    std::fprintf(stderr, "noisy-neighbor %s: %s\n", tenant.c_str(),
-                 client.error().toString().c_str());
-    return 1;
-  }
-  auto handle = client->openTenant(tenant);
-  if (!handle) {
-    std::fprintf(stderr, "noisy-neighbor %s: %s\n", tenant.c_str(),
-                 handle.error().toString().c_str());
-    return 1;
-  }
-  std::vector<RequestRecord> records(plan.size());
-  std::unordered_map<RequestId, std::size_t> index;
-  std::vector<std::uint32_t> prompt;
-  std::vector<Completion> done;
-  std::this_thread::sleep_until(start);
-  const auto deadline = start + kRunTimeout;
-  std::size_t next = 0, ended = 0;
-  auto since = [&](Clock::time_point t) { return static_cast<TimeNs>((t - start).count()); };
-  while (ended < plan.size() && Clock::now() < deadline) {
-    while (next < plan.size() &&
-           Clock::now() >= start + std::chrono::nanoseconds(plan[next].offset)) {
-      prompt.assign(plan[next].input_tokens, static_cast<std::uint32_t>(next));
-      auto id =
-          client->submit(submitRequest(*handle, endpoint, prompt, plan[next].max_output_tokens));
-      if (!id && id.error().code == ErrorCode::kRingFull) break;  // collect, then try again
-      records[next].arrival = since(Clock::now());
-      records[next].tokens = plan[next].input_tokens + plan[next].max_output_tokens;
-      if (id) {
-        index[*id] = next;
-      } else {  // refused by the library itself: it ends here, explicitly
-        records[next].completion = records[next].arrival;
-        records[next].status = Status::kInvalid;
-        ++ended;
-      }
-      ++next;
-    }
-    done.clear();
-    if (client->poll(done) == 0) {
-      const auto until_next =
-          next < plan.size() ? start + std::chrono::nanoseconds(plan[next].offset) - Clock::now()
-                             : Clock::duration(1ms);
-      (void)client->wait(
-          std::clamp<Clock::duration>(until_next, Clock::duration(0), Clock::duration(1ms)));
-      client->poll(done);
-    }
-    const TimeNs now = since(Clock::now());
-    for (const Completion& c : done) {
-      auto it = index.find(c.request_id);
-      if (it == index.end()) continue;
-      RequestRecord& r = records[it->second];
-      r.completion = now;
-      r.status = c.status;
-      if (c.status == Status::kOk) r.tokens = plan[it->second].input_tokens + c.output_tokens;
-      index.erase(it);
-      ++ended;
-    }
-  }
-  std::ofstream out(out_path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(records.data()),
-            static_cast<std::streamsize>(records.size() * sizeof(RequestRecord)));
-  return out ? 0 : 1;
-}
-
 std::variant<NoisyRun, std::string> runOnce(Setup& setup, Policy policy, const char* label,
                                             bool burst, const std::string& dir) {
   setup.cfg.daemon.policy = policy;
-  auto started = daemon::ForkedDaemon::start(setup.cfg);
-  if (auto* err = std::get_if<std::string>(&started)) return *err;
-  daemon::ForkedDaemon& d = std::get<daemon::ForkedDaemon>(started);
-  const auto start = Clock::now() + 300ms;  // time for the clients to connect
-  struct Child {
-    std::string tenant;
-    pid_t pid;
-    std::string path;
-    std::size_t count;
-  };
-  std::vector<Child> children;
-  for (const char* tenant : {"A", "B"}) {
-    if (!burst && std::string(tenant) == "A") continue;
-    const auto& plan = std::string(tenant) == "A" ? setup.burst : setup.light;
-    const std::string path = dir + "/records-" + tenant;
-    const pid_t pid = fork();
-    if (pid == 0) _exit(tenantProcess(d.socket(), tenant, setup.endpoint, plan, start, path));
-    children.push_back({tenant, pid, path, plan.size()});
-  }
-  NoisyRun run{policy, label, {}};
-  std::string failure;
-  for (const Child& c : children) {
-    int status = 0;
-    waitpid(c.pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      failure = "client process " + c.tenant + " failed";
-    std::vector<RequestRecord> records(c.count);
-    std::ifstream in(c.path, std::ios::binary);
-    in.read(reinterpret_cast<char*>(records.data()),
-            static_cast<std::streamsize>(records.size() * sizeof(RequestRecord)));
-    if (!in) failure = "no records from " + c.tenant;
-    run.tenants[c.tenant] = std::move(records);
-  }
-  if (d.terminate() != 0 && failure.empty()) failure = "the daemon did not stop cleanly";
-  if (!failure.empty()) return failure;
-  return run;
+  std::vector<TenantPlan> plans;
+  if (burst) plans.push_back({"A", setup.endpoint, setup.burst});
+  plans.push_back({"B", setup.endpoint, setup.light});
+  auto records = runProcesses(setup.cfg, plans, dir, kRunTimeout);
+  if (auto* err = std::get_if<std::string>(&records)) return *err;
+  return NoisyRun{policy, label, std::move(std::get<TenantRecords>(records))};
 }
 
 }  // namespace
 
 ScenarioResult runNoisyNeighbor(const ScenarioOptions& options) {
-  char tmpl[] = "/tmp/fairsched-noisy-XXXXXX";
-  if (!mkdtemp(tmpl)) return ScenarioError{"mkdtemp failed"};
-  const std::string dir = tmpl;
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { std::filesystem::remove_all(dir); }
-  } cleanup{dir};
+  TempDir tmp("fairsched-noisy");
+  if (tmp.path().empty()) return ScenarioError{"mkdtemp failed"};
+  const std::string& dir = tmp.path();
   auto made = makeSetup(options, dir);
   if (auto* err = std::get_if<std::string>(&made)) return ScenarioError{*err};
   Setup& setup = std::get<Setup>(made);

@@ -19,6 +19,11 @@ struct ScenarioOptions {
   std::uint64_t seed = 1;   // --seed; every random choice derives from it
   int rounds = 0;           // --rounds; 0: the scenario's default
   bool quick = false;       // --quick: smaller sizes, for smoke tests
+  // replay only
+  std::string trace_path;   // --trace FILE.jsonl
+  std::string policy;       // --policy fair|fifo; empty: the config's
+  std::string events_path;  // --events FILE: one JSON line per request
+  std::string cost;         // --cost EXPR, e.g. "input+2*output"; empty: input+output
 };
 
 struct ScenarioReport {

@@ -1,0 +1,175 @@
+#include "bench/process_run.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <unordered_map>
+
+#include "daemon/forked_daemon.hpp"
+#include "fairsched/client.hpp"
+
+namespace fairsched::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr auto kConnectTime = 300ms;  // between fork and the common start
+
+SubmitRequest submitRequest(Tenant t, const std::string& endpoint,
+                            const std::vector<std::uint32_t>& prompt, std::uint32_t max_output) {
+  SubmitRequest r;
+  r.tenant = t;
+  r.endpoint = endpoint;
+  r.prompt = prompt;
+  r.max_output_tokens = max_output;
+  return r;
+}
+
+// The client process of one tenant: follows its plan from `start`, records
+// every request, writes the records to `out_path`. Exit status 0 or 1.
+int tenantProcess(const std::string& socket, const TenantPlan& plan, Clock::time_point start,
+                  std::chrono::seconds timeout, const std::string& out_path) {
+  const std::string& tenant = plan.tenant;
+  ClientOptions opts;
+  opts.socket_path = socket;
+  opts.client_name = "bench-" + tenant;
+  auto client = Client::connect(opts);
+  if (!client) {
+    std::fprintf(stderr, "bench client %s: %s\n", tenant.c_str(),
+                 client.error().toString().c_str());
+    return 1;
+  }
+  auto handle = client->openTenant(tenant);
+  if (!handle) {
+    std::fprintf(stderr, "bench client %s: %s\n", tenant.c_str(),
+                 handle.error().toString().c_str());
+    return 1;
+  }
+  const auto& requests = plan.requests;
+  std::vector<RequestRecord> records(requests.size());
+  std::unordered_map<RequestId, std::size_t> index;
+  std::vector<std::uint32_t> prompt;
+  std::vector<Completion> done;
+  std::this_thread::sleep_until(start);
+  const auto deadline = start + timeout;
+  std::size_t next = 0, ended = 0;
+  auto since = [&](Clock::time_point t) { return static_cast<TimeNs>((t - start).count()); };
+  while (ended < requests.size() && Clock::now() < deadline) {
+    while (next < requests.size() &&
+           Clock::now() >= start + std::chrono::nanoseconds(requests[next].offset)) {
+      prompt.assign(requests[next].input_tokens, static_cast<std::uint32_t>(next));
+      auto id = client->submit(
+          submitRequest(*handle, plan.endpoint, prompt, requests[next].max_output_tokens));
+      if (!id && id.error().code == ErrorCode::kRingFull) break;  // collect, then try again
+      records[next].arrival = since(Clock::now());
+      records[next].tokens = requests[next].input_tokens + requests[next].max_output_tokens;
+      if (id) {
+        index[*id] = next;
+      } else {  // refused by the library itself: it ends here, explicitly
+        records[next].completion = records[next].arrival;
+        records[next].status = Status::kInvalid;
+        ++ended;
+      }
+      ++next;
+    }
+    done.clear();
+    if (client->poll(done) == 0) {
+      const auto until_next =
+          next < requests.size()
+              ? start + std::chrono::nanoseconds(requests[next].offset) - Clock::now()
+              : Clock::duration(1ms);
+      (void)client->wait(
+          std::clamp<Clock::duration>(until_next, Clock::duration(0), Clock::duration(1ms)));
+      client->poll(done);
+    }
+    const TimeNs now = since(Clock::now());
+    for (const Completion& c : done) {
+      auto it = index.find(c.request_id);
+      if (it == index.end()) continue;
+      RequestRecord& r = records[it->second];
+      r.completion = now;
+      r.status = c.status;
+      if (c.status == Status::kOk) r.tokens = requests[it->second].input_tokens + c.output_tokens;
+      index.erase(it);
+      ++ended;
+    }
+  }
+  std::ofstream out(out_path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(records.data()),
+            static_cast<std::streamsize>(records.size() * sizeof(RequestRecord)));
+  return out ? 0 : 1;
+}
+
+}  // namespace
+
+TempDir::TempDir(const char* prefix) {
+  std::string tmpl = std::string("/tmp/") + prefix + "-XXXXXX";
+  if (mkdtemp(tmpl.data())) path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  if (!path_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+}
+
+void prepareBenchConfig(config::Config& cfg, const std::string& dir) {
+  cfg.daemon.socket = dir + "/fairsched.sock";
+  cfg.daemon.log_level = "error";
+  config::ClientRule rule;
+  rule.name = "fairsched-bench";
+  rule.uids = {static_cast<std::uint32_t>(getuid())};
+  rule.tenants = {"*"};
+  rule.endpoints = {"*"};
+  cfg.clients.insert(cfg.clients.begin(), rule);
+}
+
+std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
+                                                      const std::vector<TenantPlan>& plans,
+                                                      const std::string& dir,
+                                                      std::chrono::seconds timeout) {
+  auto started = daemon::ForkedDaemon::start(cfg);
+  if (auto* err = std::get_if<std::string>(&started)) return *err;
+  daemon::ForkedDaemon& d = std::get<daemon::ForkedDaemon>(started);
+  const auto start = Clock::now() + kConnectTime;
+  struct Child {
+    const TenantPlan* plan;
+    pid_t pid;
+    std::string path;
+  };
+  std::vector<Child> children;
+  for (const TenantPlan& plan : plans) {
+    const std::string path = dir + "/records-" + plan.tenant;
+    const pid_t pid = fork();
+    if (pid == 0) _exit(tenantProcess(d.socket(), plan, start, timeout, path));
+    children.push_back({&plan, pid, path});
+  }
+  TenantRecords records;
+  std::string failure;
+  for (const Child& c : children) {
+    int status = 0;
+    waitpid(c.pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      failure = "client process " + c.plan->tenant + " failed";
+    }
+    std::vector<RequestRecord> r(c.plan->requests.size());
+    std::ifstream in(c.path, std::ios::binary);
+    in.read(reinterpret_cast<char*>(r.data()),
+            static_cast<std::streamsize>(r.size() * sizeof(RequestRecord)));
+    if (!in) failure = "no records from " + c.plan->tenant;
+    records[c.plan->tenant] = std::move(r);
+  }
+  if (d.terminate() != 0 && failure.empty()) failure = "the daemon did not stop cleanly";
+  if (!failure.empty()) return failure;
+  return records;
+}
+
+}  // namespace fairsched::bench

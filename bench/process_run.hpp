@@ -1,0 +1,60 @@
+// One run of a real fairschedd (forked, daemon/forked_daemon.hpp) with one
+// client process per tenant (libfairsched). Each client follows its plan of
+// requests from a common start instant and records what it saw; the records
+// come back to the parent through a file per tenant. Used by every scenario
+// that proves a property with real processes (noisy-neighbor, weighted,
+// tiers, token-cost).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "bench/noisy_neighbor_report.hpp"
+#include "daemon/config/config.hpp"
+
+namespace fairsched::bench {
+
+struct PlannedRequest {
+  TimeNs offset = 0;  // after the run's start
+  std::uint32_t input_tokens = 0;
+  std::uint32_t max_output_tokens = 0;
+};
+
+struct TenantPlan {
+  std::string tenant;
+  std::string endpoint;
+  std::vector<PlannedRequest> requests;
+};
+
+// A temporary directory removed with everything in it when this goes away.
+class TempDir {
+ public:
+  // "" on failure.
+  explicit TempDir(const char* prefix);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Points the daemon's socket into `dir`, quiets its log and lets this uid
+// submit for every tenant and endpoint.
+void prepareBenchConfig(config::Config& cfg, const std::string& dir);
+
+using TenantRecords = std::map<std::string, std::vector<RequestRecord>>;
+
+// Starts the daemon with `cfg`, forks one client per plan, waits for all of
+// them (each gives up `timeout` after the start) and stops the daemon.
+// Records per tenant, in plan order; or why the run failed.
+std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
+                                                      const std::vector<TenantPlan>& plans,
+                                                      const std::string& dir,
+                                                      std::chrono::seconds timeout);
+
+}  // namespace fairsched::bench

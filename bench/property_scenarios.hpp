@@ -1,0 +1,22 @@
+// The property scenarios of design.md §6, each with a real fairschedd and one
+// client process per tenant (bench/process_run.hpp) and a config built in
+// code (--config is not used: each property needs its own tiers, weights and
+// endpoint limits). Each prints a table with PASS or MISS against its target.
+//  - weighted:   three backlogged tenants of weight 1:2:4; each one's share of
+//                served tokens within 2% (relative) of its weight share.
+//  - tiers:      paid keeps within 1.5x of its p99 alone while trial is
+//                backlogged; trial is served with what is left; trial's
+//                configured min_share holds when paid is backlogged too.
+//  - token-cost: A sends 32k-token requests, B 256-token ones: under token
+//                budgets B's share of tokens >= 45%; request budgets for contrast.
+#pragma once
+
+#include "bench/scenario.hpp"
+
+namespace fairsched::bench {
+
+ScenarioResult runWeighted(const ScenarioOptions& options);
+ScenarioResult runTiers(const ScenarioOptions& options);
+ScenarioResult runTokenCost(const ScenarioOptions& options);
+
+}  // namespace fairsched::bench

@@ -1,0 +1,256 @@
+// Trace parsing, the service-difference metric and replay through the real
+// scheduling core in virtual time (bench/replay_scenario.hpp).
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <variant>
+
+#include "bench/replay_scenario.hpp"
+#include "bench/service_difference.hpp"
+#include "bench/trace.hpp"
+#include "daemon/config/config.hpp"
+
+namespace fairsched::bench {
+namespace {
+
+constexpr const char* kConfig = R"(
+default_tier = "paid"
+[[tiers]]
+name = "paid"
+min_share = 0.0
+default_weight = 1.0
+default_queue_limit = 1000
+
+[endpoints.chat]
+kind = "streaming"
+cost = "tokens"
+max_batch_requests = 4
+max_batch_tokens = 1024
+max_wait_us = 0
+max_output_tokens = 1024
+latency_target_ms = 0
+executor = "cpu"
+[endpoints.chat.cpu]
+per_batch_us = 100.0
+per_token_us = 1.0
+threads = 1
+
+[tenants.heavy]
+tier = "paid"
+queue_limit = 1000
+[tenants.light]
+tier = "paid"
+[[clients]]
+name = "root"
+uids = [0]
+tenants = ["*"]
+endpoints = ["*"]
+)";
+
+config::Config testConfig() {
+  auto parsed = config::parseConfig(kConfig, "<test>");
+  if (auto* err = std::get_if<config::ConfigError>(&parsed)) {
+    ADD_FAILURE() << err->toString();
+    return {};
+  }
+  return std::get<config::Config>(parsed);
+}
+
+std::vector<TraceRequest> parseOk(const std::string& text) {
+  std::istringstream in(text);
+  auto r = parseTrace(in);
+  if (auto* err = std::get_if<TraceError>(&r)) {
+    ADD_FAILURE() << err->toString();
+    return {};
+  }
+  return std::get<std::vector<TraceRequest>>(r);
+}
+
+std::string parseError(const std::string& text) {
+  std::istringstream in(text);
+  auto r = parseTrace(in);
+  auto* err = std::get_if<TraceError>(&r);
+  return err ? err->toString() : "no error";
+}
+
+// 40 requests of `heavy` at t = 0, then one of `light` 0.1 ms later.
+std::string burstTrace() {
+  std::string t;
+  for (int i = 0; i < 40; ++i) {
+    t += R"({"t":0,"tenant":"heavy","endpoint":"chat","input_tokens":100,"output_tokens":100})";
+    t += "\n";
+  }
+  t += R"({"t":0.0001,"tenant":"light","endpoint":"chat","input_tokens":100,"output_tokens":100})";
+  t += "\n";
+  return t;
+}
+
+ReplayRun replayOk(const std::vector<TraceRequest>& trace, Policy policy) {
+  auto r = replayTrace(testConfig(), policy, trace);
+  if (auto* err = std::get_if<std::string>(&r)) {
+    ADD_FAILURE() << *err;
+    return {};
+  }
+  return std::get<ReplayRun>(r);
+}
+
+TEST(TraceParse, ReadsRequiredAndOptionalFields) {
+  const auto trace = parseOk(
+      "{\"t\":1.5,\"tenant\":\"a\",\"endpoint\":\"chat\",\"input_tokens\":10,"
+      "\"output_tokens\":20,\"priority\":-3,\"deadline_ms\":250,\"extra\":true}\n"
+      "\n"
+      "{\"t\":2,\"tenant\":\"b\",\"endpoint\":\"embed\",\"input_tokens\":0,\"output_tokens\":0}\n");
+  ASSERT_EQ(trace.size(), 2u);
+  EXPECT_DOUBLE_EQ(trace[0].t, 1.5);
+  EXPECT_EQ(trace[0].tenant, "a");
+  EXPECT_EQ(trace[0].input_tokens, 10u);
+  EXPECT_EQ(trace[0].output_tokens, 20u);
+  EXPECT_EQ(trace[0].priority, -3);
+  ASSERT_TRUE(trace[0].deadline_ms.has_value());
+  EXPECT_DOUBLE_EQ(*trace[0].deadline_ms, 250);
+  EXPECT_EQ(trace[1].line, 3u);
+  EXPECT_EQ(trace[1].priority, 0);
+  EXPECT_FALSE(trace[1].deadline_ms.has_value());
+}
+
+TEST(TraceParse, EmptyTraceHasNoRequests) { EXPECT_TRUE(parseOk("").empty()); }
+
+TEST(TraceParse, ErrorsNameTheLineAndField) {
+  const std::string ok =
+      "{\"t\":0,\"tenant\":\"a\",\"endpoint\":\"chat\",\"input_tokens\":1,\"output_tokens\":1}\n";
+  EXPECT_EQ(parseError(ok + "{\"t\":0,\"tenant\":\"a\",\"endpoint\":\"chat\",\"output_tokens\":1}\n"),
+            "line 2: input_tokens: missing");
+  EXPECT_EQ(parseError(ok + ok +
+                       "{\"t\":0,\"tenant\":\"a\",\"endpoint\":\"chat\",\"input_tokens\":-1,"
+                       "\"output_tokens\":1}\n"),
+            "line 3: input_tokens: must be a non-negative integer");
+  EXPECT_EQ(parseError("{\"t\":\"x\",\"tenant\":\"a\",\"endpoint\":\"c\",\"input_tokens\":1,"
+                       "\"output_tokens\":1}\n"),
+            "line 1: t: must be a non-negative number of seconds");
+  EXPECT_EQ(parseError("{\"t\":0,\"tenant\":\"\",\"endpoint\":\"c\",\"input_tokens\":1,"
+                       "\"output_tokens\":1}\n"),
+            "line 1: tenant: must be a non-empty string");
+  EXPECT_EQ(parseError("{\"t\":0,\"tenant\":\"a\",\"endpoint\":\"c\",\"input_tokens\":1,"
+                       "\"output_tokens\":4294967296}\n"),
+            "line 1: output_tokens: out of range");
+  EXPECT_EQ(parseError("{\"t\":0,\"tenant\":\"a\",\"endpoint\":\"c\",\"input_tokens\":1,"
+                       "\"output_tokens\":1,\"priority\":1.5}\n"),
+            "line 1: priority: must be a 32-bit integer");
+  EXPECT_EQ(parseError("{\"t\":0,\"tenant\":\"a\",\"endpoint\":\"c\",\"input_tokens\":1,"
+                       "\"output_tokens\":1,\"deadline_ms\":-1}\n"),
+            "line 1: deadline_ms: must be a non-negative number");
+  EXPECT_EQ(parseError(ok + "{\"t\":0,\n"), "line 2: not valid JSON");
+  EXPECT_EQ(parseError("[1,2]\n"), "line 1: not a JSON object");
+}
+
+TEST(CostWeights, ParsesSumsOfTerms) {
+  auto w = std::get<CostWeights>(parseCostWeights("input+2*output"));
+  EXPECT_EQ(w.per_input, 1);
+  EXPECT_EQ(w.per_output, 2);
+  EXPECT_EQ(w.per_request, 0);
+  EXPECT_EQ(w.toString(), "input+2*output");
+  w = std::get<CostWeights>(parseCostWeights("1"));
+  EXPECT_EQ(w.per_request, 1);
+  EXPECT_EQ(w.of(1000, 1000), 1);
+  EXPECT_TRUE(std::holds_alternative<std::string>(parseCostWeights("tokens")));
+  EXPECT_TRUE(std::holds_alternative<std::string>(parseCostWeights("x*input")));
+  EXPECT_TRUE(std::holds_alternative<std::string>(parseCostWeights("")));
+  EXPECT_TRUE(std::holds_alternative<std::string>(parseCostWeights("0*input")));
+}
+
+RequestEvent event(const char* tenant, double arrival, double dispatch, std::uint32_t tokens) {
+  RequestEvent e;
+  e.tenant = tenant;
+  e.arrival = static_cast<TimeNs>(arrival * kNsPerSec);
+  e.dispatch = static_cast<TimeNs>(dispatch * kNsPerSec);
+  e.completion = e.dispatch + 1;
+  e.input_tokens = tokens;
+  return e;
+}
+
+TEST(ServiceDifference, LargestSwingWhileBothBacklogged) {
+  // A dispatches 100 at 1, 2, 3 s; B waits from 0 s and gets 100 at 4 s.
+  const std::vector<RequestEvent> events = {event("A", 0, 1, 100), event("A", 0, 2, 100),
+                                            event("A", 0, 3, 100), event("B", 0, 4, 100),
+                                            event("A", 0, 5, 50)};
+  const auto d = maxServiceDifference(events, {}, CostWeights{});
+  EXPECT_DOUBLE_EQ(d.value, 300);
+  EXPECT_EQ(d.tenant_a, "A");
+  EXPECT_EQ(d.tenant_b, "B");
+  EXPECT_EQ(d.window_end, 4 * kNsPerSec);
+}
+
+TEST(ServiceDifference, WeightsNormaliseService) {
+  const std::vector<RequestEvent> events = {event("A", 0, 1, 200), event("B", 0, 1, 100),
+                                            event("A", 0, 2, 200), event("B", 0, 2, 100)};
+  EXPECT_DOUBLE_EQ(maxServiceDifference(events, {{"A", 2.0}, {"B", 1.0}}, CostWeights{}).value, 0);
+  EXPECT_DOUBLE_EQ(maxServiceDifference(events, {}, CostWeights{}).value, 200);
+}
+
+TEST(ServiceDifference, ZeroWhenNeverBackloggedTogether) {
+  const std::vector<RequestEvent> events = {event("A", 0, 1, 100), event("B", 2, 3, 100)};
+  EXPECT_DOUBLE_EQ(maxServiceDifference(events, {}, CostWeights{}).value, 0);
+  EXPECT_DOUBLE_EQ(maxServiceDifference({}, {}, CostWeights{}).value, 0);
+}
+
+TEST(Replay, EventsFollowTraceOrderAndAllComplete) {
+  const auto trace = parseOk(burstTrace());
+  for (Policy policy : {Policy::kFair, Policy::kFifo}) {
+    const ReplayRun run = replayOk(trace, policy);
+    ASSERT_EQ(run.events.size(), trace.size());
+    for (std::size_t i = 0; i < trace.size(); ++i) {
+      const RequestEvent& e = run.events[i];
+      EXPECT_EQ(e.tenant, trace[i].tenant) << i;
+      EXPECT_EQ(e.status, Status::kOk) << i;
+      EXPECT_EQ(e.arrival, static_cast<TimeNs>(trace[i].t * kNsPerSec)) << i;
+      EXPECT_GE(e.dispatch, e.arrival) << i;
+      EXPECT_GT(e.completion, e.dispatch) << i;
+    }
+    // heavy's requests are served in arrival order
+    for (std::size_t i = 1; i < 40; ++i) {
+      EXPECT_LE(run.events[i - 1].dispatch, run.events[i].dispatch) << i;
+    }
+  }
+}
+
+TEST(Replay, FairServesTheLightTenantBeforeFifoDoes) {
+  const auto trace = parseOk(burstTrace());
+  const ReplayRun fair = replayOk(trace, Policy::kFair);
+  const ReplayRun fifo = replayOk(trace, Policy::kFifo);
+  const RequestEvent& light_fair = fair.events.back();
+  const RequestEvent& light_fifo = fifo.events.back();
+  // fifo: behind every one of heavy's requests
+  for (std::size_t i = 0; i < 40; ++i) EXPECT_LE(fifo.events[i].dispatch, light_fifo.dispatch);
+  // fair: in one of the next two batches, long before fifo gets to it
+  const TimeNs fair_latency = light_fair.completion - light_fair.arrival;
+  const TimeNs fifo_latency = light_fifo.completion - light_fifo.arrival;
+  EXPECT_LT(fair_latency * 4, fifo_latency);
+  std::size_t heavy_before = 0;
+  for (std::size_t i = 0; i < 40; ++i) heavy_before += fair.events[i].dispatch < light_fair.dispatch;
+  EXPECT_LE(heavy_before, 8u);
+  EXPECT_LT(maxServiceDifference(fair.events, fair.weights, CostWeights{}).value,
+            maxServiceDifference(fifo.events, fifo.weights, CostWeights{}).value);
+}
+
+TEST(Replay, DeadlinePassedRequestIsNeverDispatched) {
+  std::string text = burstTrace();
+  text += R"({"t":0.0002,"tenant":"light","endpoint":"chat","input_tokens":100,"output_tokens":100,"deadline_ms":0.5})";
+  text += "\n";
+  const ReplayRun run = replayOk(parseOk(text), Policy::kFifo);
+  const RequestEvent& late = run.events.back();
+  EXPECT_EQ(late.status, Status::kDeadlineExceeded);
+  EXPECT_EQ(late.dispatch, -1);
+  EXPECT_GE(late.completion, late.arrival);
+}
+
+TEST(Replay, UnknownEndpointNamesTheLine) {
+  const auto trace = parseOk(
+      "{\"t\":0,\"tenant\":\"a\",\"endpoint\":\"chat\",\"input_tokens\":1,\"output_tokens\":1}\n"
+      "{\"t\":0,\"tenant\":\"a\",\"endpoint\":\"nope\",\"input_tokens\":1,\"output_tokens\":1}\n");
+  auto r = replayTrace(testConfig(), Policy::kFair, trace);
+  ASSERT_TRUE(std::holds_alternative<std::string>(r));
+  EXPECT_EQ(std::get<std::string>(r), "line 2: endpoint: 'nope' is not an endpoint of the config");
+}
+
+}  // namespace
+}  // namespace fairsched::bench

@@ -1,0 +1,106 @@
+#include "bench/trace.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <istream>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+namespace fairsched::bench {
+namespace {
+
+using nlohmann::json;
+
+std::optional<TraceError> readUint32(const json& j, const char* field, std::size_t line,
+                                     std::uint32_t& out) {
+  auto it = j.find(field);
+  if (it == j.end()) return TraceError{line, field, "missing"};
+  if (!it->is_number_integer() || (!it->is_number_unsigned() && it->get<std::int64_t>() < 0)) {
+    return TraceError{line, field, "must be a non-negative integer"};
+  }
+  const std::uint64_t v = it->get<std::uint64_t>();
+  if (v > std::numeric_limits<std::uint32_t>::max()) {
+    return TraceError{line, field, "out of range"};
+  }
+  out = static_cast<std::uint32_t>(v);
+  return std::nullopt;
+}
+
+std::optional<TraceError> readString(const json& j, const char* field, std::size_t line,
+                                     std::string& out) {
+  auto it = j.find(field);
+  if (it == j.end()) return TraceError{line, field, "missing"};
+  if (!it->is_string() || it->get_ref<const std::string&>().empty()) {
+    return TraceError{line, field, "must be a non-empty string"};
+  }
+  out = it->get<std::string>();
+  return std::nullopt;
+}
+
+std::variant<TraceRequest, TraceError> parseLine(const std::string& text, std::size_t line) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return TraceError{line, "", "not valid JSON"};
+  if (!j.is_object()) return TraceError{line, "", "not a JSON object"};
+  TraceRequest r;
+  r.line = line;
+  auto t = j.find("t");
+  if (t == j.end()) return TraceError{line, "t", "missing"};
+  if (!t->is_number() || !std::isfinite(t->get<double>()) || t->get<double>() < 0) {
+    return TraceError{line, "t", "must be a non-negative number of seconds"};
+  }
+  r.t = t->get<double>();
+  if (auto e = readString(j, "tenant", line, r.tenant)) return *e;
+  if (auto e = readString(j, "endpoint", line, r.endpoint)) return *e;
+  if (auto e = readUint32(j, "input_tokens", line, r.input_tokens)) return *e;
+  if (auto e = readUint32(j, "output_tokens", line, r.output_tokens)) return *e;
+  if (auto p = j.find("priority"); p != j.end()) {
+    if (!p->is_number_integer() || p->get<std::int64_t>() < std::numeric_limits<std::int32_t>::min() ||
+        p->get<std::int64_t>() > std::numeric_limits<std::int32_t>::max()) {
+      return TraceError{line, "priority", "must be a 32-bit integer"};
+    }
+    r.priority = static_cast<std::int32_t>(p->get<std::int64_t>());
+  }
+  if (auto d = j.find("deadline_ms"); d != j.end()) {
+    if (!d->is_number() || !std::isfinite(d->get<double>()) || d->get<double>() < 0) {
+      return TraceError{line, "deadline_ms", "must be a non-negative number"};
+    }
+    r.deadline_ms = d->get<double>();
+  }
+  return r;
+}
+
+}  // namespace
+
+std::string TraceError::toString() const {
+  std::string s;
+  if (line != 0) s += "line " + std::to_string(line) + ": ";
+  if (!field.empty()) s += field + ": ";
+  return s + message;
+}
+
+TraceResult parseTrace(std::istream& in) {
+  std::vector<TraceRequest> out;
+  std::string text;
+  std::size_t line = 0;
+  while (std::getline(in, text)) {
+    ++line;
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto parsed = parseLine(text, line);
+    if (auto* err = std::get_if<TraceError>(&parsed)) return *err;
+    out.push_back(std::move(std::get<TraceRequest>(parsed)));
+  }
+  return out;
+}
+
+TraceResult loadTraceFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return TraceError{0, "", "cannot open " + path};
+  auto r = parseTrace(in);
+  if (auto* err = std::get_if<TraceError>(&r); err && err->line != 0) {
+    err->message += " (" + path + ")";
+  }
+  return r;
+}
+
+}  // namespace fairsched::bench
