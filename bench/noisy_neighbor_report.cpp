@@ -4,17 +4,10 @@
 #include <cstdio>
 #include <sstream>
 
+#include "bench/stats.hpp"
+
 namespace fairsched::bench {
 namespace {
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(rank);
-  const std::size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
-}
 
 nlohmann::json tenantJson(const std::vector<RequestRecord>& records, nlohmann::json& series) {
   std::uint64_t completed = 0, rejected = 0, ended = 0, tokens = 0;

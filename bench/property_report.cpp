@@ -1,23 +1,14 @@
 #include "bench/property_report.hpp"
 
+#include "bench/property_scenarios.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
 
+#include "bench/stats.hpp"
+
 namespace fairsched::bench {
-namespace {
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(rank);
-  const std::size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
-}
-
-}  // namespace
-
 nlohmann::json tenantSummary(const std::vector<RequestRecord>& records, const TenantInfo& info) {
   std::uint64_t completed = 0, rejected = 0, ended = 0, tokens = 0;
   std::vector<double> latencies;
@@ -32,16 +23,17 @@ nlohmann::json tenantSummary(const std::vector<RequestRecord>& records, const Te
       ++rejected;
     }
   }
-  return {{"submitted", records.size()},
-          {"completed", completed},
-          {"rejected", rejected},
-          {"lost", records.size() - ended},
-          {"p50_ms", percentile(latencies, 50)},
-          {"p99_ms", percentile(latencies, 99)},
-          {"max_ms", latencies.empty() ? 0.0 : *std::max_element(latencies.begin(), latencies.end())},
-          {"tokens_served", tokens},
-          {"tier", info.tier},
-          {"weight", info.weight}};
+  return {
+      {"submitted", records.size()},
+      {"completed", completed},
+      {"rejected", rejected},
+      {"lost", records.size() - ended},
+      {"p50_ms", percentile(latencies, 50)},
+      {"p99_ms", percentile(latencies, 99)},
+      {"max_ms", latencies.empty() ? 0.0 : *std::max_element(latencies.begin(), latencies.end())},
+      {"tokens_served", tokens},
+      {"tier", info.tier},
+      {"weight", info.weight}};
 }
 
 nlohmann::json runJson(Policy policy, const std::string& label, const TenantRecords& records,
@@ -113,6 +105,15 @@ std::string propertyTable(const nlohmann::json& report, const std::string& title
     t << line;
   }
   return t.str();
+}
+
+std::string chatEndpointToml(const char* cost, std::uint32_t max_batch_tokens,
+                             std::uint32_t max_output_tokens) {
+  return std::string("[endpoints.chat]\nkind = \"streaming\"\ncost = \"") + cost +
+         "\"\nmax_batch_requests = 32\nmax_batch_tokens = " + std::to_string(max_batch_tokens) +
+         "\nmax_wait_us = 2000\nmax_output_tokens = " + std::to_string(max_output_tokens) +
+         "\nlatency_target_ms = 0\nexecutor = \"cpu\"\n"
+         "[endpoints.chat.cpu]\nper_batch_us = 200.0\nper_token_us = 0.5\nthreads = 1\n";
 }
 
 }  // namespace fairsched::bench

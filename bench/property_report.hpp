@@ -20,7 +20,7 @@ struct PropertyCheck {
   std::string name;    // e.g. "share of W4"
   std::string target;  // e.g. "57.14% +- 2% of it"
   double value = 0;
-  std::string unit;    // printed after value
+  std::string unit;  // printed after value
   bool pass = false;
 };
 

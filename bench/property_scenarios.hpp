@@ -11,9 +11,19 @@
 //                budgets B's share of tokens >= 45%; request budgets for contrast.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "bench/scenario.hpp"
 
 namespace fairsched::bench {
+
+// The one endpoint every property scenario uses, as TOML: `chat`, streaming,
+// cost model `cost`, batches of 32 requests and `max_batch_tokens`, the CPU
+// model of the default config (200 us per batch, 0.5 us per token), no
+// latency target.
+std::string chatEndpointToml(const char* cost, std::uint32_t max_batch_tokens,
+                             std::uint32_t max_output_tokens);
 
 ScenarioResult runWeighted(const ScenarioOptions& options);
 ScenarioResult runTiers(const ScenarioOptions& options);

@@ -14,8 +14,8 @@
 namespace fairsched::bench {
 namespace {
 
-constexpr int kWindows = 100;      // served-tokens series: about this many windows
-constexpr int kCdfPoints = 101;    // latency CDF: the 0th..100th percentiles
+constexpr int kWindows = 100;    // served-tokens series: about this many windows
+constexpr int kCdfPoints = 101;  // latency CDF: the 0th..100th percentiles
 
 double percentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0.0;
@@ -25,9 +25,13 @@ double percentile(const std::vector<double>& sorted, double p) {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - static_cast<double>(lo));
 }
 
-double seconds(TimeNs t) { return static_cast<double>(t) / kNsPerSec; }
+double seconds(TimeNs t) {
+  return static_cast<double>(t) / kNsPerSec;
+}
 
-const char* policyName(Policy p) { return p == Policy::kFair ? "fair" : "fifo"; }
+const char* policyName(Policy p) {
+  return p == Policy::kFair ? "fair" : "fifo";
+}
 
 }  // namespace
 
@@ -67,7 +71,8 @@ std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, Poli
     a.output_tokens = r.output_tokens;
     a.max_output_tokens = r.output_tokens;
     a.priority = r.priority;
-    if (r.deadline_ms) a.deadline = a.t + static_cast<TimeNs>(std::llround(*r.deadline_ms * kNsPerMs));
+    if (r.deadline_ms)
+      a.deadline = a.t + static_cast<TimeNs>(std::llround(*r.deadline_ms * kNsPerMs));
     arrivals.push_back(std::move(a));
   }
 
@@ -154,7 +159,7 @@ nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost) {
           {"max_service_difference", d.value},
           {"max_service_difference_at",
            {{"tenants", d.tenant_a.empty() ? nlohmann::json::array()
-                                            : nlohmann::json::array({d.tenant_a, d.tenant_b})},
+                                           : nlohmann::json::array({d.tenant_a, d.tenant_b})},
             {"window_start_s", seconds(d.window_start)},
             {"window_end_s", seconds(d.window_end)}}},
           {"window_s", window_s},
@@ -182,7 +187,8 @@ std::string replayTable(const nlohmann::json& report) {
   std::ostringstream t;
   char line[256];
   std::uint64_t total_tokens = 0;
-  for (const auto& [name, v] : report["tenants"].items()) total_tokens += v["tokens_served"].get<std::uint64_t>();
+  for (const auto& [name, v] : report["tenants"].items())
+    total_tokens += v["tokens_served"].get<std::uint64_t>();
   std::snprintf(line, sizeof line,
                 "replay (virtual time, real scheduling core, executor modelled from the config)\n"
                 "policy %s, %llu requests over %.1f s of virtual time\n\n",
@@ -198,11 +204,9 @@ std::string replayTable(const nlohmann::json& report) {
     const auto tokens = v["tokens_served"].get<std::uint64_t>();
     std::snprintf(line, sizeof line,
                   "%-16s %6.2f %9llu %9llu %9llu %10.2f %10.2f %10.2f %13llu %5.1f%%\n",
-                  name.c_str(), v["weight"].get<double>(),
-                  v["submitted"].get<unsigned long long>(),
-                  v["completed"].get<unsigned long long>(),
-                  v["rejected"].get<unsigned long long>(), v["p50_ms"].get<double>(),
-                  v["p99_ms"].get<double>(), v["max_ms"].get<double>(),
+                  name.c_str(), v["weight"].get<double>(), v["submitted"].get<unsigned long long>(),
+                  v["completed"].get<unsigned long long>(), v["rejected"].get<unsigned long long>(),
+                  v["p50_ms"].get<double>(), v["p99_ms"].get<double>(), v["max_ms"].get<double>(),
                   static_cast<unsigned long long>(tokens),
                   total_tokens ? 100.0 * static_cast<double>(tokens) / total_tokens : 0.0);
     t << line;
@@ -218,8 +222,8 @@ std::string replayTable(const nlohmann::json& report) {
   if (!at["tenants"].empty()) {
     std::snprintf(line, sizeof line, "  (%s vs %s, both backlogged %.3f-%.3f s)",
                   at["tenants"][0].get<std::string>().c_str(),
-                  at["tenants"][1].get<std::string>().c_str(),
-                  at["window_start_s"].get<double>(), at["window_end_s"].get<double>());
+                  at["tenants"][1].get<std::string>().c_str(), at["window_start_s"].get<double>(),
+                  at["window_end_s"].get<double>());
     t << line;
   }
   t << "\n";
@@ -244,7 +248,8 @@ ScenarioResult runReplay(const ScenarioOptions& options) {
   if (options.policy == "fair") policy = Policy::kFair;
   if (options.policy == "fifo") policy = Policy::kFifo;
   auto run = replayTrace(cfg, policy, std::get<std::vector<TraceRequest>>(trace));
-  if (auto* err = std::get_if<std::string>(&run)) return ScenarioError{options.trace_path + ": " + *err};
+  if (auto* err = std::get_if<std::string>(&run))
+    return ScenarioError{options.trace_path + ": " + *err};
   const ReplayRun& r = std::get<ReplayRun>(run);
   if (!options.events_path.empty()) {
     std::ofstream out(options.events_path);

@@ -20,8 +20,8 @@ namespace fairsched::bench {
 
 struct ReplayRun {
   Policy policy = Policy::kFair;
-  std::vector<RequestEvent> events;        // one per trace request, in trace order
-  std::map<std::string, double> weights;   // every tenant's scheduling weight
+  std::vector<RequestEvent> events;       // one per trace request, in trace order
+  std::map<std::string, double> weights;  // every tenant's scheduling weight
 };
 
 // Replays `trace` under `policy` with the tiers, tenants, limits, endpoints

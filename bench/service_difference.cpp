@@ -164,8 +164,7 @@ ServiceDifference maxServiceDifference(const std::vector<RequestEvent>& events,
         const TimeNs s = std::max(a[ia].first, b[ib].first);
         const TimeNs e = std::min(a[ia].second, b[ib].second);
         if (e > s) {
-          const double d =
-              windowDifference(timelines[i].second, timelines[j].second, s, e);
+          const double d = windowDifference(timelines[i].second, timelines[j].second, s, e);
           if (d > best.value) {
             best = {d, timelines[i].first, timelines[j].first, s, e};
           }

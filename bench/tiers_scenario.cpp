@@ -14,14 +14,15 @@ using namespace std::chrono_literals;
 
 constexpr std::uint32_t kInput = 256;
 constexpr std::uint32_t kOutput = 128;
-constexpr int kPaidSteady = 3000;           // P's requests, one every kPaidGap
-constexpr TimeNs kPaidGap = kNsPerMs;       // ~40% of the executor (see the config)
-constexpr int kTrialBacklog = 20000;        // T: all at once
-constexpr int kPaidBacklog = 15000;         // P in the min_share run: all at once
+constexpr int kPaidSteady = 3000;      // P's requests, one every kPaidGap
+constexpr TimeNs kPaidGap = kNsPerMs;  // ~40% of the executor (see the config)
+constexpr int kTrialBacklog = 20000;   // T: all at once
+constexpr int kPaidBacklog = 15000;    // P in the min_share run: all at once
 constexpr double kMinShare = 0.2;
 constexpr double kP99Factor = 1.5;
 
-constexpr const char* kConfig = R"(
+std::string configText() {
+  return std::string(R"(
 default_tier = "trial"
 [[tiers]]
 name = "paid"
@@ -34,25 +35,14 @@ min_share = 0.2
 default_weight = 1.0
 default_queue_limit = 20000
 
-[endpoints.chat]
-kind = "streaming"
-cost = "tokens"
-max_batch_requests = 32
-max_batch_tokens = 4096
-max_wait_us = 2000
-max_output_tokens = 4096
-latency_target_ms = 0
-executor = "cpu"
-[endpoints.chat.cpu]
-per_batch_us = 200.0
-per_token_us = 0.5
-threads = 1
-
+)") + chatEndpointToml("tokens", 4096, 4096) +
+         R"(
 [tenants.P]
 tier = "paid"
 [tenants.T]
 tier = "trial"
 )";
+}
 
 std::vector<PlannedRequest> steady(int n, TimeNs gap) {
   std::vector<PlannedRequest> out;
@@ -65,7 +55,7 @@ std::vector<PlannedRequest> steady(int n, TimeNs gap) {
 ScenarioResult runTiers(const ScenarioOptions& options) {
   TempDir tmp("fairsched-tiers");
   if (tmp.path().empty()) return ScenarioError{"mkdtemp failed"};
-  auto parsed = config::parseConfig(kConfig, "<tiers>");
+  auto parsed = config::parseConfig(configText(), "<tiers>");
   if (auto* err = std::get_if<config::ConfigError>(&parsed)) return ScenarioError{err->toString()};
   config::Config cfg = std::get<config::Config>(parsed);
   prepareBenchConfig(cfg, tmp.path());
@@ -95,8 +85,8 @@ ScenarioResult runTiers(const ScenarioOptions& options) {
   const double p99_over = runs[0]["tenants"]["P"]["p99_ms"].get<double>();
   const double p99_alone = runs[1]["tenants"]["P"]["p99_ms"].get<double>();
   const double ratio = p99_alone > 0 ? p99_over / p99_alone : 0.0;
-  checks.push_back({"paid p99 under overload / paid p99 alone", "<= 1.5x", ratio, "x",
-                    ratio <= kP99Factor});
+  checks.push_back(
+      {"paid p99 under overload / paid p99 alone", "<= 1.5x", ratio, "x", ratio <= kP99Factor});
 
   // While P sends its steady load, T is backlogged throughout: it should get
   // what P leaves.

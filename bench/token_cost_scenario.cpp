@@ -18,7 +18,7 @@ using namespace std::chrono_literals;
 constexpr int kLarge = 40;
 constexpr std::uint32_t kLargeInput = 8000;
 constexpr std::uint32_t kLargeOutput = 24000;
-constexpr int kSmall = 6000;        // B: requests of kSmallInput + kSmallOutput tokens
+constexpr int kSmall = 6000;  // B: requests of kSmallInput + kSmallOutput tokens
 constexpr std::uint32_t kSmallInput = 192;
 constexpr std::uint32_t kSmallOutput = 64;
 constexpr double kTargetShare = 0.45;
@@ -34,20 +34,8 @@ min_share = 0.0
 default_weight = 1.0
 default_queue_limit = 20000
 
-[endpoints.chat]
-kind = "streaming"
-cost = ")") + cost + R"("
-max_batch_requests = 32
-max_batch_tokens = 36864
-max_wait_us = 2000
-max_output_tokens = 32768
-latency_target_ms = 0
-executor = "cpu"
-[endpoints.chat.cpu]
-per_batch_us = 200.0
-per_token_us = 0.5
-threads = 1
-
+)") + chatEndpointToml(cost, 36864, 32768) +
+         R"(
 [tenants.A]
 tier = "paid"
 [tenants.B]
@@ -71,7 +59,8 @@ ScenarioResult runTokenCost(const ScenarioOptions& options) {
   std::vector<PropertyCheck> checks;
   for (const char* cost : {"tokens", "requests"}) {
     auto parsed = config::parseConfig(configText(cost), "<token-cost>");
-    if (auto* err = std::get_if<config::ConfigError>(&parsed)) return ScenarioError{err->toString()};
+    if (auto* err = std::get_if<config::ConfigError>(&parsed))
+      return ScenarioError{err->toString()};
     config::Config cfg = std::get<config::Config>(parsed);
     prepareBenchConfig(cfg, tmp.path());
     auto run = runProcesses(cfg, plans, tmp.path(), 60s);

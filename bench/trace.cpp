@@ -55,7 +55,8 @@ std::variant<TraceRequest, TraceError> parseLine(const std::string& text, std::s
   if (auto e = readUint32(j, "input_tokens", line, r.input_tokens)) return *e;
   if (auto e = readUint32(j, "output_tokens", line, r.output_tokens)) return *e;
   if (auto p = j.find("priority"); p != j.end()) {
-    if (!p->is_number_integer() || p->get<std::int64_t>() < std::numeric_limits<std::int32_t>::min() ||
+    if (!p->is_number_integer() ||
+        p->get<std::int64_t>() < std::numeric_limits<std::int32_t>::min() ||
         p->get<std::int64_t>() > std::numeric_limits<std::int32_t>::max()) {
       return TraceError{line, "priority", "must be a 32-bit integer"};
     }

@@ -17,7 +17,8 @@ constexpr std::uint32_t kInput = 256;
 constexpr std::uint32_t kOutput = 128;
 constexpr double kTolerance = 0.02;  // relative to the weight share
 
-constexpr const char* kConfig = R"(
+std::string configText() {
+  return std::string(R"(
 default_tier = "paid"
 [[tiers]]
 name = "paid"
@@ -25,20 +26,8 @@ min_share = 0.0
 default_weight = 1.0
 default_queue_limit = 20000
 
-[endpoints.chat]
-kind = "streaming"
-cost = "tokens"
-max_batch_requests = 32
-max_batch_tokens = 4096
-max_wait_us = 2000
-max_output_tokens = 4096
-latency_target_ms = 0
-executor = "cpu"
-[endpoints.chat.cpu]
-per_batch_us = 200.0
-per_token_us = 0.5
-threads = 1
-
+)") + chatEndpointToml("tokens", 4096, 4096) +
+         R"(
 [tenants.W1]
 tier = "paid"
 weight = 1.0
@@ -49,13 +38,14 @@ weight = 2.0
 tier = "paid"
 weight = 4.0
 )";
+}
 
 }  // namespace
 
 ScenarioResult runWeighted(const ScenarioOptions& options) {
   TempDir tmp("fairsched-weighted");
   if (tmp.path().empty()) return ScenarioError{"mkdtemp failed"};
-  auto parsed = config::parseConfig(kConfig, "<weighted>");
+  auto parsed = config::parseConfig(configText(), "<weighted>");
   if (auto* err = std::get_if<config::ConfigError>(&parsed)) return ScenarioError{err->toString()};
   config::Config cfg = std::get<config::Config>(parsed);
   prepareBenchConfig(cfg, tmp.path());
@@ -87,7 +77,8 @@ ScenarioResult runWeighted(const ScenarioOptions& options) {
                       "%", std::abs(share - target) <= target * kTolerance});
   }
   ScenarioReport report;
-  nlohmann::json runs = nlohmann::json::array({runJson(Policy::kFair, "backlogged", records, info)});
+  nlohmann::json runs =
+      nlohmann::json::array({runJson(Policy::kFair, "backlogged", records, info)});
   report.json = propertyJson("weighted", runs, checks);
   report.json["measured_until_ms"] = static_cast<double>(until) / kNsPerMs;
   char title[256];
