@@ -30,8 +30,8 @@ std::string_view toString(ErrorCode code) {
   return "unknown error";
 }
 
-std::string Error::toString() const {
-  std::string out(shm::toString(code));
+std::string formatError(std::string_view what, const std::string& message, int sys_errno) {
+  std::string out(what);
   if (!message.empty()) out += ": " + message;
   if (sys_errno != 0) {
     out += " (";
@@ -40,5 +40,7 @@ std::string Error::toString() const {
   }
   return out;
 }
+
+std::string Error::toString() const { return formatError(shm::toString(code), message, sys_errno); }
 
 }  // namespace fairsched::shm

@@ -36,4 +36,8 @@ struct Error {
 template <class T>
 using Result = std::variant<T, Error>;
 
+// "<what>: <message> (<strerror(sys_errno)>)", leaving out the empty parts:
+// the one format of every error value in shm/ and the client library.
+std::string formatError(std::string_view what, const std::string& message, int sys_errno);
+
 }  // namespace fairsched::shm

@@ -1,5 +1,7 @@
 #include "fairsched/error.hpp"
 
+#include "shm/error.hpp"
+
 #include <cstring>
 
 namespace fairsched {
@@ -43,14 +45,7 @@ std::string_view toString(ErrorCode code) {
 }
 
 std::string Error::toString() const {
-  std::string out(fairsched::toString(code));
-  if (!message.empty()) out += ": " + message;
-  if (sys_errno != 0) {
-    out += " (";
-    out += std::strerror(sys_errno);
-    out += ")";
-  }
-  return out;
+  return shm::formatError(fairsched::toString(code), message, sys_errno);
 }
 
 }  // namespace fairsched
