@@ -64,8 +64,8 @@ std::variant<std::unique_ptr<Server>, std::string> Server::create(const config::
           {ec.cuda.device, ec.cuda.streams, ec.cuda.staging_bytes, ec.max_batch_requests, {}});
       if (auto* ok = std::get_if<std::unique_ptr<CudaExecutor>>(&ex)) {
         if ((*ok)->maxBatchTokens() < ec.max_batch_tokens) {
-          return "endpoints." + ec.name + ": cuda.staging_bytes = " +
-                 std::to_string(ec.cuda.staging_bytes) + " holds " +
+          return "endpoints." + ec.name +
+                 ": cuda.staging_bytes = " + std::to_string(ec.cuda.staging_bytes) + " holds " +
                  std::to_string((*ok)->maxBatchTokens()) +
                  " tokens per batch, fewer than max_batch_tokens = " +
                  std::to_string(ec.max_batch_tokens);
@@ -191,10 +191,12 @@ bool Server::shutdownStep(TimeNs now) {
                            kNsPerSec;
   if (in_flight_batches_ > 0 && now >= hard_stop) {
     spdlog::error("{} batches still running at the hard stop", in_flight_batches_);
-    for (auto& [key, p] : pending_) {
+    for (std::uint64_t id = 0; id < pending_.size(); ++id) {
+      Pending& p = pending_[id];
+      if (!p.live) continue;
       complete(p.conn, completionFor(p.request_id, p.tag, Status::kShuttingDown), true);
+      releasePending(id);
     }
-    pending_.clear();
     in_flight_batches_ = 0;
   }
   // Submissions still in the rings are answered (SHUTTING_DOWN) before the
@@ -472,7 +474,9 @@ void Server::dropConnection(std::uint64_t conn_id, const char* why) {
   const std::size_t cancelled = sched_.cancelOwner(conn_id, Status::kCancelled, done_);
   // Their completions would go to a client that is gone.
   stats_.completions_dropped += cancelled;
-  for (const core::Done& d : done_) pending_.erase(d.id);
+  for (const core::Done& d : done_) {
+    if (findPending(d.id)) releasePending(d.id);
+  }
   done_.clear();
   for (Ring& r : c.rings) {
     if (r.consumer) sched_.tenants().release(r.tenant);
@@ -623,8 +627,16 @@ void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot&
   if (shutting_down_) return reject(Status::kShuttingDown);
   if (slot.endpoint >= executors_.size() || slot.deadline_ns < 0) return reject(Status::kInvalid);
   if (!c.endpoint_allowed[slot.endpoint]) return reject(Status::kUnauthorized);
+  std::uint64_t id;
+  if (!free_pending_.empty()) {
+    id = free_pending_.back();
+    free_pending_.pop_back();
+  } else {
+    id = pending_.size();
+    pending_.emplace_back();
+  }
   core::Request r;
-  r.id = next_request_++;
+  r.id = id;
   r.tenant = c.rings[ring].tenant;
   r.endpoint = slot.endpoint;
   r.input_tokens = slot.prompt_tokens;
@@ -633,8 +645,12 @@ void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot&
   r.deadline = slot.deadline_ns == 0 ? kNever : slot.deadline_ns;
   r.owner = c.id;
   const core::Admission a = sched_.submit(r, now);
-  if (a.status != Status::kOk) return reject(a.status, a.retry_after);
-  Pending& p = pending_[r.id];
+  if (a.status != Status::kOk) {
+    free_pending_.push_back(id);
+    return reject(a.status, a.retry_after);
+  }
+  Pending& p = pending_[id];
+  p.live = true;
   p.conn = c.id;
   p.request_id = slot.request_id;
   p.tag = slot.tag;
@@ -655,7 +671,7 @@ bool Server::dispatch(TimeNs now) {
       eb.endpoint = static_cast<EndpointId>(e);
       std::vector<std::uint64_t>& ids = batches_[eb.id];
       for (const core::Dispatched& d : batch_.requests) {
-        Pending& p = pending_.at(d.id);
+        Pending& p = pending_[d.id];
         p.dispatched = now;
         eb.requests.push_back({d.id, d.input_tokens, d.max_output_tokens});
         eb.tokens.insert(eb.tokens.end(), p.prompt.begin(), p.prompt.end());
@@ -686,9 +702,9 @@ bool Server::collect(TimeNs now) {
         spdlog::error("endpoint {}: batch {} failed: {}", cfg_.endpoints[e].name, b.id, b.error);
       for (std::size_t i = 0; i < bit->second.size(); ++i) {
         const std::uint64_t key = bit->second[i];
-        auto pit = pending_.find(key);
-        if (pit == pending_.end()) continue;
-        Pending& p = pit->second;
+        Pending* pp = findPending(key);
+        if (!pp) continue;
+        Pending& p = *pp;
         const bool ok = b.ok && i < b.results.size() && b.results[i].key == key;
         const std::uint32_t out_tokens = ok ? b.results[i].output_tokens : 0;
         sched_.complete(p.handle, out_tokens, now);
@@ -700,7 +716,7 @@ bool Server::collect(TimeNs now) {
         s.output_tokens = out_tokens;
         s.checksum = ok ? b.results[i].checksum : 0;
         const std::uint64_t conn = p.conn;
-        pending_.erase(pit);
+        releasePending(key);
         complete(conn, s, true);
       }
       sched_.batchServed(static_cast<EndpointId>(e), tokens, b.service_ns);
@@ -713,11 +729,12 @@ bool Server::collect(TimeNs now) {
 void Server::finishDone(std::vector<core::Done>& done, TimeNs now) {
   (void)now;
   for (const core::Done& d : done) {
-    auto pit = pending_.find(d.id);
-    if (pit == pending_.end()) continue;
-    const Pending p = std::move(pit->second);
-    pending_.erase(pit);
-    complete(p.conn, completionFor(p.request_id, p.tag, d.status), true);
+    Pending* p = findPending(d.id);
+    if (!p) continue;
+    const shm::CompletionSlot slot = completionFor(p->request_id, p->tag, d.status);
+    const std::uint64_t conn = p->conn;
+    releasePending(d.id);
+    complete(conn, slot, true);
   }
   done.clear();
 }

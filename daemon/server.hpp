@@ -104,7 +104,11 @@ class Server {
     msghdr msg{};
     std::uint64_t doorbell_buf = 0;
   };
+  // An admitted request the daemon still owes a completion. Kept in a slab
+  // indexed by the core request id (its own slot number), so the hot path
+  // neither hashes nor allocates: a reused slot keeps its prompt buffer.
   struct Pending {
+    bool live = false;
     std::uint64_t conn = 0;
     std::uint64_t request_id = 0;
     std::uint64_t tag = 0;
@@ -157,12 +161,19 @@ class Server {
   std::uint64_t signal_buf_[16] = {};
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> conns_;
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> closed_;  // ops still queued
-  std::unordered_map<std::uint64_t, Pending> pending_;                     // by core request id
+  std::vector<Pending> pending_;                                           // by core request id
+  std::vector<std::uint64_t> free_pending_;
+  Pending* findPending(std::uint64_t id) {
+    return id < pending_.size() && pending_[id].live ? &pending_[id] : nullptr;
+  }
+  void releasePending(std::uint64_t id) {
+    pending_[id].live = false;
+    free_pending_.push_back(id);
+  }
   std::vector<std::uint64_t> drop_later_;
   std::unordered_map<std::uint64_t, std::vector<std::uint64_t>>
       batches_;  // batch id -> request ids
   std::uint64_t next_conn_ = 1;
-  std::uint64_t next_request_ = 1;
   std::uint64_t next_batch_ = 1;
   TimeNs timer_at_ = kNever;
   EventLoop::OpId timer_op_ = 0;
