@@ -181,7 +181,7 @@ bool Server::shutdownStep(TimeNs now) {
   if (now >= shutdown_deadline_ && queued > 0) {
     spdlog::warn("shutdown grace over: {} queued requests end SHUTTING_DOWN", queued);
     sched_.cancelAll(Status::kShuttingDown, done_);
-    finishDone(done_, now);
+    finishDone(done_);
     queued = 0;
   }
   // Running batches finish (their results are delivered) unless they outlast
@@ -512,7 +512,7 @@ bool Server::poll() {
   for (const std::uint64_t id : drop_later_) dropConnection(id, "broke its submission ring");
   drop_later_.clear();
   sched_.expireDeadlines(now, done_);
-  finishDone(done_, now);
+  finishDone(done_);
   if (dispatch(now)) {
     worked = true;
     collect(now);  // an inline executor has finished already
@@ -682,7 +682,7 @@ bool Server::dispatch(TimeNs now) {
       ++stats_.batches;
       worked = true;
     }
-    finishDone(done_, now);
+    finishDone(done_);
   }
   return worked;
 }
@@ -726,8 +726,7 @@ bool Server::collect(TimeNs now) {
   return worked;
 }
 
-void Server::finishDone(std::vector<core::Done>& done, TimeNs now) {
-  (void)now;
+void Server::finishDone(std::vector<core::Done>& done) {
   for (const core::Done& d : done) {
     Pending* p = findPending(d.id);
     if (!p) continue;

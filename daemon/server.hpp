@@ -143,7 +143,7 @@ class Server {
              std::span<const std::uint32_t> prompt, TimeNs now);
   bool dispatch(TimeNs now);
   bool collect(TimeNs now);
-  void finishDone(std::vector<core::Done>& done, TimeNs now);
+  void finishDone(std::vector<core::Done>& done);
   void complete(std::uint64_t conn_id, shm::CompletionSlot slot, bool was_admitted);
   bool flush();
   void armTimer(TimeNs at);

@@ -51,14 +51,14 @@ struct Request {
   EndpointId endpoint = 0;
   std::uint32_t input_tokens = 0;
   std::uint32_t max_output_tokens = 0;
-  std::int32_t priority = 0;   // higher first, within the tenant
-  TimeNs deadline = kNever;    // absolute; past it the request is not run
-  std::uint64_t owner = 0;     // e.g. the client connection, for cancelOwner()
+  std::int32_t priority = 0;  // higher first, within the tenant
+  TimeNs deadline = kNever;   // absolute; past it the request is not run
+  std::uint64_t owner = 0;    // e.g. the client connection, for cancelOwner()
 };
 
 struct Admission {
   Status status = Status::kOk;  // kOk: queued
-  TimeNs retry_after = 0;       // RATE_LIMITED: when the same request would be admitted
+  TimeNs retry_after = 0;       // RATE_LIMITED: how long until the same request would be admitted
   Handle handle = 0;            // kOk only
 };
 
@@ -75,7 +75,10 @@ struct Batch {
   EndpointId endpoint = 0;
   std::vector<Dispatched> requests;
   std::uint64_t tokens = 0;  // input + max output over the batch
-  void clear() { requests.clear(); tokens = 0; }
+  void clear() {
+    requests.clear();
+    tokens = 0;
+  }
 };
 
 // A request the core finished without running it.
