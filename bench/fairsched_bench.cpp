@@ -17,6 +17,7 @@
 #include "bench/core_scenario.hpp"
 #include "bench/noisy_neighbor_report.hpp"
 #include "bench/noisy_neighbor_scenario.hpp"
+#include "bench/property_report.hpp"
 #include "bench/property_scenarios.hpp"
 #include "bench/replay_scenario.hpp"
 #include "bench/roundtrip_scenario.hpp"
@@ -38,12 +39,13 @@ constexpr ScenarioInfo kScenarios[] = {
     {"noisy-neighbor", "a burst tenant against a light one, fifo vs fair (daemon + clients)",
      fairsched::bench::runNoisyNeighbor, fairsched::bench::plotNoisyNeighbor},
     {"weighted", "shares follow weights 1:2:4 (daemon + clients)", fairsched::bench::runWeighted,
-     nullptr},
+     fairsched::bench::plotPropertyRuns},
     {"tiers", "strict tiers and min_share floors (daemon + clients)", fairsched::bench::runTiers,
-     nullptr},
+     fairsched::bench::plotPropertyRuns},
     {"token-cost", "token vs request budgets (daemon + clients)", fairsched::bench::runTokenCost,
-     nullptr},
-    {"rate-limit", "limits and retries", nullptr, nullptr},
+     fairsched::bench::plotPropertyRuns},
+    {"rate-limit", "limits hold in every window, retry jitter and budget (daemon + clients)",
+     fairsched::bench::runRateLimit, fairsched::bench::plotRateLimit},
     {"roundtrip", "submit->completion latency through shared memory vs a unix socket",
      fairsched::bench::runRoundtripScenario, nullptr},
     {"core", "scheduling decisions/s of the core vs a single priority queue",

@@ -45,7 +45,116 @@ nlohmann::json runJson(Policy policy, const std::string& label, const TenantReco
   }
   return {{"policy", policy == Policy::kFair ? "fair" : "fifo"},
           {"label", label},
-          {"tenants", tenants}};
+          {"tenants", tenants},
+          {"series", servedSeries(records)}};
+}
+
+nlohmann::json servedSeries(const TenantRecords& records) {
+  constexpr std::size_t kMaxPoints = 400;
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, recs] : records) {
+    std::vector<std::pair<TimeNs, std::uint64_t>> done;
+    for (const RequestRecord& r : recs) {
+      if (r.status == Status::kOk && r.completion >= 0) done.push_back({r.completion, r.tokens});
+    }
+    std::sort(done.begin(), done.end());
+    nlohmann::json pts = nlohmann::json::array();
+    pts.push_back({0.0, 0});
+    std::uint64_t sum = 0;
+    const std::size_t step = std::max<std::size_t>(1, done.size() / kMaxPoints);
+    for (std::size_t i = 0; i < done.size(); ++i) {
+      sum += done[i].second;
+      if (i % step == 0 || i + 1 == done.size())
+        pts.push_back({static_cast<double>(done[i].first) / kNsPerMs, sum});
+    }
+    out[name] = std::move(pts);
+  }
+  return out;
+}
+
+std::optional<std::string> plotPropertyRuns(const nlohmann::json& report, const std::string& path) {
+  static constexpr std::string_view kScript = R"PY(
+import json, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+report = json.load(open(sys.argv[1]))
+runs = [r for r in report["runs"] if r.get("series")]
+fig, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 4.2), squeeze=False)
+for ax, run in zip(axes[0], runs):
+    for tenant in sorted(run["series"]):
+        pts = run["series"][tenant]
+        if len(pts) < 2:
+            continue
+        xs, ys = zip(*pts)
+        t = run["tenants"].get(tenant, {})
+        label = "%s (tier %s, weight %g)" % (tenant, t.get("tier", "?"), t.get("weight", 1))
+        ax.plot([x / 1000.0 for x in xs], [y / 1e6 for y in ys], label=label, lw=1.8, drawstyle="steps-post")
+    ax.set_title("%s: %s" % (run["policy"], run["label"]))
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel("tokens served, cumulative (millions)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+lines = ["%s %s: %.4g (target %s)" % ("PASS" if c["pass"] else "MISS", c["name"], c["value"], c["target"])
+         for c in report.get("checks", [])]
+fig.suptitle(report["scenario"] + ": tokens served per tenant over time", fontsize=12)
+fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, va="bottom", family="monospace")
+fig.tight_layout(rect=(0, 0.04 + 0.025 * len(lines), 1, 0.95))
+fig.savefig(sys.argv[2], dpi=110)
+)PY";
+  return plotWithPython(kScript, report, path);
+}
+
+std::optional<std::string> plotRateLimit(const nlohmann::json& report, const std::string& path) {
+  static constexpr std::string_view kScript = R"PY(
+import json, sys, bisect
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+report = json.load(open(sys.argv[1]))
+limits = report["limits"]
+tenants = sorted(limits)
+fig, axes = plt.subplots(1, len(tenants) + 1, figsize=(4.6 * (len(tenants) + 1), 4.2))
+for ax, tenant in zip(axes, tenants):
+    lim = limits[tenant]
+    w = lim["window_s"] * 1000.0
+    pts = report["series"].get(tenant, [])
+    ts = [p[0] for p in pts]
+    cs = [p[1] for p in pts]
+    # cost admitted in the window (t - W, t] at every admission
+    xs, ys = [], []
+    for i, t in enumerate(ts):
+        lo = bisect.bisect_right(ts, t - w)
+        xs.append(t / 1000.0)
+        ys.append(sum(cs[lo:i + 1]))
+    ax.step(xs, ys, where="post", color="#1f77b4", label="admitted in the last %g s" % lim["window_s"])
+    ax.axhline(lim["amount"], color="#d62728", ls="--", label="limit " + lim["limit"])
+    ax.set_title("tenant %s: %s" % (tenant, lim["limit"]))
+    ax.set_xlabel("admission (submit of the OK attempt), s")
+    ax.set_ylabel(lim["unit"] + " in the sliding window")
+    ax.set_ylim(0, lim["amount"] * 1.3)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+ax = axes[-1]
+for tenant, color in zip(tenants, ["#1f77b4", "#ff7f0e", "#2ca02c"]):
+    j = report["retry"][tenant]["wait_minus_retry_after_ms"]
+    cap = report["retry"][tenant]["jitter_cap_ms"]
+    qs = [j["min"], j["p10"], j["p50"], j["p90"], j["max"]]
+    ax.plot([q / cap for q in qs], [0, 10, 50, 90, 100], "o-", color=color,
+            label="%s (cap %g ms, %d waits)" % (tenant, cap, report["retry"][tenant]["sleeps"]))
+ax.plot([0, 1], [0, 100], ":", color="gray", label="uniform")
+ax.set_xlabel("(wait - retry_after) / jitter cap")
+ax.set_ylabel("percentile")
+ax.set_title("retry waits beyond retry_after")
+ax.grid(True, alpha=0.3)
+ax.legend(loc="upper left", fontsize=8)
+fig.suptitle("rate-limit: admitted cost never above the limit in any window; jittered retries", fontsize=12)
+fig.tight_layout()
+fig.savefig(sys.argv[2], dpi=110)
+)PY";
+  return plotWithPython(kScript, report, path);
 }
 
 std::uint64_t tokensServedUntil(const std::vector<RequestRecord>& records, TimeNs until) {

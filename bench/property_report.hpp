@@ -3,6 +3,7 @@
 // make (target, value, PASS or MISS) and the table people read.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,17 @@ nlohmann::json tenantSummary(const std::vector<RequestRecord>& records, const Te
 // {"policy":..,"label":..,"tenants":{..}} for one run.
 nlohmann::json runJson(Policy policy, const std::string& label, const TenantRecords& records,
                        const std::map<std::string, TenantInfo>& info);
+
+// Per tenant, [[completion_ms, cumulative tokens served], ...] (at most ~400
+// points), for the plots; runJson puts it in each run as "series".
+nlohmann::json servedSeries(const TenantRecords& records);
+
+// weighted, tiers, token-cost: cumulative tokens served per tenant over time,
+// one panel per run, the checks underneath.
+std::optional<std::string> plotPropertyRuns(const nlohmann::json& report, const std::string& path);
+// rate-limit: admitted cost in the sliding window vs the limit per tenant, and
+// the retry waits beyond retry_after.
+std::optional<std::string> plotRateLimit(const nlohmann::json& report, const std::string& path);
 
 // Tokens served by requests of `records` completed OK at or before `until`.
 std::uint64_t tokensServedUntil(const std::vector<RequestRecord>& records, TimeNs until);

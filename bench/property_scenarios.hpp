@@ -28,5 +28,8 @@ std::string chatEndpointToml(const char* cost, std::uint32_t max_batch_tokens,
 ScenarioResult runWeighted(const ScenarioOptions& options);
 ScenarioResult runTiers(const ScenarioOptions& options);
 ScenarioResult runTokenCost(const ScenarioOptions& options);
+// rate-limit (bench/rate_limit_scenario.cpp): limits hold in every window,
+// retry jitter, the retry budget under sustained rejection.
+ScenarioResult runRateLimit(const ScenarioOptions& options);
 
 }  // namespace fairsched::bench
