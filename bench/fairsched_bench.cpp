@@ -47,7 +47,7 @@ constexpr ScenarioInfo kScenarios[] = {
     {"rate-limit", "limits hold in every window, retry jitter and budget (daemon + clients)",
      fairsched::bench::runRateLimit, fairsched::bench::plotRateLimit},
     {"roundtrip", "submit->completion latency through shared memory vs a unix socket",
-     fairsched::bench::runRoundtripScenario, nullptr},
+     fairsched::bench::runRoundtripScenario, fairsched::bench::plotRoundtrip},
     {"core", "scheduling decisions/s of the core vs a single priority queue",
      fairsched::bench::runCoreScenario, fairsched::bench::plotCoreScenario},
     {"replay", "a JSONL trace through the real core in virtual time", fairsched::bench::runReplay,

@@ -40,6 +40,18 @@ Percentiles percentiles(std::vector<double> ns) {
   return p;
 }
 
+// The 0th..100th percentiles in microseconds, for the plot's CDF.
+nlohmann::json cdf(std::vector<double> ns) {
+  nlohmann::json out = nlohmann::json::array();
+  if (ns.empty()) return out;
+  std::sort(ns.begin(), ns.end());
+  for (int q = 0; q <= 100; ++q) {
+    out.push_back(ns[static_cast<std::size_t>(q / 100.0 * static_cast<double>(ns.size() - 1))] /
+                  1000.0);
+  }
+  return out;
+}
+
 nlohmann::json toJson(const Percentiles& p) {
   return {{"p50_us", p.p50_us}, {"p99_us", p.p99_us}, {"max_us", p.max_us}};
 }
@@ -185,13 +197,15 @@ ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
   const Percentiles shm = percentiles(shm_rtt), sleeping = percentiles(sleep_rtt),
                     uds = percentiles(uds_rtt);
   ScenarioReport report;
-  report.json = {{"scenario", "roundtrip"},
-                 {"shm", toJson(shm)},
-                 {"uds", toJson(uds)},
-                 {"shm_sleeping", toJson(sleeping)},
-                 {"ingest", {{"submissions_per_s", per_s}, {"requests", throughput_requests}}},
-                 {"speedup_p50", shm.p50_us > 0 ? uds.p50_us / shm.p50_us : 0.0},
-                 {"daemon_exit_status", daemon_status}};
+  report.json = {
+      {"scenario", "roundtrip"},
+      {"shm", toJson(shm)},
+      {"uds", toJson(uds)},
+      {"shm_sleeping", toJson(sleeping)},
+      {"ingest", {{"submissions_per_s", per_s}, {"requests", throughput_requests}}},
+      {"speedup_p50", shm.p50_us > 0 ? uds.p50_us / shm.p50_us : 0.0},
+      {"daemon_exit_status", daemon_status},
+      {"cdf_us", {{"shm", cdf(shm_rtt)}, {"shm_sleeping", cdf(sleep_rtt)}, {"uds", cdf(uds_rtt)}}}};
   char buf[1024];
   std::snprintf(
       buf, sizeof buf,
@@ -210,6 +224,34 @@ ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
   report.table = buf;
   if (daemon_status != 0) return ScenarioError{"the daemon did not stop cleanly"};
   return report;
+}
+
+std::optional<std::string> plotRoundtrip(const nlohmann::json& report, const std::string& path) {
+  static constexpr std::string_view kScript = R"PY(
+import json, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+r = json.load(open(sys.argv[1]))
+cdf = r["cdf_us"]
+fig, ax = plt.subplots(figsize=(7, 4))
+for key, label, color in [("shm", "shared memory, busy-polling", "#1f77b4"),
+                          ("shm_sleeping", "shared memory, both sides asleep", "#2ca02c"),
+                          ("uds", "unix-socket echo (baseline)", "#d62728")]:
+    xs = cdf.get(key, [])
+    if xs:
+        ax.plot(xs, range(len(xs)), label=label, color=color)
+ax.set_xscale("log")
+ax.set_xlabel("round trip (us)")
+ax.set_ylabel("percentile")
+ax.set_title("submit -> completion through fairschedd vs a unix socket")
+ax.grid(True, which="both", alpha=0.3)
+ax.legend(loc="lower right")
+fig.tight_layout()
+fig.savefig(sys.argv[2], dpi=110)
+)PY";
+  return plotWithPython(kScript, report, path);
 }
 
 }  // namespace fairsched::bench

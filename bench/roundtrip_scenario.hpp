@@ -12,5 +12,6 @@
 namespace fairsched::bench {
 
 ScenarioResult runRoundtripScenario(const ScenarioOptions& options);
+std::optional<std::string> plotRoundtrip(const nlohmann::json& report, const std::string& path);
 
 }  // namespace fairsched::bench
