@@ -38,6 +38,8 @@ std::variant<std::unique_ptr<CpuExecutor>, std::string> CpuExecutor::create(
     return std::string("cpu executor: per_batch_us and per_token_us must be >= 0");
   }
   std::unique_ptr<CpuExecutor> ex(new CpuExecutor(options));
+  // Build the reference workload's table now, not inside the first batch.
+  (void)kernels::workloadChecksum(std::span<const std::uint32_t>{});
   ex->done_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (ex->done_fd_ < 0) return std::string("cpu executor: eventfd: ") + std::strerror(errno);
   if (options.per_batch_us == 0 && options.per_token_us == 0) {
