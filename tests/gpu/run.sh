@@ -68,7 +68,7 @@ if ! grep -q "building the CUDA parts" "$build/configure.log"; then
 fi
 record "configure" "PASS"
 
-targets=(kernels_reference_test kernels_cuda_test cuda_executor_test cpu_executor_test
+targets=(kernels_reference_test kernels_cuda_test cuda_executor_test cpu_executor_test client_daemon_test
          fairsched_cuda_bench)
 echo "--- build (${targets[*]}) ---"
 if ! timeout 240 cmake --build "$build" -j "$jobs" --target "${targets[@]}" \
@@ -82,7 +82,7 @@ record "build" "PASS"
 
 # A test binary passes when gtest passes it and no test skipped for want of a
 # device (on this machine that would hide the very thing being checked).
-for t in kernels_reference_test kernels_cuda_test cuda_executor_test cpu_executor_test; do
+for t in kernels_reference_test kernels_cuda_test cuda_executor_test cpu_executor_test client_daemon_test; do
   echo "--- $t ---"
   log="$build/$t.log"
   timeout 120 "$build/tests/$t" --gtest_color=no >"$log" 2>&1

@@ -18,6 +18,9 @@
 
 #include "daemon/config/config.hpp"
 #include "daemon/forked_daemon.hpp"
+#if FAIRSCHED_HAVE_CUDA
+#include "daemon/cuda_executor.hpp"
+#endif
 #include "fairsched/client.hpp"
 #include "kernels/workload_reference.hpp"
 
@@ -26,16 +29,20 @@ namespace {
 
 using namespace std::chrono_literals;
 
-config::Config makeConfig(const std::string& socket, double per_batch_us) {
+config::Config makeConfig(const std::string& socket, double per_batch_us,
+                          const std::string& executor = "cpu") {
   const std::string text =
       "[daemon]\nsocket = \"" + socket +
       "\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\n"
       "[[tiers]]\nname = \"paid\"\n"
       "[endpoints.chat]\nmax_batch_requests = 16\nmax_batch_tokens = 8192\nmax_wait_us = 100\n"
-      "max_output_tokens = 64\n"
+      "max_output_tokens = 64\nexecutor = \"" +
+      executor +
+      "\"\n"
       "[endpoints.chat.cpu]\nper_batch_us = " +
       std::to_string(per_batch_us) +
       "\nper_token_us = 0.0\nthreads = 1\n"
+      "[endpoints.chat.cuda]\ndevice = 0\nstreams = 2\nstaging_bytes = 8388608\n"
       "[[clients]]\nname = \"tests\"\nuids = [" +
       std::to_string(getuid()) +
       "]\n"
@@ -143,6 +150,36 @@ TEST_F(ClientDaemon, ManyProcessesAndTenantsEachRequestCompletesOnce) {
     if (child == 0) {
       const std::string err = runClient(
           d.socket(), {"t" + std::to_string(p) + "a", "t" + std::to_string(p) + "b"}, 400);
+      if (!err.empty()) std::fprintf(stderr, "client %d: %s\n", p, err.c_str());
+      _exit(err.empty() ? 0 : 1);
+    }
+    children.push_back(child);
+  }
+  for (pid_t c : children) {
+    int status = 0;
+    waitpid(c, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a client process failed";
+  }
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST_F(ClientDaemon, CudaEndpointServesConcurrentClientsWithTheirOwnChecksums) {
+#if FAIRSCHED_HAVE_CUDA
+  if (const auto why = daemon::CudaExecutor::unavailable(0))
+    GTEST_SKIP() << "no CUDA device: " << *why;
+#else
+  GTEST_SKIP() << "built without CUDA (nvcc not found at configure time)";
+#endif
+  auto started = daemon::ForkedDaemon::start(makeConfig(socket(), 0.0, "cuda"));
+  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
+      << std::get<std::string>(started);
+  auto& d = std::get<daemon::ForkedDaemon>(started);
+  std::vector<pid_t> children;
+  for (int p = 0; p < 3; ++p) {
+    const pid_t child = fork();
+    if (child == 0) {
+      const std::string err = runClient(
+          d.socket(), {"g" + std::to_string(p) + "a", "g" + std::to_string(p) + "b"}, 300);
       if (!err.empty()) std::fprintf(stderr, "client %d: %s\n", p, err.c_str());
       _exit(err.empty() ? 0 : 1);
     }
