@@ -49,6 +49,7 @@ std::variant<std::unique_ptr<Server>, std::string> Server::create(const config::
   sigemptyset(&mask);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGHUP);
   if (pthread_sigmask(SIG_BLOCK, &mask, nullptr) != 0) return std::string("pthread_sigmask failed");
   std::unique_ptr<Server> s(new Server(cfg, config::buildSchedulerSpec(cfg)));
   s->signal_fd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -95,7 +96,25 @@ std::variant<std::unique_ptr<Server>, std::string> Server::create(const config::
 }
 
 Server::Server(const config::Config& cfg, core::SchedulerSpec spec)
-    : cfg_(cfg), rules_(cfg_), sched_(std::move(spec)) {}
+    : cfg_(cfg), rules_(cfg_), sched_(std::move(spec)), notifier_(makeSystemdNotifier()) {}
+
+std::string Server::statusLine() const {
+  std::size_t queued = 0;
+  for (std::size_t e = 0; e < executors_.size(); ++e) {
+    queued += sched_.queued(static_cast<EndpointId>(e));
+  }
+  return std::to_string(conns_.size()) + " clients, " + std::to_string(sched_.tenants().size()) +
+         " tenants, " + std::to_string(queued) + " queued, " + std::to_string(sched_.inFlight()) +
+         " in flight";
+}
+
+void Server::notifyWatchdog(TimeNs now) {
+  if (now < next_watchdog_) return;
+  // Sent from the loop itself: a wedged loop stops pinging and is restarted.
+  notifier_->watchdog();
+  notifier_->status(statusLine());
+  next_watchdog_ = now + notifier_->watchdogInterval();
+}
 
 Server::~Server() {
   conns_.clear();
@@ -147,16 +166,31 @@ int Server::run() {
   hooks.before_sleep = [this] { return beforeSleep(); };
   loop_->setHooks(hooks);
   acceptNext();
-  loop_->read(signal_fd_, signal_buf_, sizeof signal_buf_, [this](int res) {
-    if (res > 0) {
-      spdlog::info("signal received: shutting down");
-      beginShutdown();
-    }
-  });
+  armSignals();
   for (std::size_t e = 0; e < executors_.size(); ++e) armExecutorWatch(e);
   spdlog::info("serving on {} ({} endpoints, policy {})", socket_path_, executors_.size(),
                cfg_.daemon.policy == Policy::kFair ? "fair" : "fifo");
+  // The socket was bound and listening before run(): clients can connect now.
+  notifier_->ready("serving on " + socket_path_);
+  if (notifier_->watchdogInterval() > 0) next_watchdog_ = monotonicNow();
   return loop_->run();
+}
+
+void Server::armSignals() {
+  loop_->read(signal_fd_, signal_buf_, sizeof signal_buf_, [this](int res) {
+    if (res < static_cast<int>(sizeof(signalfd_siginfo))) return;
+    signalfd_siginfo info;
+    std::memcpy(&info, signal_buf_, sizeof info);
+    if (info.ssi_signo == SIGHUP) {
+      // Hot reload is not in this build: keep serving on the loaded config.
+      spdlog::warn("SIGHUP: configuration reload is not supported yet; still serving {}",
+                   socket_path_);
+      armSignals();
+      return;
+    }
+    spdlog::info("signal {} received: shutting down", info.ssi_signo);
+    beginShutdown();
+  });
 }
 
 void Server::beginShutdown() {
@@ -171,6 +205,7 @@ void Server::beginShutdown() {
   }
   spdlog::info("shutting down: admitting nothing more, draining queues for up to {} ms",
                cfg_.daemon.shutdown_grace_ms);
+  notifier_->stopping("stopping: " + statusLine());
   armTimer(shutdown_deadline_);
 }
 
@@ -499,6 +534,7 @@ void Server::dropConnection(std::uint64_t conn_id, const char* why) {
 
 bool Server::poll() {
   const TimeNs now = monotonicNow();
+  notifyWatchdog(now);
   if (sleeping_) {
     for (auto& [id, c] : conns_) {
       if (c->segment) c->segment->ownSleepFlag().clear();
@@ -538,7 +574,7 @@ bool Server::beforeSleep() {
     }
   }
   // Sleep until the next batch is due or a deadline passes, if sooner than anything else.
-  TimeNs wake = sched_.nextDeadline();
+  TimeNs wake = std::min(sched_.nextDeadline(), next_watchdog_);
   for (std::size_t e = 0; e < executors_.size(); ++e) {
     if (executors_[e]->freeSlots() > 0)
       wake = std::min(wake, sched_.batchDueAt(static_cast<EndpointId>(e)));

@@ -36,6 +36,7 @@
 #include "daemon/core/scheduler.hpp"
 #include "daemon/event_loop.hpp"
 #include "daemon/executor.hpp"
+#include "daemon/notifier.hpp"
 #include "shm/control_protocol.hpp"
 #include "shm/doorbell.hpp"
 #include "shm/segment.hpp"
@@ -60,7 +61,8 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Serves until SIGTERM/SIGINT; then admits nothing more (new submissions
+  // Serves until SIGTERM/SIGINT (SIGHUP is logged and ignored until reload
+  // exists); then admits nothing more (new submissions
   // end SHUTTING_DOWN), keeps serving what is queued for up to
   // shutdown_grace_ms, ends what is left SHUTTING_DOWN, lets running batches
   // finish, delivers every completion and returns 0; nonzero on a fatal loop
@@ -148,6 +150,10 @@ class Server {
   bool flush();
   void armTimer(TimeNs at);
   void armExecutorWatch(std::size_t e);
+  void armSignals();
+  // STATUS= for the supervisor: clients, queued, in flight.
+  std::string statusLine() const;
+  void notifyWatchdog(TimeNs now);
 
   config::Config cfg_;
   ClientRules rules_;
@@ -187,6 +193,8 @@ class Server {
   std::vector<BatchDone> finished_;
   std::vector<shm::CompletionSlot> flush_buf_;
   ServerStats stats_;
+  std::unique_ptr<Notifier> notifier_;
+  TimeNs next_watchdog_ = kNever;
 };
 
 }  // namespace fairsched::daemon

@@ -1,0 +1,98 @@
+// fairschedd and its supervisor: run with NOTIFY_SOCKET pointing at a test
+// socket, the daemon sends READY=1 once it accepts, WATCHDOG=1 from its event
+// loop at half the configured watchdog timeout, STATUS= lines, and
+// STOPPING=1 on SIGTERM — what Type=notify with WatchdogSec= relies on.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "daemon/config/config.hpp"
+#include "daemon/forked_daemon.hpp"
+
+namespace fairsched {
+namespace {
+
+using namespace std::chrono_literals;
+
+class SystemdNotify : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/fairsched-notify-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd_, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    const std::string path = dir_ + "/notify";
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+    ASSERT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    timeval tv{0, 50'000};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setenv("NOTIFY_SOCKET", path.c_str(), 1);
+    setenv("WATCHDOG_USEC", "100000", 1);  // pings every 50 ms
+    unsetenv("WATCHDOG_PID");              // the forked daemon's pid is not known yet
+  }
+  void TearDown() override {
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("WATCHDOG_USEC");
+    close(fd_);
+    std::filesystem::remove_all(dir_);
+  }
+  // Datagrams received for `d`.
+  std::vector<std::string> receiveFor(std::chrono::milliseconds d) {
+    std::vector<std::string> out;
+    const auto until = std::chrono::steady_clock::now() + d;
+    char buf[4096];
+    while (std::chrono::steady_clock::now() < until) {
+      const ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n > 0) out.emplace_back(buf, static_cast<std::size_t>(n));
+    }
+    return out;
+  }
+  std::string dir_;
+  int fd_ = -1;
+};
+
+std::size_t count(const std::vector<std::string>& msgs, const std::string& needle) {
+  std::size_t n = 0;
+  for (const auto& m : msgs) n += m.find(needle) != std::string::npos ? 1 : 0;
+  return n;
+}
+
+TEST_F(SystemdNotify, ReadyWatchdogStatusThenStopping) {
+  const std::string text = "[daemon]\nsocket = \"" + dir_ +
+                           "/fairsched.sock\"\nlog_level = \"error\"\n"
+                           "[[tiers]]\nname = \"paid\"\n[endpoints.chat]\n"
+                           "[[clients]]\nname = \"t\"\nuids = [" +
+                           std::to_string(getuid()) + "]\ntenants = [\"*\"]\n";
+  auto parsed = config::parseConfig(text, "test");
+  ASSERT_TRUE(std::holds_alternative<config::Config>(parsed))
+      << std::get<config::ConfigError>(parsed).toString();
+  auto started = daemon::ForkedDaemon::start(std::get<config::Config>(parsed));
+  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
+      << std::get<std::string>(started);
+  auto& d = std::get<daemon::ForkedDaemon>(started);
+
+  const auto running = receiveFor(600ms);
+  ASSERT_FALSE(running.empty());
+  EXPECT_NE(running.front().find("READY=1"), std::string::npos) << running.front();
+  EXPECT_GE(count(running, "WATCHDOG=1"), 4u) << "pings at half of WATCHDOG_USEC while idle";
+  EXPECT_GE(count(running, "STATUS="), 1u);
+
+  EXPECT_EQ(d.terminate(), 0);
+  const auto stopping = receiveFor(200ms);
+  EXPECT_EQ(count(stopping, "STOPPING=1"), 1u);
+}
+
+}  // namespace
+}  // namespace fairsched
