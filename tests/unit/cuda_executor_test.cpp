@@ -37,9 +37,21 @@ std::string serverConfig(const std::string& socket, const std::string& cuda_sect
          "]\ntenants = [\"acme\"]\nendpoints = [\"*\"]\nassign_tiers = [\"*\"]\n";
 }
 
+std::string testDir() {
+  return std::filesystem::temp_directory_path() /
+         ("fairsched_cuda_exec_" + std::to_string(getpid()));
+}
+
+// Removes the test's socket directory when the test ends.
+struct TestDirCleanup {
+  ~TestDirCleanup() {
+    std::error_code ec;
+    std::filesystem::remove_all(testDir(), ec);
+  }
+};
+
 std::variant<std::unique_ptr<Server>, std::string> createServer(const std::string& cuda_section) {
-  const std::string dir =
-      std::filesystem::temp_directory_path() / ("fairsched_cuda_exec_" + std::to_string(getpid()));
+  const std::string dir = testDir();
   std::filesystem::create_directories(dir);
   const std::string socket = dir + "/s.sock";
   std::filesystem::remove(socket);
@@ -67,6 +79,7 @@ bool cudaDevicePresent(std::string& why) {
 TEST(CudaExecutorServer, CudaEndpointWithoutADeviceFailsAtStartWithoutFallback) {
   std::string why;
   if (cudaDevicePresent(why)) GTEST_SKIP() << "a CUDA device is present: the cuda executor starts";
+  const TestDirCleanup cleanup;
   auto s = createServer("device = 0\n");
   ASSERT_TRUE(std::holds_alternative<std::string>(s));
   const std::string& err = std::get<std::string>(s);
@@ -82,6 +95,7 @@ TEST(CudaExecutorServer, CudaEndpointWithoutADeviceFailsAtStartWithoutFallback) 
 TEST(CudaExecutorServer, CudaEndpointWithoutADeviceFallsBackToCpu) {
   std::string why;
   if (cudaDevicePresent(why)) GTEST_SKIP() << "a CUDA device is present: no fallback needed";
+  const TestDirCleanup cleanup;
   auto s = createServer("fallback = \"cpu\"\n");
   ASSERT_TRUE(std::holds_alternative<std::unique_ptr<Server>>(s)) << std::get<std::string>(s);
 }
