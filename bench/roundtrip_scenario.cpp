@@ -1,5 +1,7 @@
 #include "bench/roundtrip_scenario.hpp"
 
+#include "bench/process_run.hpp"
+
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -8,7 +10,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <thread>
 #include <variant>
 #include <vector>
@@ -127,15 +128,9 @@ ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
   const int sleeping_iterations = options.quick ? 200 : 2'000;
   const std::uint64_t throughput_requests = options.quick ? 200'000 : 2'000'000;
 
-  char tmpl[] = "/tmp/fairsched-roundtrip-XXXXXX";
-  if (!mkdtemp(tmpl)) return ScenarioError{"mkdtemp failed"};
-  const std::string dir = tmpl;
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { std::filesystem::remove_all(dir); }
-  } cleanup{dir};
-
-  auto cfg = daemonConfig(dir + "/fairsched.sock");
+  const TempDir tmp("fairsched-roundtrip");
+  if (tmp.path().empty()) return ScenarioError{"mkdtemp failed"};
+  auto cfg = daemonConfig(tmp.path() + "/fairsched.sock");
   if (auto* err = std::get_if<std::string>(&cfg)) return ScenarioError{*err};
   pinTo(1);  // the daemon inherits this CPU
   auto started = daemon::ForkedDaemon::start(std::get<config::Config>(cfg));

@@ -139,17 +139,15 @@ std::string runClient(const std::string& socket, const std::vector<std::string>&
   return "";
 }
 
-TEST_F(ClientDaemon, ManyProcessesAndTenantsEachRequestCompletesOnce) {
-  auto started = daemon::ForkedDaemon::start(makeConfig(socket(), 20.0));
-  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
-      << std::get<std::string>(started);
-  auto& d = std::get<daemon::ForkedDaemon>(started);
+// Three client processes with two tenants each ("<prefix><p>a", "<prefix><p>b"),
+// `n` requests per tenant, all checked by runClient.
+void runClientProcesses(const std::string& socket, const std::string& prefix, int n) {
   std::vector<pid_t> children;
   for (int p = 0; p < 3; ++p) {
     const pid_t child = fork();
     if (child == 0) {
-      const std::string err = runClient(
-          d.socket(), {"t" + std::to_string(p) + "a", "t" + std::to_string(p) + "b"}, 400);
+      const std::string base = prefix + std::to_string(p);
+      const std::string err = runClient(socket, {base + "a", base + "b"}, n);
       if (!err.empty()) std::fprintf(stderr, "client %d: %s\n", p, err.c_str());
       _exit(err.empty() ? 0 : 1);
     }
@@ -160,6 +158,14 @@ TEST_F(ClientDaemon, ManyProcessesAndTenantsEachRequestCompletesOnce) {
     waitpid(c, &status, 0);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a client process failed";
   }
+}
+
+TEST_F(ClientDaemon, ManyProcessesAndTenantsEachRequestCompletesOnce) {
+  auto started = daemon::ForkedDaemon::start(makeConfig(socket(), 20.0));
+  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
+      << std::get<std::string>(started);
+  auto& d = std::get<daemon::ForkedDaemon>(started);
+  runClientProcesses(d.socket(), "t", 400);
   EXPECT_EQ(d.terminate(), 0);
 }
 
@@ -174,22 +180,7 @@ TEST_F(ClientDaemon, CudaEndpointServesConcurrentClientsWithTheirOwnChecksums) {
   ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
       << std::get<std::string>(started);
   auto& d = std::get<daemon::ForkedDaemon>(started);
-  std::vector<pid_t> children;
-  for (int p = 0; p < 3; ++p) {
-    const pid_t child = fork();
-    if (child == 0) {
-      const std::string err = runClient(
-          d.socket(), {"g" + std::to_string(p) + "a", "g" + std::to_string(p) + "b"}, 300);
-      if (!err.empty()) std::fprintf(stderr, "client %d: %s\n", p, err.c_str());
-      _exit(err.empty() ? 0 : 1);
-    }
-    children.push_back(child);
-  }
-  for (pid_t c : children) {
-    int status = 0;
-    waitpid(c, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a client process failed";
-  }
+  runClientProcesses(d.socket(), "g", 300);
   EXPECT_EQ(d.terminate(), 0);
 }
 
