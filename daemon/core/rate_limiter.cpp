@@ -1,5 +1,7 @@
 #include "daemon/core/rate_limiter.hpp"
 
+#include <algorithm>
+
 namespace fairsched::core {
 
 KeyLimiter::KeyLimiter(std::span<const LimitSpec> specs) : specs_(specs) {
@@ -41,6 +43,21 @@ LimitDecision KeyLimiter::tryAdmit(std::uint64_t tokens, TimeNs now) {
     windows_[i].add(costOf(specs_[i], tokens), now, widths_[i]);
   }
   return d;
+}
+
+void KeyLimiter::carryOver(const KeyLimiter& old) {
+  now_ = std::max(now_, old.now_);
+  if (!windows_ || !old.windows_) return;
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    if (specs_[i].amount == 0) continue;
+    for (std::size_t j = 0; j < old.specs_.size(); ++j) {
+      const LimitSpec& o = old.specs_[j];
+      if (o.amount != 0 && o.unit == specs_[i].unit && o.window_ns == specs_[i].window_ns) {
+        windows_[i] = old.windows_[j];
+        break;
+      }
+    }
+  }
 }
 
 void KeyLimiter::refundTokens(std::uint64_t unused_tokens, TimeNs admitted_at) {

@@ -54,6 +54,12 @@ class KeyLimiter {
   // being forgotten).
   bool idle(TimeNs now);
 
+  // After a configuration reload: take over the counts of `old` for every
+  // limit of this limiter with the same unit and window (amounts may differ),
+  // so a reload never hands a tenant a fresh window. Limits without such a
+  // match start empty.
+  void carryOver(const KeyLimiter& old);
+
   std::vector<LimitUsage> usage(TimeNs now);
   std::span<const LimitSpec> specs() const { return specs_; }
   bool unlimited() const { return windows_ == nullptr; }

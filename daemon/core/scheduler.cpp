@@ -12,9 +12,12 @@ constexpr double kOutputEmaAlpha = 0.25;
 
 const char* toString(CostModel m) {
   switch (m) {
-    case CostModel::kRequests: return "requests";
-    case CostModel::kTokens: return "tokens";
-    case CostModel::kAdaptive: return "adaptive";
+    case CostModel::kRequests:
+      return "requests";
+    case CostModel::kTokens:
+      return "tokens";
+    case CostModel::kAdaptive:
+      return "adaptive";
   }
   return "?";
 }
@@ -34,6 +37,91 @@ Scheduler::Scheduler(SchedulerSpec spec) : spec_(std::move(spec)), tenants_(spec
     ep.throttle = BacklogThrottle(ep.spec.latency_target, ep.spec.parallelism);
     ep.backlogged = std::make_unique<bool[]>(spec_.tiers.size());
   }
+}
+
+std::optional<std::string> Scheduler::reconfigure(SchedulerSpec spec) {
+  if (spec.policy != spec_.policy) return std::string("the scheduling policy cannot change");
+  if (spec.endpoints.size() != spec_.endpoints.size()) {
+    return std::string("the set of endpoints cannot change");
+  }
+  for (std::size_t e = 0; e < spec.endpoints.size(); ++e) {
+    const EndpointSpec& was = spec_.endpoints[e];
+    const EndpointSpec& is = spec.endpoints[e];
+    if (is.name != was.name) {
+      return "the set of endpoints cannot change (endpoint " + std::to_string(e) + " is '" +
+             was.name + "', not '" + is.name + "')";
+    }
+    if (is.max_batch_tokens < was.max_batch_tokens) {
+      return "endpoints." + is.name + ".max_batch_tokens cannot shrink (" +
+             std::to_string(was.max_batch_tokens) + " -> " + std::to_string(is.max_batch_tokens) +
+             "): queued requests must still fit a batch";
+    }
+    if (is.parallelism != was.parallelism) {
+      return "endpoints." + is.name + ": the executor's threads or streams cannot change";
+    }
+  }
+  std::vector<TierId> tier_map(spec_.tiers.size(), TenantTable::kNoTier);
+  for (std::size_t o = 0; o < spec_.tiers.size(); ++o) {
+    for (std::size_t n = 0; n < spec.tiers.size(); ++n) {
+      if (spec_.tiers[o].name == spec.tiers[n].name) tier_map[o] = static_cast<TierId>(n);
+    }
+  }
+  spec_ = std::move(spec);
+  // The old tables stay alive until every limiter is rebuilt below.
+  const std::deque<LimitTable> old_limits = tenants_.reconfigure(spec_, tier_map);
+  spec_.tenants.clear();
+  spec_.tenants.shrink_to_fit();
+
+  std::vector<double> shares;
+  for (const auto& t : spec_.tiers) shares.push_back(t.min_share);
+  const std::size_t tiers = spec_.tiers.size();
+  for (std::size_t e = 0; e < endpoints_.size(); ++e) {
+    EndpointState& ep = endpoints_[e];
+    const EndpointSpec& es = spec_.endpoints[e];
+    if (es.latency_target != ep.spec.latency_target || es.parallelism != ep.spec.parallelism) {
+      ep.throttle = BacklogThrottle(es.latency_target, es.parallelism);
+    }
+    ep.spec = es;
+    ep.drr.clear();
+    ep.drr.resize(tiers);
+    ep.tiers.assign(tiers, TierState{});
+    ep.tier_selector = TierSelector(shares);
+    ep.backlogged = std::make_unique<bool[]>(tiers);
+    for (std::uint32_t i = 0; i < ep.states.size(); ++i) {
+      TenantState& ts = ep.states[i];
+      if (!ts.live) continue;
+      const TenantTable::Entry& entry = tenants_[ts.tenant];
+      ts.tier = entry.tier;
+      ts.weight = entry.weight;
+      ts.queue_limit = entry.queue_limit;
+      std::unique_ptr<KeyLimiter> limiter;
+      if (entry.limits && e < entry.limits->size()) {
+        const auto& specs = (*entry.limits)[e];
+        if (std::any_of(specs.begin(), specs.end(),
+                        [](const LimitSpec& l) { return l.amount != 0; })) {
+          limiter = std::make_unique<KeyLimiter>(std::span<const LimitSpec>(specs));
+          if (ts.limiter) limiter->carryOver(*ts.limiter);
+        }
+      }
+      ts.limiter = std::move(limiter);
+      DrrScheduler& drr = ep.drr[ts.tier];
+      const double q = static_cast<double>(ep.spec.quantum) * ts.weight;
+      drr.setQuantum(i, std::max<std::int64_t>(1, std::llround(q)));
+      ep.tiers[ts.tier].queued_tokens += ts.queued_tokens;
+      if (ts.queued == 0) continue;
+      ep.tiers[ts.tier].backlogged_weight += ts.weight;
+      if (spec_.policy != Policy::kFair) continue;
+      while (!ts.queue.empty()) {  // drop withdrawn entries from the head
+        const Slot* top = lookup(ts.queue.top().handle);
+        if (top && top->state == SlotState::kQueued) break;
+        ts.queue.pop();
+        if (ts.withdrawn > 0) ts.withdrawn--;
+      }
+      const QueueEntry& head = ts.queue.top();
+      drr.enqueue(i, costOf(ep, ts, head.input_tokens, head.max_output_tokens));
+    }
+  }
+  return std::nullopt;
 }
 
 Scheduler::Slot* Scheduler::lookup(Handle h) {
@@ -79,21 +167,23 @@ std::uint32_t Scheduler::stateFor(EndpointState& ep, TenantId t, TimeNs now) {
   }
   const double q = static_cast<double>(ep.spec.quantum) * e.weight;
   ep.drr[ts.tier].setQuantum(i, std::max<std::int64_t>(1, std::llround(q)));
-  if (t >= ep.state_of.size()) ep.state_of.resize(std::max<std::size_t>(t + 1, tenants_.capacity()), kNoState);
+  if (t >= ep.state_of.size())
+    ep.state_of.resize(std::max<std::size_t>(t + 1, tenants_.capacity()), kNoState);
   ep.state_of[t] = i;
   tenants_.retain(t);
   return i;
 }
 
 std::int64_t Scheduler::costOf(const EndpointState& ep, const TenantState& ts, std::uint32_t input,
-                              std::uint32_t max_output) const {
+                               std::uint32_t max_output) const {
   switch (ep.spec.cost) {
-    case CostModel::kRequests: return 1;
-    case CostModel::kTokens: return static_cast<std::int64_t>(input) + max_output;
+    case CostModel::kRequests:
+      return 1;
+    case CostModel::kTokens:
+      return static_cast<std::int64_t>(input) + max_output;
     case CostModel::kAdaptive: {
-      const double out = ts.expected_output < 0
-                             ? static_cast<double>(max_output)
-                             : std::min<double>(ts.expected_output, max_output);
+      const double out = ts.expected_output < 0 ? static_cast<double>(max_output)
+                                                : std::min<double>(ts.expected_output, max_output);
       return static_cast<std::int64_t>(input) + std::llround(out);
     }
   }
@@ -242,7 +332,10 @@ void Scheduler::withdraw(Slot& s, Status why, std::vector<Done>& done) {
   EndpointState& ep = endpoints_[s.req.endpoint];
   TenantState& ts = ep.states[s.ts];
   unqueue(ep, ts, tokensOf(s.req));
-  if (why == Status::kDeadlineExceeded) ts.stats.expired++; else ts.stats.cancelled++;
+  if (why == Status::kDeadlineExceeded)
+    ts.stats.expired++;
+  else
+    ts.stats.cancelled++;
   // It never ran: none of its token reservation was used.
   if (ts.limiter) ts.limiter->refundTokens(tokensOf(s.req), s.arrival);
   done.push_back({s.req.id, s.req.tenant, s.req.endpoint, why});
@@ -261,8 +354,8 @@ void Scheduler::dispatch(EndpointState& ep, Slot& s, Batch& out) {
   ts.stats.dispatched++;
   in_flight_++;
   const Handle h = makeHandle(static_cast<std::uint32_t>(&s - slots_.data()), s.gen);
-  out.requests.push_back({h, s.req.id, s.req.tenant, s.req.input_tokens, s.req.max_output_tokens,
-                          s.arrival});
+  out.requests.push_back(
+      {h, s.req.id, s.req.tenant, s.req.input_tokens, s.req.max_output_tokens, s.arrival});
   out.tokens += tokensOf(s.req);
 }
 
@@ -363,13 +456,15 @@ bool Scheduler::takeFifo(EndpointState& ep, TimeNs now, Batch& out, std::vector<
   return !out.requests.empty();
 }
 
-bool Scheduler::nextBatch(EndpointId e, TimeNs now, Batch& out, std::vector<Done>& done, bool force) {
+bool Scheduler::nextBatch(EndpointId e, TimeNs now, Batch& out, std::vector<Done>& done,
+                          bool force) {
   out.clear();
   out.endpoint = e;
   if (e >= endpoints_.size()) return false;
   if (!force && batchDueAt(e) > now) return false;
   EndpointState& ep = endpoints_[e];
-  return spec_.policy == Policy::kFair ? takeFair(ep, now, out, done) : takeFifo(ep, now, out, done);
+  return spec_.policy == Policy::kFair ? takeFair(ep, now, out, done)
+                                       : takeFifo(ep, now, out, done);
 }
 
 bool Scheduler::complete(Handle h, std::uint32_t output_tokens, TimeNs now) {
@@ -406,10 +501,12 @@ bool Scheduler::cancel(Handle h, Status why, std::vector<Done>& done) {
   return true;
 }
 
-std::size_t Scheduler::cancelOwner(std::uint64_t owner, Status why, std::vector<Done>& done) {
+std::size_t Scheduler::cancelOwner(std::uint64_t owner, Status why, std::vector<Done>& done,
+                                   TenantId tenant) {
   std::size_t n = 0;
   for (Slot& s : slots_) {
-    if (s.state == SlotState::kQueued && s.req.owner == owner) {
+    if (s.state == SlotState::kQueued && s.req.owner == owner &&
+        (tenant == kNoTenant || s.req.tenant == tenant)) {
       withdraw(s, why, done);
       ++n;
     }

@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -126,6 +127,21 @@ class Scheduler {
   TenantTable& tenants() { return tenants_; }
   const TenantTable& tenants() const { return tenants_; }
 
+  // A configuration reload, applied between two decisions without losing a
+  // queued or in-flight request. `spec` must keep the policy and the
+  // endpoints (same names, same order, same executor parallelism), and no
+  // endpoint's max_batch_tokens may shrink (a queued request must still fit
+  // a batch); otherwise nothing changes and the error says why. Everything else may change: tiers
+  // (matched by name; a tenant whose tier is gone moves to the default tier), listed tenants,
+  // weights, queue bounds, quanta, batch limits and rate limits. Limit
+  // windows carry over where a limit keeps its unit and window, so a reload
+  // never resets a tenant's usage. Each tier's DRR round restarts (deficits
+  // return to zero), which the fairness bound allows for: it holds over
+  // every interval that does not span a reload. Requests already queued stay
+  // queued; ones over a new, smaller queue bound are not dropped (the bound
+  // applies to new submissions).
+  std::optional<std::string> reconfigure(SchedulerSpec spec);
+
   // Admit or reject. REQUIRES: r.tenant was acquired from tenants().
   Admission submit(const Request& r, TimeNs now);
 
@@ -152,8 +168,10 @@ class Scheduler {
 
   // Withdraw a queued request; in-flight ones cannot be withdrawn (false).
   bool cancel(Handle h, Status why, std::vector<Done>& done);
-  // Withdraw every queued request of `owner`. Returns how many.
-  std::size_t cancelOwner(std::uint64_t owner, Status why, std::vector<Done>& done);
+  // Withdraw every queued request of `owner` (only those of `tenant` unless
+  // it is kNoTenant). Returns how many.
+  std::size_t cancelOwner(std::uint64_t owner, Status why, std::vector<Done>& done,
+                          TenantId tenant = kNoTenant);
   // Withdraw every queued request (shutdown).
   std::size_t cancelAll(Status why, std::vector<Done>& done);
 

@@ -9,19 +9,66 @@ TenantTable::TenantTable(const SchedulerSpec& spec) : spec_(&spec) {
     const TenantId id = allocate();
     Entry& e = entries_[id];
     e.name = t.name;
-    e.tier = t.tier;
-    e.weight = t.weight;
-    e.queue_limit = t.queue_limit;
-    if (t.limits) {
-      owned_limits_.push_back(*t.limits);
-      e.limits = &owned_limits_.back();
-    } else {
-      e.limits = t.tier < spec.tier_limits.size() ? &owned_limits_[t.tier] : nullptr;
-    }
-    e.listed = true;
-    e.live = true;
+    applyListed(e, t);
     index_.emplace(t.name, id);
   }
+}
+
+void TenantTable::applyListed(Entry& e, const TenantSpec& t) {
+  e.tier = t.tier;
+  e.weight = t.weight;
+  e.queue_limit = t.queue_limit;
+  if (t.limits) {
+    owned_limits_.push_back(*t.limits);
+    e.limits = &owned_limits_.back();
+  } else {
+    e.limits = t.tier < spec_->tier_limits.size() ? &owned_limits_[t.tier] : nullptr;
+  }
+  e.listed = true;
+  e.live = true;
+}
+
+void TenantTable::applyDefaults(Entry& e, TierId tier) {
+  e.tier = tier;
+  e.weight = spec_->tiers[tier].default_weight;
+  e.queue_limit = spec_->tiers[tier].default_queue_limit;
+  e.limits = tier < spec_->tier_limits.size() ? &owned_limits_[tier] : nullptr;
+  e.listed = false;
+}
+
+std::deque<LimitTable> TenantTable::reconfigure(const SchedulerSpec& spec,
+                                                std::span<const TierId> tier_map) {
+  spec_ = &spec;
+  std::deque<LimitTable> old;
+  old.swap(owned_limits_);
+  for (const auto& t : spec.tier_limits) owned_limits_.push_back(t);
+  for (Entry& e : entries_) {
+    if (!e.live) continue;
+    TierId tier = e.tier < tier_map.size() ? tier_map[e.tier] : kNoTier;
+    if (tier == kNoTier || tier >= spec.tiers.size()) tier = spec.default_tier;
+    applyDefaults(e, tier);
+  }
+  for (const TenantSpec& t : spec.tenants) {
+    TenantId id;
+    if (auto it = index_.find(t.name); it != index_.end()) {
+      id = it->second;
+    } else {
+      id = allocate();
+      entries_[id].name = t.name;
+      index_.emplace(t.name, id);
+    }
+    applyListed(entries_[id], t);
+  }
+  // No longer listed and held by nothing: forget now, as release() would.
+  for (TenantId id = 0; id < entries_.size(); ++id) {
+    Entry& e = entries_[id];
+    if (e.live && !e.listed && e.refs == 0) {
+      index_.erase(e.name);
+      e = Entry{};
+      free_.push_back(id);
+    }
+  }
+  return old;
 }
 
 TenantId TenantTable::allocate() {
@@ -44,12 +91,8 @@ TenantId TenantTable::acquire(std::string_view name, std::optional<TierId> tier_
   const TenantId id = allocate();
   Entry& e = entries_[id];
   e.name.assign(name);
-  e.tier = tier;
-  e.weight = spec_->tiers[tier].default_weight;
-  e.queue_limit = spec_->tiers[tier].default_queue_limit;
-  e.limits = tier < spec_->tier_limits.size() ? &owned_limits_[tier] : nullptr;
+  applyDefaults(e, tier);
   e.refs = 1;
-  e.listed = false;
   e.live = true;
   index_.emplace(e.name, id);
   return id;

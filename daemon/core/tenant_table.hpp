@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -51,6 +52,18 @@ class TenantTable {
   void retain(TenantId id) { ++entries_[id].refs; }
   void release(TenantId id);
 
+  // A configuration reload: `spec` replaces the table's spec (and must
+  // outlive it, like the one it was built from); `tier_map` maps each old
+  // TierId to its new one (kNoTier: the tier is gone). Listed tenants take
+  // their new settings, keeping their ids; tenants no longer listed become
+  // unlisted ones with their tier's defaults (and are forgotten at once if
+  // nothing holds them); unlisted tenants keep their tier by name, or move to
+  // the default tier when it is gone. Ids never change. Returns the old
+  // limit tables: limiters still point into them until the caller rebuilds
+  // them from the new ones.
+  static constexpr TierId kNoTier = UINT16_MAX;
+  std::deque<LimitTable> reconfigure(const SchedulerSpec& spec, std::span<const TierId> tier_map);
+
   std::optional<TenantId> find(std::string_view name) const;
   const Entry& operator[](TenantId id) const { return entries_[id]; }
   bool valid(TenantId id) const { return id < entries_.size() && entries_[id].live; }
@@ -64,6 +77,8 @@ class TenantTable {
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   TenantId allocate();
+  void applyDefaults(Entry& e, TierId tier);
+  void applyListed(Entry& e, const TenantSpec& t);
 
   const SchedulerSpec* spec_;
   std::vector<Entry> entries_;
