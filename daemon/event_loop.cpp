@@ -97,6 +97,12 @@ EventLoop::OpId EventLoop::pollIn(int fd, Handler h) {
   return track(s, std::move(h));
 }
 
+EventLoop::OpId EventLoop::pollOut(int fd, Handler h) {
+  io_uring_sqe* s = sqe();
+  io_uring_prep_poll_add(s, fd, POLLOUT);
+  return track(s, std::move(h));
+}
+
 EventLoop::OpId EventLoop::timerAt(TimeNs deadline, Handler h) {
   io_uring_sqe* s = sqe();
   const OpId id = track(s, std::move(h));

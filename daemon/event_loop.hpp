@@ -54,6 +54,7 @@ class EventLoop {
   OpId accept(int fd, Handler h);
   OpId recvmsg(int fd, msghdr* msg, Handler h);
   OpId pollIn(int fd, Handler h);
+  OpId pollOut(int fd, Handler h);
   // Fires at `deadline` on CLOCK_MONOTONIC with result 0 (or -ECANCELED).
   OpId timerAt(TimeNs deadline, Handler h);
   // Ask the kernel to cancel a queued operation; its handler still runs, with

@@ -33,7 +33,7 @@ constexpr std::string_view kUsage =
     "usage: fairschedd --config FILE [--log-level LEVEL]\n"
     "       fairschedd --check-config FILE\n"
     "\n"
-    "  --config FILE        load FILE and serve until SIGTERM/SIGINT\n"
+    "  --config FILE        load FILE and serve until SIGTERM/SIGINT; SIGHUP reloads FILE\n"
     "  --check-config FILE  validate FILE; exit 0 if it is valid, 1 with the reason if not\n"
     "  --log-level LEVEL    trace|debug|info|warn|error|critical|off (overrides daemon.log_level)\n"
     "  --help               show this help\n"
@@ -136,7 +136,9 @@ int main(int argc, char** argv) {
     spdlog::critical("cannot serve: {}", *err);
     return kExitCannotServe;
   }
-  const int rc = std::get<std::unique_ptr<fairsched::daemon::Server>>(server)->run();
+  auto& daemon = *std::get<std::unique_ptr<fairsched::daemon::Server>>(server);
+  if (opts.log_level) daemon.pinLogLevel();
+  const int rc = daemon.run();
   if (rc != 0) {
     spdlog::critical("event loop failed: {}", std::strerror(rc));
     return kExitCannotServe;

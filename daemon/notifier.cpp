@@ -1,6 +1,9 @@
 #include "daemon/notifier.hpp"
 
 #include <systemd/sd-daemon.h>
+#include <time.h>
+
+#include <string>
 
 namespace fairsched::daemon {
 namespace {
@@ -16,6 +19,12 @@ class SystemdNotifier final : public Notifier {
   void ready(const std::string& status) override { send("READY=1\nSTATUS=" + status); }
   void status(const std::string& status) override { send("STATUS=" + status); }
   void stopping(const std::string& status) override { send("STOPPING=1\nSTATUS=" + status); }
+  void reloading(const std::string& status) override {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const long long usec = static_cast<long long>(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000;
+    send("RELOADING=1\nMONOTONIC_USEC=" + std::to_string(usec) + "\nSTATUS=" + status);
+  }
   void watchdog() override { send("WATCHDOG=1"); }
   TimeNs watchdogInterval() const override { return interval_; }
 

@@ -16,6 +16,7 @@
 
 #include "daemon/config/scheduler_setup.hpp"
 #include "daemon/cpu_executor.hpp"
+#include "daemon/log.hpp"
 #if FAIRSCHED_HAVE_CUDA
 #include "daemon/cuda_executor.hpp"
 #endif
@@ -103,9 +104,11 @@ std::string Server::statusLine() const {
   for (std::size_t e = 0; e < executors_.size(); ++e) {
     queued += sched_.queued(static_cast<EndpointId>(e));
   }
-  return std::to_string(conns_.size()) + " clients, " + std::to_string(sched_.tenants().size()) +
-         " tenants, " + std::to_string(queued) + " queued, " + std::to_string(sched_.inFlight()) +
-         " in flight";
+  std::size_t clients = 0;
+  for (const auto& [id, c] : conns_) clients += c->segment ? 1 : 0;
+  return std::string(draining_ ? "draining: " : "") + std::to_string(clients) + " clients, " +
+         std::to_string(sched_.tenants().size()) + " tenants, " + std::to_string(queued) +
+         " queued, " + std::to_string(sched_.inFlight()) + " in flight";
 }
 
 void Server::notifyWatchdog(TimeNs now) {
@@ -172,6 +175,7 @@ int Server::run() {
                cfg_.daemon.policy == Policy::kFair ? "fair" : "fifo");
   // The socket was bound and listening before run(): clients can connect now.
   notifier_->ready("serving on " + socket_path_);
+  started_at_ = monotonicNow();
   if (notifier_->watchdogInterval() > 0) next_watchdog_ = monotonicNow();
   return loop_->run();
 }
@@ -182,9 +186,7 @@ void Server::armSignals() {
     signalfd_siginfo info;
     std::memcpy(&info, signal_buf_, sizeof info);
     if (info.ssi_signo == SIGHUP) {
-      // Hot reload is not in this build: keep serving on the loaded config.
-      spdlog::warn("SIGHUP: configuration reload is not supported yet; still serving {}",
-                   socket_path_);
+      if (!shutting_down_) reload();
       armSignals();
       return;
     }
@@ -252,6 +254,84 @@ bool Server::shutdownStep(TimeNs now) {
   else
     armTimer(hard_stop);
   return false;
+}
+
+Server::ReloadResult Server::reload() {
+  const std::string path = cfg_.source_path;
+  notifier_->reloading("reloading " + (path.empty() ? std::string("<embedded config>") : path));
+  auto fail = [&](const std::string& why) {
+    ++reloads_failed_;
+    last_reload_error_ = why;
+    spdlog::error("reload failed; still serving the previous config: {}", why);
+    notifier_->ready("reload failed: " + why + "; " + statusLine());
+    return ReloadResult{false, why};
+  };
+  if (path.empty())
+    return fail("started without a config file (the embedded default): nothing to reload");
+  auto loaded = config::loadConfigFile(path);
+  if (auto* err = std::get_if<config::ConfigError>(&loaded)) return fail(err->toString());
+  config::Config next = std::move(std::get<config::Config>(loaded));
+  if (const auto blockers = config::reloadBlockers(cfg_, next); !blockers.empty()) {
+    std::string keys;
+    for (const std::string& b : blockers) keys += (keys.empty() ? "" : ", ") + b;
+    return fail(path + ": " + keys + ": cannot change while running; restart fairschedd to apply");
+  }
+  if (auto err = sched_.reconfigure(config::buildSchedulerSpec(next)))
+    return fail(path + ": " + *err);
+  cfg_ = std::move(next);
+  rules_ = ClientRules(cfg_);  // every Connection::rule points into the old rules: re-match now
+  reapplyRules();
+  finishDone(done_);
+  if (!log_level_pinned_) {
+    if (const auto level = parseLogLevel(cfg_.daemon.log_level)) spdlog::set_level(*level);
+  }
+  ++reloads_ok_;
+  last_reload_error_.clear();
+  spdlog::info("reloaded {}: {} tiers, {} tenants listed, {} client rules", path, cfg_.tiers.size(),
+               cfg_.tenants.size(), cfg_.clients.size());
+  notifier_->ready("reloaded " + path + "; " + statusLine());
+  return {true, "reloaded " + path};
+}
+
+void Server::reapplyRules() {
+  for (auto& [id, cp] : conns_) {
+    Connection& c = *cp;
+    if (c.closing) continue;
+    c.rule = rules_.match(c.cred.uid, c.cred.gid);
+    if (!c.segment) continue;
+    for (std::size_t e = 0; e < c.endpoint_allowed.size() && e < cfg_.endpoints.size(); ++e) {
+      c.endpoint_allowed[e] =
+          c.rule && ClientRules::allowsEndpoint(*c.rule, cfg_.endpoints[e].name);
+    }
+    for (Ring& r : c.rings) {
+      if (!r.consumer) continue;
+      const bool allowed = c.rule && ClientRules::allowsTenant(*c.rule, r.name);
+      if (!allowed && !r.revoked) {
+        revokeRing(c, r);
+      } else if (allowed && r.revoked) {  // allowed again: the ring serves the tenant once more
+        std::optional<TierId> hint;
+        for (std::size_t t = 0; t < cfg_.tiers.size(); ++t) {
+          if (cfg_.tiers[t].name == r.tier_hint) hint = static_cast<TierId>(t);
+        }
+        const TenantId tid = sched_.tenants().acquire(r.name, hint);
+        if (tid == kNoTenant) continue;
+        r.tenant = tid;
+        r.revoked = false;
+        spdlog::info("client {} (uid {}): tenant '{}' allowed again", c.id, c.cred.uid, r.name);
+      }
+    }
+  }
+}
+
+void Server::revokeRing(Connection& c, Ring& r) {
+  const std::size_t n = sched_.cancelOwner(c.id, Status::kUnauthorized, done_, r.tenant);
+  sched_.tenants().release(r.tenant);
+  spdlog::warn(
+      "client {} (uid {}): the config no longer allows tenant '{}': {} queued requests end "
+      "UNAUTHORIZED, running ones finish",
+      c.id, c.cred.uid, r.name, n);
+  r.tenant = kNoTenant;
+  r.revoked = true;
 }
 
 void Server::acceptNext() {
@@ -336,6 +416,13 @@ void Server::onMessage(std::uint64_t conn_id, int bytes) {
       return;
     }
     handleOpenTenant(c, m);
+  } else if (h.type == static_cast<std::uint16_t>(shm::MessageType::kAdminRequest)) {
+    shm::AdminRequestMessage m;
+    if (shm::decode(data, m) != shm::DecodeError::kNone || c.segment) {
+      dropConnection(conn_id, "malformed admin request or one after hello");
+      return;
+    }
+    handleAdmin(c, m);
   } else {
     dropConnection(conn_id, "unknown control message");
     return;
@@ -378,6 +465,7 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
     dropConnection(c.id, "refused");
   };
   if (shutting_down_) return refuse(shm::ControlStatus::kShuttingDown, "the daemon is stopping");
+  if (draining_) return refuse(shm::ControlStatus::kShuttingDown, "the daemon is draining");
   if (!c.rule) {
     return refuse(shm::ControlStatus::kUnauthorized, "uid " + std::to_string(c.cred.uid) + " gid " +
                                                          std::to_string(c.cred.gid) +
@@ -456,6 +544,10 @@ void Server::handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m) {
     }
   };
   if (tenant.empty()) return answer(shm::ControlStatus::kBadRequest, "empty tenant name", 0);
+  if (!c.rule) {  // a reload removed the rule that admitted this client
+    return answer(shm::ControlStatus::kUnauthorized,
+                  "uid " + std::to_string(c.cred.uid) + " matches no [[clients]] rule any more", 0);
+  }
   if (!ClientRules::allowsTenant(*c.rule, tenant)) {
     return answer(shm::ControlStatus::kUnauthorized,
                   "rule '" + c.rule->name + "' does not allow tenant '" + std::string(tenant) + "'",
@@ -475,8 +567,9 @@ void Server::handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m) {
       return answer(shm::ControlStatus::kBadRequest, "no tier '" + std::string(tier) + "'", 0);
   }
   for (std::uint32_t r = 0; r < c.rings.size(); ++r) {
-    if (c.rings[r].consumer && c.rings[r].name == tenant)
-      return answer(shm::ControlStatus::kOk, "open", r);
+    Ring& ring = c.rings[r];
+    if (!ring.consumer || ring.name != tenant) continue;
+    return answer(shm::ControlStatus::kOk, "open", r);
   }
   for (std::uint32_t r = 0; r < c.rings.size(); ++r) {
     if (c.rings[r].consumer) continue;
@@ -484,6 +577,7 @@ void Server::handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m) {
     if (id == kNoTenant) return answer(shm::ControlStatus::kInternal, "tenant table refused", 0);
     c.rings[r].tenant = id;
     c.rings[r].name = std::string(tenant);
+    c.rings[r].tier_hint = std::string(tier);
     c.rings[r].consumer.emplace(c.segment->submissionRing(r), 0);
     return answer(shm::ControlStatus::kOk, "open", r);
   }
@@ -514,7 +608,7 @@ void Server::dropConnection(std::uint64_t conn_id, const char* why) {
   }
   done_.clear();
   for (Ring& r : c.rings) {
-    if (r.consumer) sched_.tenants().release(r.tenant);
+    if (r.consumer && !r.revoked) sched_.tenants().release(r.tenant);
   }
   if (c.segment) {
     spdlog::info("client {} (pid {}) {}: {} queued requests cancelled", conn_id, c.cred.pid, why,
@@ -660,7 +754,8 @@ void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot&
     out.retry_after_ns = retry_after;
     complete(c.id, out, false);
   };
-  if (shutting_down_) return reject(Status::kShuttingDown);
+  if (shutting_down_ || draining_) return reject(Status::kShuttingDown);
+  if (c.rings[ring].revoked) return reject(Status::kUnauthorized);
   if (slot.endpoint >= executors_.size() || slot.deadline_ns < 0) return reject(Status::kInvalid);
   if (!c.endpoint_allowed[slot.endpoint]) return reject(Status::kUnauthorized);
   std::uint64_t id;

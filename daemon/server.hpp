@@ -61,24 +61,45 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Serves until SIGTERM/SIGINT (SIGHUP is logged and ignored until reload
-  // exists); then admits nothing more (new submissions
-  // end SHUTTING_DOWN), keeps serving what is queued for up to
-  // shutdown_grace_ms, ends what is left SHUTTING_DOWN, lets running batches
-  // finish, delivers every completion and returns 0; nonzero on a fatal loop
-  // error.
+  // Serves until SIGTERM/SIGINT (SIGHUP reloads the config); then admits
+  // nothing more (new submissions end SHUTTING_DOWN), keeps serving what is
+  // queued for up to shutdown_grace_ms, ends what is left SHUTTING_DOWN, lets
+  // running batches finish, delivers every completion and returns 0; nonzero
+  // on a fatal loop error.
   int run();
   // Loop thread only (e.g. from a test hook); a signal does the same.
   void beginShutdown();
+
+  // Re-read the config file the daemon was started with and apply it between
+  // two loop iterations (SIGHUP and `fairschedctl reload` call this). A file
+  // that does not parse or validate, or that changes what only a restart can
+  // (reloadBlockers), changes nothing: the daemon keeps its config and the
+  // error is returned, logged and sent as STATUS=. Otherwise limits, weights,
+  // quanta, tiers, tenants and client rules apply at once; no queued or
+  // in-flight request is lost. A connection whose rule no longer allows one
+  // of its tenants loses that tenant: its queued requests end UNAUTHORIZED
+  // at once (they are not drained), running ones finish, and new ones on
+  // that ring end UNAUTHORIZED until a later reload allows it again.
+  struct ReloadResult {
+    bool ok = false;
+    std::string message;
+  };
+  ReloadResult reload();
+
+  // daemon.log_level of a reloaded config is ignored (--log-level was given).
+  void pinLogLevel() { log_level_pinned_ = true; }
 
   const ServerStats& stats() const { return stats_; }
   const std::string& socketPath() const { return socket_path_; }
 
  private:
   struct Ring {
-    TenantId tenant = kNoTenant;
+    TenantId tenant = kNoTenant;  // kNoTenant while revoked
     std::string name;
     std::optional<shm::SubmissionConsumer> consumer;
+    std::string tier_hint;  // as the client asked at open (a name: ids change on reload)
+    bool revoked =
+        false;  // a reload took the tenant from this client: submissions end UNAUTHORIZED
   };
   struct Connection {
     std::uint64_t id = 0;
@@ -105,6 +126,9 @@ class Server {
     iovec iov{};
     msghdr msg{};
     std::uint64_t doorbell_buf = 0;
+    // Admin replies not yet taken by the socket; sent when it has room.
+    std::deque<std::vector<std::byte>> outbox;
+    bool out_armed = false;
   };
   // An admitted request the daemon still owes a completion. Kept in a slab
   // indexed by the core request id (its own slot number), so the hot path
@@ -129,6 +153,16 @@ class Server {
   void onMessage(std::uint64_t conn_id, int bytes);
   void handleHello(Connection& c, const shm::HelloMessage& m);
   void handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m);
+  // server_admin.cpp: fairschedctl's commands.
+  void handleAdmin(Connection& c, const shm::AdminRequestMessage& m);
+  void sendAdmin(Connection& c, std::uint32_t seq, shm::ControlStatus status,
+                 const std::string& json);
+  void pumpOutbox(Connection& c);
+  std::string statusJson() const;
+  std::string tenantsJson(std::uint32_t limit);
+  // After a reload: each connection's rule, endpoints and tenants again.
+  void reapplyRules();
+  void revokeRing(Connection& c, Ring& r);
   bool sendReply(Connection& c, std::span<const std::byte> bytes, const int* fds, int nfds);
   void armDoorbell(Connection& c);
   void dropConnection(std::uint64_t conn_id, const char* why);
@@ -185,6 +219,12 @@ class Server {
   EventLoop::OpId timer_op_ = 0;
   bool sleeping_ = false;
   bool shutting_down_ = false;
+  bool draining_ = false;
+  bool log_level_pinned_ = false;  // fairschedctl drain: admit nothing new, finish the rest
+  TimeNs started_at_ = 0;
+  std::uint64_t reloads_ok_ = 0;
+  std::uint64_t reloads_failed_ = 0;
+  std::string last_reload_error_;
   TimeNs shutdown_deadline_ = kNever;
   std::uint64_t in_flight_batches_ = 0;
   const std::uint64_t bell_value_ = 1;

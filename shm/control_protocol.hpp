@@ -11,6 +11,11 @@
 //   ... submissions through the ring, completions through the completion ring ...
 //   close (or die) ────────────────────────▶ queued requests cancelled, segment released
 //
+// An operator's tool (fairschedctl) uses the same socket without a Hello:
+//   AdminRequest{command} ─────────────────▶ SO_PEERCRED → a rule with admin = true
+//          ◀─── AdminReply{status, more, JSON text} × n   (the text split over
+//               as many replies as it needs; the last has more = 0)
+//
 // Every message is a fixed-size record that starts with a MessageHeader.
 // Strings are fixed arrays, NUL-padded; a string that fills its array without
 // a NUL is rejected. decode() checks everything — magic, version, type,
@@ -47,7 +52,21 @@ enum class MessageType : std::uint16_t {
   kHelloReply = 2,
   kOpenTenant = 3,
   kOpenTenantReply = 4,
+  kAdminRequest = 5,
+  kAdminReply = 6,
 };
+
+// What fairschedctl asks for. Every reply is JSON (docs/operations.md shows
+// each shape); a refusal or failure carries {"error": "..."}.
+enum class AdminCommand : std::uint32_t {
+  kStatus = 1,   // daemon-wide counters, clients, queues, the config in use
+  kTenants = 2,  // per tenant and endpoint: policy, queue, share, counters, limit usage
+  kReload = 3,   // re-read the config file and apply it (as SIGHUP does)
+  kDrain = 4,    // stop admitting; finish what is queued and running; keep serving admin
+  kResume = 5,   // undo a drain
+};
+inline constexpr std::uint32_t kMaxAdminCommand = 5;
+inline constexpr std::size_t kAdminPayloadBytes = 16384;
 
 // Outcome of a control request; the per-request statuses of submissions are
 // separate (fairsched::Status).
@@ -59,6 +78,7 @@ enum class ControlStatus : std::uint32_t {
   kNoCapacity = 4,       // no free submission ring (the client opened too many tenants)
   kShuttingDown = 5,
   kInternal = 6,  // the daemon could not create the segment or eventfds
+  kFailed = 7,    // an admin command failed; the reply's text says why
 };
 
 constexpr std::string_view toString(ControlStatus s) {
@@ -77,6 +97,8 @@ constexpr std::string_view toString(ControlStatus s) {
       return "SHUTTING_DOWN";
     case ControlStatus::kInternal:
       return "INTERNAL";
+    case ControlStatus::kFailed:
+      return "FAILED";
   }
   return "UNKNOWN";
 }
@@ -129,6 +151,21 @@ struct OpenTenantReplyMessage {
   char message[kMessageTextBytes] = {};
 };
 
+struct AdminRequestMessage {
+  MessageHeader header;
+  std::uint32_t command = 0;  // an AdminCommand
+  std::uint32_t limit = 0;    // kTenants: at most this many rows, busiest first; 0 = all
+};
+
+struct AdminReplyMessage {
+  MessageHeader header;
+  std::uint32_t status = 0;  // a ControlStatus
+  std::uint32_t more = 0;    // 1: the text continues in the next reply
+  std::uint32_t bytes = 0;   // of `text` used (no NUL)
+  std::uint32_t reserved = 0;
+  char text[kAdminPayloadBytes] = {};
+};
+
 template <class M>
 constexpr MessageType typeOf();
 template <>
@@ -146,6 +183,15 @@ constexpr MessageType typeOf<OpenTenantMessage>() {
 template <>
 constexpr MessageType typeOf<OpenTenantReplyMessage>() {
   return MessageType::kOpenTenantReply;
+}
+
+template <>
+constexpr MessageType typeOf<AdminRequestMessage>() {
+  return MessageType::kAdminRequest;
+}
+template <>
+constexpr MessageType typeOf<AdminReplyMessage>() {
+  return MessageType::kAdminReply;
 }
 
 // A message of type M, header filled in.
@@ -182,7 +228,7 @@ enum class DecodeError : std::uint8_t {
   kBadVersion,
   kWrongType,  // a valid message, but not the one expected here
   kBadLength,  // header.length differs from the bytes received or the type's size
-  kBadString,  // a string field without its NUL
+  kBadString,  // a string field without its NUL, or a count/enum field out of range
 };
 
 constexpr std::string_view toString(DecodeError e) {
@@ -200,7 +246,7 @@ constexpr std::string_view toString(DecodeError e) {
     case DecodeError::kBadLength:
       return "message length does not match its type";
     case DecodeError::kBadString:
-      return "string field without a terminating NUL";
+      return "a string field without its NUL, or a field out of range";
   }
   return "?";
 }
@@ -233,6 +279,12 @@ inline bool stringsOk(const OpenTenantMessage& m) {
 }
 inline bool stringsOk(const OpenTenantReplyMessage& m) {
   return getString(m.message).has_value();
+}
+inline bool stringsOk(const AdminRequestMessage& m) {
+  return m.command >= 1 && m.command <= kMaxAdminCommand;
+}
+inline bool stringsOk(const AdminReplyMessage& m) {
+  return m.bytes <= kAdminPayloadBytes && m.more <= 1;
 }
 }  // namespace detail
 

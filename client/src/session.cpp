@@ -49,6 +49,7 @@ ErrorCode errorForControlStatus(std::uint32_t status) {
       return ErrorCode::kShuttingDown;
     case shm::ControlStatus::kBadRequest:
     case shm::ControlStatus::kInternal:
+    case shm::ControlStatus::kFailed:
       return ErrorCode::kRefused;
   }
   return ErrorCode::kProtocol;

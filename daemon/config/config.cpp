@@ -1,6 +1,8 @@
 #include "daemon/config/config.hpp"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 namespace fairsched::config {
 
@@ -43,6 +45,39 @@ std::string ConfigError::toString() const {
   out += ": ";
   if (!key.empty()) out += key + ": ";
   out += message;
+  return out;
+}
+
+std::vector<std::string> reloadBlockers(const Config& running, const Config& next) {
+  std::vector<std::string> out;
+  auto differs = [&](bool changed, const std::string& key) {
+    if (changed) out.push_back(key);
+  };
+  differs(running.daemon.socket != next.daemon.socket, "daemon.socket");
+  differs(running.daemon.socket_mode != next.daemon.socket_mode, "daemon.socket_mode");
+  differs(running.daemon.socket_group != next.daemon.socket_group, "daemon.socket_group");
+  differs(running.daemon.policy != next.daemon.policy, "daemon.policy");
+  std::vector<std::string> was, is;
+  for (const EndpointConfig& e : running.endpoints) was.push_back(e.name);
+  for (const EndpointConfig& e : next.endpoints) is.push_back(e.name);
+  if (was != is) {
+    out.push_back("endpoints (the set and order of endpoints)");
+    return out;
+  }
+  for (std::size_t i = 0; i < running.endpoints.size(); ++i) {
+    const EndpointConfig& a = running.endpoints[i];
+    const EndpointConfig& b = next.endpoints[i];
+    const std::string key = "endpoints." + a.name;
+    differs(a.executor != b.executor, key + ".executor");
+    differs(a.cpu.per_batch_us != b.cpu.per_batch_us || a.cpu.per_token_us != b.cpu.per_token_us ||
+                a.cpu.threads != b.cpu.threads,
+            key + ".cpu");
+    differs(a.cuda.device != b.cuda.device || a.cuda.streams != b.cuda.streams ||
+                a.cuda.staging_bytes != b.cuda.staging_bytes || a.cuda.fallback != b.cuda.fallback,
+            key + ".cuda");
+    differs(b.max_batch_tokens < a.max_batch_tokens,
+            key + ".max_batch_tokens (it may grow, not shrink)");
+  }
   return out;
 }
 

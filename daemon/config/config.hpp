@@ -114,6 +114,7 @@ struct Config {
   std::vector<TenantConfig> tenants;
   std::vector<ClientRule> clients;
   std::string default_tier;              // tier of unlisted tenants without a tier hint; default: the last tier
+  std::string source_path;  // the file it was loaded from; empty for text or the embedded default
 
   const TierConfig* findTier(std::string_view name) const;
   const EndpointConfig* findEndpoint(std::string_view name) const;
@@ -134,5 +135,10 @@ using ConfigResult = std::variant<Config, ConfigError>;
 ConfigResult parseConfig(std::string_view text, std::string_view source_name = "<string>");
 ConfigResult parseConfig(std::istream& in, std::string_view source_name);
 ConfigResult loadConfigFile(const std::string& path);
+
+// What a reload cannot change in a running daemon: one line per setting that
+// differs between `running` and `next`, naming its key ("daemon.socket",
+// "endpoints.chat.executor", ...). Empty when `next` can be applied live.
+std::vector<std::string> reloadBlockers(const Config& running, const Config& next);
 
 }  // namespace fairsched::config

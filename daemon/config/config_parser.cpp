@@ -986,7 +986,9 @@ ConfigResult parseConfig(std::istream& in, std::string_view source_name) {
 ConfigResult loadConfigFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return ConfigError{path, 0, "", std::string("cannot open: ") + std::strerror(errno)};
-  return parseConfig(in, path);
+  ConfigResult r = parseConfig(in, path);
+  if (auto* cfg = std::get_if<Config>(&r)) cfg->source_path = path;
+  return r;
 }
 
 }  // namespace fairsched::config

@@ -482,7 +482,10 @@ bool Scheduler::complete(Handle h, std::uint32_t output_tokens, TimeNs now) {
                              : ts.expected_output + kOutputEmaAlpha * (out - ts.expected_output);
   }
   ts.stats.completed++;
-  ts.stats.tokens_served += static_cast<std::uint64_t>(s->req.input_tokens) + out;
+  const std::uint64_t served = static_cast<std::uint64_t>(s->req.input_tokens) + out;
+  ts.stats.tokens_served += served;
+  ts.recent.add(served, now);
+  ep.recent.add(served, now);
   ts.in_flight--;
   ts.last_active = now;
   in_flight_--;
@@ -574,7 +577,7 @@ std::size_t Scheduler::activeTenantStates() const {
   return n;
 }
 
-std::optional<TenantView> Scheduler::view(TenantId t, EndpointId e) const {
+std::optional<TenantView> Scheduler::view(TenantId t, EndpointId e, TimeNs now) const {
   if (e >= endpoints_.size()) return std::nullopt;
   const EndpointState& ep = endpoints_[e];
   const std::uint32_t i = findState(ep, t);
@@ -587,6 +590,7 @@ std::optional<TenantView> Scheduler::view(TenantId t, EndpointId e) const {
   v.queued_tokens = ts.queued_tokens;
   v.deficit = ep.drr[ts.tier].deficit(i);
   v.expected_output = ts.expected_output;
+  if (now > 0) v.recent_tokens = ts.recent.sum(now);
   v.stats = ts.stats;
   return v;
 }

@@ -35,6 +35,7 @@
 #include "daemon/core/drr_scheduler.hpp"
 #include "daemon/core/fifo_queue.hpp"
 #include "daemon/core/rate_limiter.hpp"
+#include "daemon/core/recent_counter.hpp"
 #include "daemon/core/scheduler_spec.hpp"
 #include "daemon/core/tenant_queue.hpp"
 #include "daemon/core/tenant_table.hpp"
@@ -112,6 +113,8 @@ struct TenantView {
   std::uint64_t queued_tokens = 0;
   std::int64_t deficit = 0;
   double expected_output = 0;  // adaptive cost model's estimate
+  std::uint64_t recent_tokens =
+      0;  // served over the last RecentCounter::kSeconds (view() with now)
   TenantStats stats;
 };
 
@@ -189,7 +192,12 @@ class Scheduler {
   std::uint64_t queuedTokens(EndpointId e) const { return endpoints_[e].queued_tokens; }
   std::size_t inFlight() const { return in_flight_; }
   std::size_t activeTenantStates() const;
-  std::optional<TenantView> view(TenantId t, EndpointId e) const;
+  // `now` > 0 fills recent_tokens.
+  std::optional<TenantView> view(TenantId t, EndpointId e, TimeNs now = 0) const;
+  // Tokens served on `e` over the last RecentCounter::kSeconds, all tenants.
+  std::uint64_t recentTokens(EndpointId e, TimeNs now) const {
+    return endpoints_[e].recent.sum(now);
+  }
   std::vector<LimitUsage> limitUsage(TenantId t, EndpointId e, TimeNs now);
   const BacklogThrottle& throttle(EndpointId e) const { return endpoints_[e].throttle; }
 
@@ -220,6 +228,7 @@ class Scheduler {
     TimeNs last_active = 0;
     std::unique_ptr<KeyLimiter> limiter;  // null: no limits
     TenantStats stats;
+    RecentCounter recent;  // tokens served, for operators' "share over the last 10 s"
   };
   static constexpr std::size_t kHotLines = 3;
   struct TierState {
@@ -245,6 +254,7 @@ class Scheduler {
     std::size_t queued = 0;
     std::uint64_t queued_tokens = 0;
     std::size_t gc_cursor = 0;
+    RecentCounter recent;
   };
   struct DeadlineEntry {
     TimeNs deadline;

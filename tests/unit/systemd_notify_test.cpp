@@ -1,15 +1,17 @@
 // fairschedd and its supervisor: run with NOTIFY_SOCKET pointing at a test
 // socket, the daemon sends READY=1 once it accepts, WATCHDOG=1 from its event
-// loop at half the configured watchdog timeout, STATUS= lines, and
-// STOPPING=1 on SIGTERM — what Type=notify with WatchdogSec= relies on.
+// loop at half the configured watchdog timeout, STATUS= lines, RELOADING=1
+// then READY=1 on SIGHUP, and STOPPING=1 on SIGTERM — what Type=notify with WatchdogSec= relies on.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <variant>
@@ -75,7 +77,9 @@ TEST_F(SystemdNotify, ReadyWatchdogStatusThenStopping) {
                            "[[tiers]]\nname = \"paid\"\n[endpoints.chat]\n"
                            "[[clients]]\nname = \"t\"\nuids = [" +
                            std::to_string(getuid()) + "]\ntenants = [\"*\"]\n";
-  auto parsed = config::parseConfig(text, "test");
+  const std::string file = dir_ + "/fairsched.toml";
+  std::ofstream(file) << text;
+  auto parsed = config::loadConfigFile(file);
   ASSERT_TRUE(std::holds_alternative<config::Config>(parsed))
       << std::get<config::ConfigError>(parsed).toString();
   auto started = daemon::ForkedDaemon::start(std::get<config::Config>(parsed));
@@ -88,6 +92,13 @@ TEST_F(SystemdNotify, ReadyWatchdogStatusThenStopping) {
   EXPECT_NE(running.front().find("READY=1"), std::string::npos) << running.front();
   EXPECT_GE(count(running, "WATCHDOG=1"), 4u) << "pings at half of WATCHDOG_USEC while idle";
   EXPECT_GE(count(running, "STATUS="), 1u);
+
+  // SIGHUP: RELOADING=1 (with MONOTONIC_USEC), then READY=1 once applied.
+  ASSERT_EQ(kill(d.pid(), SIGHUP), 0);
+  const auto reloading = receiveFor(300ms);
+  EXPECT_EQ(count(reloading, "RELOADING=1"), 1u);
+  EXPECT_EQ(count(reloading, "MONOTONIC_USEC="), 1u);
+  EXPECT_EQ(count(reloading, "READY=1\nSTATUS=reloaded " + file), 1u);
 
   EXPECT_EQ(d.terminate(), 0);
   const auto stopping = receiveFor(200ms);

@@ -1,0 +1,26 @@
+// The operator's side of the control socket: one admin command, its JSON
+// reply (reassembled from as many AdminReply records as it took). Used by
+// fairschedctl and by the tests. Blocking, with a timeout.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <variant>
+
+#include "shm/control_protocol.hpp"
+
+namespace fairsched::daemon {
+
+struct AdminResponse {
+  shm::ControlStatus status = shm::ControlStatus::kInternal;
+  std::string json;  // {"error": ...} when status is not OK
+};
+
+// Connects to `socket_path`, sends `command` and waits up to `timeout` for
+// the whole reply. The string is the reason when there is no reply (cannot
+// connect, timed out, malformed reply).
+std::variant<AdminResponse, std::string> adminCommand(
+    const std::string& socket_path, shm::AdminCommand command, std::uint32_t limit = 0,
+    std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+}  // namespace fairsched::daemon

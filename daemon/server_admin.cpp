@@ -1,0 +1,272 @@
+// fairschedctl's side of the control socket: status, tenants, reload, drain
+// and resume, for peers whose [[clients]] rule says admin = true. Replies are
+// JSON, split over as many AdminReply records as they need and sent without
+// ever blocking the loop (what the socket does not take now is sent when it
+// has room). Kept apart from server.cpp so the JSON library stays out of the
+// hot path's translation unit.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include "daemon/server.hpp"
+
+#ifndef FAIRSCHED_VERSION
+#define FAIRSCHED_VERSION "0.1.0"
+#endif
+
+namespace fairsched::daemon {
+namespace {
+
+using nlohmann::json;
+
+double seconds(TimeNs ns) {
+  return static_cast<double>(ns) / static_cast<double>(kNsPerSec);
+}
+
+std::string_view commandName(std::uint32_t c) {
+  switch (static_cast<shm::AdminCommand>(c)) {
+    case shm::AdminCommand::kStatus:
+      return "status";
+    case shm::AdminCommand::kTenants:
+      return "tenants";
+    case shm::AdminCommand::kReload:
+      return "reload";
+    case shm::AdminCommand::kDrain:
+      return "drain";
+    case shm::AdminCommand::kResume:
+      return "resume";
+  }
+  return "?";
+}
+
+}  // namespace
+
+void Server::handleAdmin(Connection& c, const shm::AdminRequestMessage& m) {
+  const std::uint32_t seq = m.header.seq;
+  if (!c.rule || !c.rule->admin) {
+    const std::string why = "uid " + std::to_string(c.cred.uid) + " gid " +
+                            std::to_string(c.cred.gid) +
+                            " is not allowed admin commands (no [[clients]] rule with admin = true "
+                            "names it)";
+    spdlog::warn("admin {} refused: {}", commandName(m.command), why);
+    sendAdmin(c, seq, shm::ControlStatus::kUnauthorized, json{{"error", why}}.dump());
+    return;
+  }
+  spdlog::info("admin {} from uid {} pid {}", commandName(m.command), c.cred.uid, c.cred.pid);
+  switch (static_cast<shm::AdminCommand>(m.command)) {
+    case shm::AdminCommand::kStatus:
+      sendAdmin(c, seq, shm::ControlStatus::kOk, statusJson());
+      return;
+    case shm::AdminCommand::kTenants:
+      sendAdmin(c, seq, shm::ControlStatus::kOk, tenantsJson(m.limit));
+      return;
+    case shm::AdminCommand::kReload: {
+      if (shutting_down_) {
+        sendAdmin(c, seq, shm::ControlStatus::kShuttingDown,
+                  json{{"error", "the daemon is stopping"}}.dump());
+        return;
+      }
+      const ReloadResult r = reload();
+      json j = r.ok ? json{{"reloaded", true}, {"message", r.message}}
+                    : json{{"reloaded", false}, {"error", r.message}};
+      j["config"] = cfg_.source_path;
+      sendAdmin(c, seq, r.ok ? shm::ControlStatus::kOk : shm::ControlStatus::kFailed, j.dump());
+      return;
+    }
+    case shm::AdminCommand::kDrain:
+    case shm::AdminCommand::kResume: {
+      const bool drain = m.command == static_cast<std::uint32_t>(shm::AdminCommand::kDrain);
+      if (draining_ != drain) {
+        draining_ = drain;
+        spdlog::warn("{}: {}", drain ? "draining (admitting nothing new)" : "resumed admitting",
+                     statusLine());
+        notifier_->status(statusLine());
+      }
+      sendAdmin(c, seq, shm::ControlStatus::kOk, statusJson());
+      return;
+    }
+  }
+}
+
+void Server::sendAdmin(Connection& c, std::uint32_t seq, shm::ControlStatus status,
+                       const std::string& text) {
+  std::size_t off = 0;
+  do {
+    auto m =
+        std::make_unique<shm::AdminReplyMessage>(shm::makeMessage<shm::AdminReplyMessage>(seq));
+    const std::size_t n = std::min(text.size() - off, shm::kAdminPayloadBytes);
+    m->status = static_cast<std::uint32_t>(status);
+    m->bytes = static_cast<std::uint32_t>(n);
+    std::memcpy(m->text, text.data() + off, n);
+    off += n;
+    m->more = off < text.size() ? 1 : 0;
+    const auto bytes = shm::bytesOf(*m);
+    c.outbox.emplace_back(bytes.begin(), bytes.end());
+  } while (off < text.size());
+  pumpOutbox(c);
+}
+
+void Server::pumpOutbox(Connection& c) {
+  while (!c.outbox.empty()) {
+    const std::vector<std::byte>& msg = c.outbox.front();
+    const ssize_t n = send(c.fd, msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n == static_cast<ssize_t>(msg.size())) {
+      c.outbox.pop_front();
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (c.out_armed) return;
+      c.out_armed = true;
+      ++c.ops;
+      const std::uint64_t id = c.id;
+      loop_->pollOut(c.fd, [this, id](int res) {
+        Connection* live = opDone(id);
+        if (!live) return;
+        live->out_armed = false;
+        if (res < 0 && res != -EINTR) {
+          dropConnection(id, "admin reply could not be sent");
+          return;
+        }
+        pumpOutbox(*live);
+      });
+      return;
+    }
+    dropConnection(c.id, "admin reply could not be sent");
+    return;
+  }
+}
+
+std::string Server::statusJson() const {
+  const TimeNs now = monotonicNow();
+  json j;
+  j["version"] = FAIRSCHED_VERSION;
+  j["pid"] = getpid();
+  j["state"] = shutting_down_ ? "stopping" : draining_ ? "draining" : "serving";
+  j["uptime_s"] = started_at_ > 0 ? seconds(now - started_at_) : 0.0;
+  j["socket"] = socket_path_;
+  j["config"] = cfg_.source_path;
+  j["policy"] = cfg_.daemon.policy == Policy::kFair ? "fair" : "fifo";
+  j["reloads"] = {
+      {"ok", reloads_ok_}, {"failed", reloads_failed_}, {"last_error", last_reload_error_}};
+  std::size_t clients = 0;
+  for (const auto& [id, c] : conns_) clients += c->segment ? 1 : 0;  // admin peers are not clients
+  j["clients"] = clients;
+  j["tenants"] = sched_.tenants().size();
+  j["active_tenant_states"] = sched_.activeTenantStates();
+  j["in_flight"] = sched_.inFlight();
+  j["in_flight_batches"] = in_flight_batches_;
+  std::size_t queued = 0;
+  json endpoints = json::array();
+  for (std::size_t e = 0; e < executors_.size(); ++e) {
+    const auto eid = static_cast<EndpointId>(e);
+    queued += sched_.queued(eid);
+    endpoints.push_back(
+        {{"name", cfg_.endpoints[e].name},
+         {"executor", cfg_.endpoints[e].executor == config::ExecutorKind::kCuda ? "cuda" : "cpu"},
+         {"queued", sched_.queued(eid)},
+         {"queued_tokens", sched_.queuedTokens(eid)},
+         {"free_executor_slots", executors_[e]->freeSlots()},
+         {"tokens_last_10s", sched_.recentTokens(eid, now)}});
+  }
+  j["queued"] = queued;
+  j["endpoints"] = std::move(endpoints);
+  j["counters"] = {{"connections_accepted", stats_.connections_accepted},
+                   {"connections_refused", stats_.connections_refused},
+                   {"submissions", stats_.submissions},
+                   {"completions_delivered", stats_.completions_delivered},
+                   {"completions_dropped", stats_.completions_dropped},
+                   {"bad_slots", stats_.bad_slots},
+                   {"batches", stats_.batches}};
+  return j.dump();
+}
+
+std::string Server::tenantsJson(std::uint32_t limit) {
+  const TimeNs now = monotonicNow();
+  struct Row {
+    TenantId tenant;
+    EndpointId endpoint;
+    std::optional<core::TenantView> view;
+    std::uint64_t activity;  // what "busiest first" sorts by
+  };
+  std::vector<Row> rows;
+  const core::TenantTable& table = sched_.tenants();
+  for (TenantId t = 0; t < table.capacity(); ++t) {
+    if (!table.valid(t)) continue;
+    for (std::size_t e = 0; e < executors_.size(); ++e) {
+      const auto eid = static_cast<EndpointId>(e);
+      auto v = sched_.view(t, eid, now);
+      if (!v && !table[t].listed) continue;  // unlisted tenants show where they have state
+      const std::uint64_t activity =
+          v ? std::uint64_t{v->queued} + v->in_flight + v->recent_tokens : 0;
+      rows.push_back({t, eid, std::move(v), activity});
+    }
+  }
+  const std::size_t total = rows.size();
+  const std::size_t keep = limit == 0 ? total : std::min<std::size_t>(limit, total);
+  auto busier = [&](const Row& a, const Row& b) {
+    if (a.activity != b.activity) return a.activity > b.activity;
+    if (table[a.tenant].name != table[b.tenant].name)
+      return table[a.tenant].name < table[b.tenant].name;
+    return a.endpoint < b.endpoint;
+  };
+  std::partial_sort(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(keep), rows.end(),
+                    busier);
+  rows.resize(keep);
+
+  json out = json::array();
+  for (const Row& r : rows) {
+    const core::TenantTable::Entry& entry = table[r.tenant];
+    const core::TenantView v = r.view.value_or(core::TenantView{});
+    const std::uint64_t endpoint_recent = sched_.recentTokens(r.endpoint, now);
+    json limits = json::array();
+    std::vector<core::LimitUsage> usage = sched_.limitUsage(r.tenant, r.endpoint, now);
+    if (usage.empty() && entry.limits && r.endpoint < entry.limits->size()) {
+      for (const core::LimitSpec& spec : (*entry.limits)[r.endpoint]) {
+        if (spec.amount != 0) usage.push_back({spec, 0});
+      }
+    }
+    for (const core::LimitUsage& u : usage) {
+      limits.push_back({{"limit", core::toString(u.spec)},
+                        {"used", u.used},
+                        {"remaining", u.spec.amount > u.used ? u.spec.amount - u.used : 0}});
+    }
+    const core::TenantStats& st = v.stats;
+    out.push_back(
+        {{"tenant", entry.name},
+         {"endpoint", cfg_.endpoints[r.endpoint].name},
+         {"tier", entry.tier < cfg_.tiers.size() ? cfg_.tiers[entry.tier].name : ""},
+         {"listed", entry.listed},
+         {"weight", entry.weight},
+         {"queue_limit", entry.queue_limit},
+         {"queued", v.queued},
+         {"in_flight", v.in_flight},
+         {"queued_tokens", v.queued_tokens},
+         {"deficit", v.deficit},
+         {"tokens_last_10s", v.recent_tokens},
+         {"share_last_10s", endpoint_recent == 0 ? 0.0
+                                                 : static_cast<double>(v.recent_tokens) /
+                                                       static_cast<double>(endpoint_recent)},
+         {"submitted", st.submitted},
+         {"admitted", st.admitted},
+         {"rejected",
+          {{"rate_limited", st.rejected_rate_limited},
+           {"overloaded", st.rejected_overloaded},
+           {"queue_full", st.rejected_queue_full},
+           {"invalid", st.rejected_invalid}}},
+         {"completed", st.completed},
+         {"expired", st.expired},
+         {"cancelled", st.cancelled},
+         {"tokens_served", st.tokens_served},
+         {"limits", std::move(limits)}});
+  }
+  return json{{"total_rows", total}, {"truncated", keep < total}, {"tenants", std::move(out)}}
+      .dump();
+}
+
+}  // namespace fairsched::daemon
