@@ -1,10 +1,12 @@
 // libFuzzer target: the control-message decoder on arbitrary bytes, as the
 // daemon receives them from an untrusted socket. Every decode must either
 // fail cleanly or yield a message whose strings are NUL-terminated within
-// their arrays and whose counts are in range.
+// their arrays and whose counts and commands are in range (fairschedctl's
+// admin requests and replies included).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <span>
 
 #include "shm/control_protocol.hpp"
@@ -29,6 +31,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   tryDecode<HelloMessage>(bytes);
   tryDecode<OpenTenantMessage>(bytes);
   tryDecode<OpenTenantReplyMessage>(bytes);
+  AdminRequestMessage admin;
+  if (decode(bytes, admin) == DecodeError::kNone &&
+      (admin.command < 1 || admin.command > kMaxAdminCommand)) {
+    std::abort();
+  }
+  auto admin_reply = std::make_unique<AdminReplyMessage>();
+  if (decode(bytes, *admin_reply) == DecodeError::kNone &&
+      (admin_reply->bytes > kAdminPayloadBytes || admin_reply->more > 1)) {
+    std::abort();
+  }
   HelloReplyMessage reply;
   if (decode(bytes, reply) == DecodeError::kNone) {
     if (reply.endpoint_count > kMaxEndpointsInReply) std::abort();
