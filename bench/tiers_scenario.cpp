@@ -34,6 +34,9 @@ name = "trial"
 min_share = 0.2
 default_weight = 1.0
 default_queue_limit = 20000
+# A paid request never waits behind more than 3 trial requests (1152 tokens,
+# ~0.8 ms of modelled service) of a running batch.
+max_batch_tokens = 1152
 
 )") + chatEndpointToml("tokens", 4096, 4096) +
          R"(

@@ -73,6 +73,9 @@ struct TierConfig {
   double min_share = 0.0;              // 0 = strict priority only
   double default_weight = 1.0;         // for tenants not listed in [tenants]
   std::uint32_t default_queue_limit = 10000;
+  // A batch that takes this tier's requests holds at most this many tokens
+  // (or one request); 0 = only the endpoint's max_batch_tokens.
+  std::uint32_t max_batch_tokens = 0;
   std::vector<EndpointLimits> limits;  // override the endpoint defaults
   std::uint32_t source_line = 0;
 };

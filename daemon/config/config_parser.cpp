@@ -716,7 +716,8 @@ class Parser {
       const toml::table* t = readTable(el, path);
       if (t == nullptr) return false;
       if (!checkKeys(*t, path,
-                     {"name", "min_share", "default_weight", "default_queue_limit", "limits"})) {
+                     {"name", "min_share", "default_weight", "default_queue_limit",
+                      "max_batch_tokens", "limits"})) {
         return false;
       }
       TierConfig tier;
@@ -748,6 +749,9 @@ class Parser {
       if (const auto* v = t->get("default_queue_limit")) {
         if (!readInt(*v, join(path, "default_queue_limit"), 1, tier.default_queue_limit))
           return false;
+      }
+      if (const auto* v = t->get("max_batch_tokens")) {
+        if (!readInt(*v, join(path, "max_batch_tokens"), 0, tier.max_batch_tokens)) return false;
       }
       if (const auto* v = t->get("limits")) {
         if (!readLimitTable(

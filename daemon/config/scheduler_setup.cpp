@@ -48,7 +48,8 @@ core::SchedulerSpec buildSchedulerSpec(const Config& cfg) {
 
   for (std::size_t t = 0; t < cfg.tiers.size(); ++t) {
     const TierConfig& tc = cfg.tiers[t];
-    spec.tiers.push_back({tc.name, tc.min_share, tc.default_weight, tc.default_queue_limit});
+    spec.tiers.push_back(
+        {tc.name, tc.min_share, tc.default_weight, tc.default_queue_limit, tc.max_batch_tokens});
     spec.tier_limits.push_back(limitTable(cfg, endpoint_defaults, tc.limits));
     if (tc.name == cfg.default_tier) spec.default_tier = static_cast<TierId>(t);
   }

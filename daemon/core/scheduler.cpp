@@ -408,7 +408,10 @@ bool Scheduler::takeFair(EndpointState& ep, TimeNs now, Batch& out, std::vector<
       withdraw(s, Status::kDeadlineExceeded, done);
       continue;
     }
-    if (out.tokens + head.input_tokens + head.max_output_tokens > ep.spec.max_batch_tokens) break;
+    const std::uint64_t with_head = out.tokens + head.input_tokens + head.max_output_tokens;
+    if (with_head > ep.spec.max_batch_tokens) break;
+    const std::uint32_t tier_cap = spec_.tiers[choice.tier].max_batch_tokens;
+    if (tier_cap != 0 && with_head > tier_cap && !out.requests.empty()) break;
     const std::int64_t cost = costOf(ep, ts, head.input_tokens, head.max_output_tokens);
     ts.queue.pop();
     unqueue(ep, ts, std::uint64_t{head.input_tokens} + head.max_output_tokens);

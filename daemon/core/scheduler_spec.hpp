@@ -29,6 +29,11 @@ struct TierSpec {
   double min_share = 0.0;
   double default_weight = 1.0;
   std::uint32_t default_queue_limit = 10000;
+  // A batch closes before this tier's next request would take it past this
+  // many tokens (unless the batch is empty); 0 = no cap beyond the
+  // endpoint's. Bounds how long a higher tier's request waits behind a
+  // running batch of this tier, at the cost of smaller batches here.
+  std::uint32_t max_batch_tokens = 0;
 };
 
 // Limits per endpoint: index = EndpointId. A spec with amount 0 is "unlimited".

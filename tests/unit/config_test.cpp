@@ -773,6 +773,14 @@ TEST(ConfigTier, ZeroDefaultQueueLimitIsRejected) {
             "cfg.toml:13: tiers[2].default_queue_limit: must be at least 1, got 0");
 }
 
+TEST(ConfigTier, MaxBatchTokensIsReadAndNegativeIsRejected) {
+  const Config cfg = parsedOk(withBase("[[tiers]]\nname = \"x\"\nmax_batch_tokens = 1024\n"));
+  EXPECT_EQ(cfg.tiers[2].max_batch_tokens, 1024u);
+  EXPECT_EQ(cfg.tiers[0].max_batch_tokens, 0u);
+  EXPECT_EQ(errorOf(withBase("[[tiers]]\nname = \"x\"\nmax_batch_tokens = -1\n")),
+            "cfg.toml:13: tiers[2].max_batch_tokens: must not be negative, got -1");
+}
+
 TEST(ConfigTier, TiersKeepTheirOrder) {
   const Config cfg = parsedOk(withBase("[[tiers]]\nname = \"aaa\"\n"));
   ASSERT_EQ(cfg.tiers.size(), 3u);

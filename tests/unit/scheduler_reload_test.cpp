@@ -29,8 +29,8 @@ SchedulerSpec spec(Policy policy = Policy::kFair) {
   e.max_wait = 2 * kMs;
   e.max_output_tokens = 2048;
   s.endpoints.push_back(e);
-  s.tiers.push_back({"paid", 0.0, 1.0, 1000});
-  s.tiers.push_back({"trial", 0.0, 1.0, 1000});
+  s.tiers.push_back({"paid", 0.0, 1.0, 1000, 0});
+  s.tiers.push_back({"trial", 0.0, 1.0, 1000, 0});
   s.tier_limits.assign(2, LimitTable(1));
   s.default_tier = 1;
   return s;
@@ -120,7 +120,7 @@ TEST(SchedulerReload, ATenantWhoseTierIsGoneMovesToTheDefaultTierWithItsQueue) {
   const TenantId t = h.sched.tenants().acquire("x", TierId{0});  // paid, by hint
   for (int i = 0; i < 6; ++i) ASSERT_EQ(h.submit(t, 0).status, Status::kOk);
   SchedulerSpec next = spec();
-  next.tiers = {{"gold", 0.0, 1.0, 50}, {"trial", 0.0, 2.0, 70}};
+  next.tiers = {{"gold", 0.0, 1.0, 50, 0}, {"trial", 0.0, 2.0, 70, 0}};
   next.tier_limits.assign(2, LimitTable(1));
   next.default_tier = 1;
   ASSERT_EQ(h.sched.reconfigure(next), std::nullopt);
@@ -226,7 +226,7 @@ TEST(SchedulerReload, EveryRequestEndsExactlyOnceUnderRandomReloads) {
     auto randomSpec = [&] {
       SchedulerSpec s = spec(policy);
       if (rng() % 2) std::swap(s.tiers[0], s.tiers[1]);
-      if (rng() % 3 == 0) s.tiers.push_back({"extra", 0.2, 1.0, 1000});
+      if (rng() % 3 == 0) s.tiers.push_back({"extra", 0.2, 1.0, 1000, 0});
       s.tier_limits.assign(s.tiers.size(), LimitTable(1));
       s.tier_limits[0][0] = {LimitSpec{LimitUnit::kRequests, 50 + rng() % 200, kMinute}};
       s.default_tier = static_cast<TierId>(rng() % s.tiers.size());

@@ -33,8 +33,8 @@ SchedulerSpec baseSpec(Policy policy = Policy::kFair, CostModel cost = CostModel
   e.max_wait = 2 * kMs;
   e.max_output_tokens = 2048;
   s.endpoints.push_back(e);
-  s.tiers.push_back({"paid", 0.0, 1.0, 1000});
-  s.tiers.push_back({"trial", 0.0, 1.0, 1000});
+  s.tiers.push_back({"paid", 0.0, 1.0, 1000, 0});
+  s.tiers.push_back({"trial", 0.0, 1.0, 1000, 0});
   s.tier_limits.assign(2, LimitTable(1));
   s.default_tier = 1;
   s.idle_timeout = 10 * kSec;
@@ -308,6 +308,30 @@ TEST(Scheduler, TiersAreStrictWithoutMinShare) {
     for (const auto& d : f.runBatch(0)) EXPECT_EQ(d.tenant, paid);
   }
   for (const auto& d : f.runBatch(0)) EXPECT_EQ(d.tenant, trial);
+}
+
+TEST(Scheduler, ATiersBatchCapClosesTheBatchBeforeItsNextRequest) {
+  SchedulerSpec spec = baseSpec();
+  spec.endpoints[0].max_batch_requests = 16;
+  spec.tiers[1].max_batch_tokens = 1000;  // trial: two requests of 400, or 400 after paid's 400
+  Fixture f(std::move(spec));
+  const TenantId paid = f.tenant("p", 0);
+  const TenantId trial = f.tenant("t", 1);
+  for (int i = 0; i < 6; ++i) f.submit(trial, 0, 300, 100);
+  EXPECT_EQ(f.runBatch(0).size(), 2u);
+  f.submit(paid, 0, 300, 100);
+  f.submit(paid, 0, 300, 100);
+  const auto mixed = f.runBatch(0);  // paid is not capped; trial joins only while under 1000
+  ASSERT_EQ(mixed.size(), 2u);
+  EXPECT_EQ(mixed[0].tenant, paid);
+  EXPECT_EQ(mixed[1].tenant, paid);
+  f.submit(paid, 0, 300, 100);
+  const auto one_each = f.runBatch(0);
+  ASSERT_EQ(one_each.size(), 2u);
+  EXPECT_EQ(one_each[1].tenant, trial);
+  f.submit(trial, 0, 1500, 100);  // larger than the cap: runs, alone
+  for (int b = 0; b < 3; ++b) f.runBatch(0);
+  EXPECT_EQ(f.sched.queued(0), 0u);
 }
 
 TEST(Scheduler, MinShareKeepsALowerTierServed) {

@@ -27,8 +27,8 @@ SchedulerSpec makeSpec() {
   SchedulerSpec s;
   s.endpoints.push_back(EndpointSpec{});
   s.endpoints.back().name = "chat";
-  s.tiers.push_back(TierSpec{"gold", 0.2, 4.0, 500});
-  s.tiers.push_back(TierSpec{"free", 0.0, 1.0, 50});
+  s.tiers.push_back(TierSpec{"gold", 0.2, 4.0, 500, 0});
+  s.tiers.push_back(TierSpec{"free", 0.0, 1.0, 50, 0});
   s.tier_limits.push_back(LimitTable{{perMinute(6000)}});
   s.tier_limits.push_back(LimitTable{{perMinute(60)}});
   s.tenants.push_back(TenantSpec{"acme", 0, 8.0, 1000, LimitTable{{perMinute(100'000)}}});
