@@ -27,6 +27,7 @@
 #include "bench/process_run.hpp"
 #include "bench/property_report.hpp"
 #include "bench/property_scenarios.hpp"
+#include "bench/stats.hpp"
 #include "daemon/forked_daemon.hpp"
 #include "fairsched/client.hpp"
 #include "fairsched/retry.hpp"
@@ -181,27 +182,6 @@ int tenantProcess(const std::string& socket, const LimitSetup& s, Clock::time_po
   return f ? 0 : 1;
 }
 
-double pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
-
-// The most cost admitted in any window [t, t + window) over admissions
-// (time_ms, cost) sorted by time: two pointers.
-double maxInWindow(std::vector<std::pair<double, double>> adm, double window_ms) {
-  std::sort(adm.begin(), adm.end());
-  double best = 0, sum = 0;
-  std::size_t lo = 0;
-  for (std::size_t hi = 0; hi < adm.size(); ++hi) {
-    sum += adm[hi].second;
-    while (adm[hi].first - adm[lo].first >= window_ms) sum -= adm[lo++].second;
-    best = std::max(best, sum);
-  }
-  return best;
-}
-
 }  // namespace
 
 ScenarioResult runRateLimit(const ScenarioOptions& options) {
@@ -312,26 +292,28 @@ ScenarioResult runRateLimit(const ScenarioOptions& options) {
     nlohmann::json rj = {
         {"sleeps", jitter.size()},
         {"jitter_cap_ms", cap},
-        {"retry_after_ms", {{"min", pct(ra, 0)}, {"p50", pct(ra, 0.5)}, {"max", pct(ra, 1)}}},
+        {"retry_after_ms",
+         {{"min", percentile(ra, 0)}, {"p50", percentile(ra, 50)}, {"max", percentile(ra, 100)}}},
         {"wait_ms",
-         {{"min", pct(waits, 0)},
-          {"p50", pct(waits, 0.5)},
-          {"p90", pct(waits, 0.9)},
-          {"max", pct(waits, 1)}}},
+         {{"min", percentile(waits, 0)},
+          {"p50", percentile(waits, 50)},
+          {"p90", percentile(waits, 90)},
+          {"max", percentile(waits, 100)}}},
         {"wait_minus_retry_after_ms",
-         {{"min", pct(jitter, 0)},
-          {"p10", pct(jitter, 0.1)},
-          {"p50", pct(jitter, 0.5)},
-          {"p90", pct(jitter, 0.9)},
-          {"max", pct(jitter, 1)}}}};
+         {{"min", percentile(jitter, 0)},
+          {"p10", percentile(jitter, 10)},
+          {"p50", percentile(jitter, 50)},
+          {"p90", percentile(jitter, 90)},
+          {"max", percentile(jitter, 100)}}}};
     if (l.tenant != "C") {
-      const bool in_range = !jitter.empty() && pct(jitter, 0) >= 0 && pct(jitter, 1) < cap;
-      const bool spread =
-          !jitter.empty() && pct(jitter, 0.1) < 0.25 * cap && pct(jitter, 0.9) > 0.75 * cap;
+      const bool in_range =
+          !jitter.empty() && percentile(jitter, 0) >= 0 && percentile(jitter, 100) < cap;
+      const bool spread = !jitter.empty() && percentile(jitter, 10) < 0.25 * cap &&
+                          percentile(jitter, 90) > 0.75 * cap;
       checks.push_back({l.tenant + ": waits in [retry_after, retry_after + cap) and spread (p10 < "
                                    "cap/4, p90 > 3cap/4); value = p50 of wait - retry_after",
-                        "0.." + std::to_string(static_cast<int>(cap)) + " ms", pct(jitter, 0.5),
-                        "ms", in_range && spread});
+                        "0.." + std::to_string(static_cast<int>(cap)) + " ms",
+                        percentile(jitter, 50), "ms", in_range && spread});
     } else {
       // Budget: from the first request stopped for want of a token on.
       double drained_at = -1;

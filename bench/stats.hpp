@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace fairsched::bench {
@@ -15,6 +16,21 @@ inline double percentile(std::vector<double> v, double p) {
   const auto lo = static_cast<std::size_t>(rank);
   const std::size_t hi = std::min(lo + 1, v.size() - 1);
   return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
+}
+
+// The most cost admitted in any window [t, t + window) of admissions given
+// as (time, cost), in any order: sorted, then two pointers. What a rate
+// limit promises never to exceed.
+inline double maxInWindow(std::vector<std::pair<double, double>> admissions, double window) {
+  std::sort(admissions.begin(), admissions.end());
+  double best = 0, sum = 0;
+  std::size_t lo = 0;
+  for (std::size_t hi = 0; hi < admissions.size(); ++hi) {
+    sum += admissions[hi].second;
+    while (admissions[hi].first - admissions[lo].first >= window) sum -= admissions[lo++].second;
+    best = std::max(best, sum);
+  }
+  return best;
 }
 
 }  // namespace fairsched::bench
