@@ -20,6 +20,7 @@ constexpr int kTrialBacklog = 20000;   // T: all at once
 constexpr int kPaidBacklog = 15000;    // P in the min_share run: all at once
 constexpr double kMinShare = 0.2;
 constexpr double kP99Factor = 1.5;
+constexpr std::uint32_t kBatchTokens = 4096;  // the endpoint's max_batch_tokens
 
 std::string configText() {
   return std::string(R"(
@@ -38,7 +39,7 @@ default_queue_limit = 20000
 # ~0.8 ms of modelled service) of a running batch.
 max_batch_tokens = 1152
 
-)") + chatEndpointToml("tokens", 4096, 4096) +
+)") + chatEndpointToml("tokens", kBatchTokens, 4096) +
          R"(
 [tenants.P]
 tier = "paid"
@@ -107,10 +108,14 @@ ScenarioResult runTiers(const ScenarioOptions& options) {
   const std::uint64_t pb = tokensServedUntil(results[2].at("P"), until);
   const std::uint64_t tb = tokensServedUntil(results[2].at("T"), until);
   const double t_share = pb + tb ? static_cast<double>(tb) / static_cast<double>(pb + tb) : 0.0;
-  char target[64];
-  std::snprintf(target, sizeof target, ">= %.0f%% (min_share %.2f)", 100 * kMinShare, kMinShare);
+  // The window ends at a completion time, which can cut one batch in two:
+  // allow that batch's tokens (0.03% of the window's) as slack.
+  const double slack = pb + tb ? static_cast<double>(kBatchTokens) / static_cast<double>(pb + tb) : 0.0;
+  char target[96];
+  std::snprintf(target, sizeof target, ">= %.0f%% (min_share %.2f, less one batch at the edge)",
+                100 * kMinShare, kMinShare);
   checks.push_back({"trial share of tokens (%) with both tiers backlogged", target, 100 * t_share,
-                    "%", t_share >= kMinShare});
+                    "%", t_share >= kMinShare - slack});
 
   ScenarioReport report;
   report.json = propertyJson("tiers", runs, checks);
