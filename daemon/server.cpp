@@ -643,6 +643,7 @@ bool Server::poll() {
   drop_later_.clear();
   sched_.expireDeadlines(now, done_);
   finishDone(done_);
+  if (!batches_.empty()) expireBatches(now);
   if (dispatch(now)) {
     worked = true;
     collect(now);  // an inline executor has finished already
@@ -669,6 +670,7 @@ bool Server::beforeSleep() {
   }
   // Sleep until the next batch is due or a deadline passes, if sooner than anything else.
   TimeNs wake = std::min(sched_.nextDeadline(), next_watchdog_);
+  for (const auto& [id, b] : batches_) wake = std::min(wake, b.deadline);
   for (std::size_t e = 0; e < executors_.size(); ++e) {
     if (executors_[e]->freeSlots() > 0)
       wake = std::min(wake, sched_.batchDueAt(static_cast<EndpointId>(e)));
@@ -800,7 +802,12 @@ bool Server::dispatch(TimeNs now) {
       ExecBatch eb;
       eb.id = next_batch_++;
       eb.endpoint = static_cast<EndpointId>(e);
-      std::vector<std::uint64_t>& ids = batches_[eb.id];
+      RunningBatch& running = batches_[eb.id];
+      running.endpoint = eb.endpoint;
+      const std::uint64_t timeout_ms = cfg_.endpoints[e].batch_timeout_ms;
+      running.deadline =
+          timeout_ms == 0 ? kNever : now + static_cast<TimeNs>(timeout_ms) * kNsPerMs;
+      std::vector<std::uint64_t>& ids = running.ids;
       for (const core::Dispatched& d : batch_.requests) {
         Pending& p = pending_[d.id];
         p.dispatched = now;
@@ -831,8 +838,9 @@ bool Server::collect(TimeNs now) {
       std::uint64_t tokens = 0;
       if (!b.ok)
         spdlog::error("endpoint {}: batch {} failed: {}", cfg_.endpoints[e].name, b.id, b.error);
-      for (std::size_t i = 0; i < bit->second.size(); ++i) {
-        const std::uint64_t key = bit->second[i];
+      const std::vector<std::uint64_t>& ids = bit->second.ids;
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const std::uint64_t key = ids[i];
         Pending* pp = findPending(key);
         if (!pp) continue;
         Pending& p = *pp;
@@ -855,6 +863,35 @@ bool Server::collect(TimeNs now) {
     }
   }
   return worked;
+}
+
+void Server::expireBatches(TimeNs now) {
+  // Batches are few (executor slots): a scan now and then is enough.
+  if (now < next_batch_check_) return;
+  next_batch_check_ = now + 10 * kNsPerMs;
+  for (auto it = batches_.begin(); it != batches_.end();) {
+    RunningBatch& b = it->second;
+    if (now < b.deadline) {
+      ++it;
+      continue;
+    }
+    const config::EndpointConfig& ec = cfg_.endpoints[b.endpoint];
+    spdlog::error(
+        "endpoint {}: batch {} still running after batch_timeout_ms = {}: its {} requests end "
+        "EXECUTOR_FAILED; the executor slot stays taken until the batch returns",
+        ec.name, it->first, ec.batch_timeout_ms, b.ids.size());
+    for (const std::uint64_t key : b.ids) {
+      Pending* p = findPending(key);
+      if (!p) continue;
+      sched_.complete(p->handle, 0, now);
+      const shm::CompletionSlot slot =
+          completionFor(p->request_id, p->tag, Status::kExecutorFailed);
+      const std::uint64_t conn = p->conn;
+      releasePending(key);
+      complete(conn, slot, true);
+    }
+    it = batches_.erase(it);  // a late result finds no batch and is dropped
+  }
 }
 
 void Server::finishDone(std::vector<core::Done>& done) {

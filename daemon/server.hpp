@@ -211,8 +211,15 @@ class Server {
     free_pending_.push_back(id);
   }
   std::vector<std::uint64_t> drop_later_;
-  std::unordered_map<std::uint64_t, std::vector<std::uint64_t>>
-      batches_;  // batch id -> request ids
+  struct RunningBatch {
+    std::vector<std::uint64_t> ids;  // request ids (pending_ keys)
+    EndpointId endpoint = 0;
+    TimeNs deadline = kNever;  // batch_timeout_ms after dispatch
+  };
+  std::unordered_map<std::uint64_t, RunningBatch> batches_;  // by batch id
+  // Ends the requests of batches past batch_timeout_ms (EXECUTOR_FAILED).
+  void expireBatches(TimeNs now);
+  TimeNs next_batch_check_ = 0;
   std::uint64_t next_conn_ = 1;
   std::uint64_t next_batch_ = 1;
   TimeNs timer_at_ = kNever;

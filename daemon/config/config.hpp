@@ -49,6 +49,9 @@ struct EndpointConfig {
   std::uint64_t max_wait_us = 2000;
   std::uint32_t max_output_tokens = 4096;  // cap on a request's max output tokens
   std::uint64_t latency_target_ms = 0;     // backlog throttle; 0 = off
+  // A batch the executor has not finished after this long ends its requests
+  // EXECUTOR_FAILED (the slot stays taken until the executor returns); 0 = never.
+  std::uint64_t batch_timeout_ms = 30000;
   ExecutorKind executor = ExecutorKind::kCpu;
   CpuExecutorConfig cpu;
   CudaExecutorConfig cuda;

@@ -603,10 +603,10 @@ class Parser {
   }
 
   bool parseEndpoint(const toml::table& t, const std::string& path, EndpointConfig& ep) {
-    if (!checkKeys(
-            t, path,
-            {"kind", "cost", "quantum", "max_batch_requests", "max_batch_tokens", "max_wait_us",
-             "max_output_tokens", "latency_target_ms", "executor", "limits", "cpu", "cuda"})) {
+    if (!checkKeys(t, path,
+                   {"kind", "cost", "quantum", "max_batch_requests", "max_batch_tokens",
+                    "max_wait_us", "max_output_tokens", "latency_target_ms", "batch_timeout_ms",
+                    "executor", "limits", "cpu", "cuda"})) {
       return false;
     }
     if (const auto* n = t.get("kind")) {
@@ -643,6 +643,10 @@ class Parser {
     }
     if (const auto* n = t.get("latency_target_ms")) {
       if (!readInt(*n, join(path, "latency_target_ms"), 0, ep.latency_target_ms, kMaxMillis))
+        return false;
+    }
+    if (const auto* n = t.get("batch_timeout_ms")) {
+      if (!readInt(*n, join(path, "batch_timeout_ms"), 0, ep.batch_timeout_ms, kMaxMillis))
         return false;
     }
     if (const auto* n = t.get("executor")) {

@@ -184,6 +184,52 @@ TEST_F(ClientDaemon, CudaEndpointServesConcurrentClientsWithTheirOwnChecksums) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
+// A batch the executor does not finish within batch_timeout_ms ends its
+// requests EXECUTOR_FAILED; its late result is dropped, not delivered a
+// second time, and the endpoint serves again once the executor returns the
+// slot. The modelled service is 25 ms per token: 44 tokens take 1.1 s, past
+// the 300 ms timeout; 5 tokens take 125 ms, within it.
+TEST_F(ClientDaemon, AHungBatchEndsItsRequestsExecutorFailedOnceAndServingGoesOn) {
+  config::Config cfg = makeConfig(socket(), 0.0);
+  cfg.endpoints[0].cpu.per_token_us = 25000.0;
+  cfg.endpoints[0].batch_timeout_ms = 300;
+  auto started = daemon::ForkedDaemon::start(cfg);
+  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
+      << std::get<std::string>(started);
+  auto& d = std::get<daemon::ForkedDaemon>(started);
+  auto client = Client::connect(options(socket()));
+  ASSERT_TRUE(client) << client.error().message;
+  auto tenant = client->openTenant("acme");
+  ASSERT_TRUE(tenant);
+  const auto long_prompt = promptFor(39);  // 40 tokens
+  const auto short_prompt = promptFor(0);  // 1 token
+  auto hung = client->submit(request(*tenant, long_prompt));
+  ASSERT_TRUE(hung);
+  std::map<RequestId, std::vector<Completion>> seen;
+  std::vector<Completion> done;
+  auto collect = [&](std::chrono::milliseconds for_how_long) {
+    const auto until = std::chrono::steady_clock::now() + for_how_long;
+    while (std::chrono::steady_clock::now() < until) {
+      (void)client->wait(20ms);
+      done.clear();
+      client->poll(done);
+      for (const Completion& c : done) seen[c.request_id].push_back(c);
+    }
+  };
+  for (int i = 0; i < 200 && seen.empty(); ++i) collect(50ms);
+  ASSERT_EQ(seen[*hung].size(), 1u);
+  EXPECT_EQ(seen[*hung][0].status, Status::kExecutorFailed);
+  auto next = client->submit(request(*tenant, short_prompt));
+  ASSERT_TRUE(next);
+  for (int i = 0; i < 200 && seen.count(*next) == 0; ++i) collect(50ms);
+  collect(200ms);  // room for a (wrong) second completion of the hung request
+  EXPECT_EQ(seen[*hung].size(), 1u) << "the late result must be dropped";
+  ASSERT_EQ(seen[*next].size(), 1u);
+  EXPECT_EQ(seen[*next][0].status, Status::kOk);
+  EXPECT_EQ(seen[*next][0].checksum, kernels::workloadChecksum(short_prompt));
+  EXPECT_EQ(d.terminate(), 0);
+}
+
 TEST_F(ClientDaemon, DaemonDeathEndsOutstandingRequestsAndTheClientReconnects) {
   const config::Config slow = makeConfig(socket(), 20000.0);  // 20 ms per batch
   auto started = daemon::ForkedDaemon::start(slow);

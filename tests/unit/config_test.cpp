@@ -781,6 +781,12 @@ TEST(ConfigTier, MaxBatchTokensIsReadAndNegativeIsRejected) {
             "cfg.toml:13: tiers[2].max_batch_tokens: must not be negative, got -1");
 }
 
+TEST(ConfigEndpoint, BatchTimeoutDefaultsTo30SecondsAndZeroTurnsItOff) {
+  EXPECT_EQ(parsedOk(withBase("")).endpoints[0].batch_timeout_ms, 30000u);
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nbatch_timeout_ms = -5\n")),
+            "cfg.toml:12: endpoints.x.batch_timeout_ms: must not be negative, got -5");
+}
+
 TEST(ConfigTier, TiersKeepTheirOrder) {
   const Config cfg = parsedOk(withBase("[[tiers]]\nname = \"aaa\"\n"));
   ASSERT_EQ(cfg.tiers.size(), 3u);
