@@ -6,13 +6,14 @@
 // Threads. Everything except collect() runs on the event loop thread. The
 // loop's per-request calls (admitted, rejected, completed, ended) touch only
 // plain integers in arrays indexed by a series number: no lock, no atomic, no
-// hash lookup, no allocation. publish() — called by the loop about once a
-// second while it works, and whenever it is about to sleep — copies what
-// changed since the last publish, plus the gauges read from the Scheduler,
-// into a snapshot under a mutex. A scrape (an exposer thread) renders that
-// snapshot under the same mutex. So a scrape sees the state of the last
-// publish: at most kPublishInterval old while the daemon is busy, current
-// while it is idle.
+// hash lookup, no allocation. publish() — from tick(), at most once per
+// kPublishInterval — copies what changed since the last publish, plus the
+// gauges read from the Scheduler, into a snapshot under a mutex; a loop about
+// to sleep wakes for publishDueAt() when something is still unpublished. A
+// scrape (an exposer thread) renders that snapshot under the same mutex. So
+// a scrape sees the state of the last publish, at most about
+// kPublishInterval old, busy or idle. (A new unlisted tenant's label is the
+// one allocation, once per label, in tenantOpened.)
 //
 // Label cardinality. The `tenant` label takes one value per series: each
 // tenant listed in the config, then the first `max_tenant_series` unlisted
