@@ -5,13 +5,17 @@
 #   make bench      run the benchmarks
 #   make asan|tsan  build and run the tests under ASan+UBSan / TSan (build-asan/, build-tsan/)
 #   make fuzz       build the libFuzzer targets with clang and run each for FUZZ_SECONDS
+#   make install    build, then install under PREFIX (default /usr/local), staged under DESTDIR
+#                   if set; the config goes to /etc/fairsched only when none is there yet
 
 BUILD        ?= build
 JOBS         ?= $(shell nproc)
 FUZZ_SECONDS ?= 30
 CMAKE_FLAGS  ?=
+PREFIX       ?= /usr/local
+DESTDIR      ?=
 
-.PHONY: all deps configure test demo bench asan tsan fuzz clean format
+.PHONY: all deps configure test demo bench install asan tsan fuzz clean format
 
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -34,6 +38,9 @@ demo: all
 bench: all
 	$(BUILD)/bin/fairsched-bench core
 	$(BUILD)/bin/fairsched-microbench --benchmark_min_time=0.2
+
+install: all
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
 
 asan:
 	@scripts/install-deps --quiet

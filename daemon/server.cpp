@@ -91,6 +91,12 @@ std::variant<std::unique_ptr<Server>, std::string> Server::create(const config::
     s->executors_.push_back(std::move(std::get<std::unique_ptr<CpuExecutor>>(ex)));
   }
   s->executor_buf_.resize(s->executors_.size());
+  if (!cfg.metrics.listen.empty()) {
+    auto m = Metrics::create(cfg, s->sched_);
+    if (auto* err = std::get_if<std::string>(&m)) return *err;
+    s->metrics_ = std::move(std::get<std::unique_ptr<Metrics>>(m));
+    spdlog::info("metrics on {} (port {})", cfg.metrics.listen, s->metrics_->port());
+  }
   if (auto err = s->listen()) return *err;
 
   return s;
@@ -231,6 +237,7 @@ bool Server::shutdownStep(TimeNs now) {
     for (std::uint64_t id = 0; id < pending_.size(); ++id) {
       Pending& p = pending_[id];
       if (!p.live) continue;
+      if (metrics_) metrics_->ended(p.tenant, p.endpoint, Status::kShuttingDown);
       complete(p.conn, completionFor(p.request_id, p.tag, Status::kShuttingDown), true);
       releasePending(id);
     }
@@ -282,6 +289,7 @@ Server::ReloadResult Server::reload() {
   rules_ = ClientRules(cfg_);  // every Connection::rule points into the old rules: re-match now
   reapplyRules();
   finishDone(done_);
+  if (metrics_) metrics_->remapTenants(cfg_, sched_);
   if (!log_level_pinned_) {
     if (const auto level = parseLogLevel(cfg_.daemon.log_level)) spdlog::set_level(*level);
   }
@@ -317,6 +325,7 @@ void Server::reapplyRules() {
         if (tid == kNoTenant) continue;
         r.tenant = tid;
         r.revoked = false;
+        if (metrics_) metrics_->tenantOpened(tid, r.name);
         spdlog::info("client {} (uid {}): tenant '{}' allowed again", c.id, c.cred.uid, r.name);
       }
     }
@@ -325,6 +334,8 @@ void Server::reapplyRules() {
 
 void Server::revokeRing(Connection& c, Ring& r) {
   const std::size_t n = sched_.cancelOwner(c.id, Status::kUnauthorized, done_, r.tenant);
+  finishDone(done_);  // counted under the tenant's label before the ring lets go of it
+  if (metrics_) metrics_->tenantClosed(r.tenant);
   sched_.tenants().release(r.tenant);
   spdlog::warn(
       "client {} (uid {}): the config no longer allows tenant '{}': {} queued requests end "
@@ -575,6 +586,7 @@ void Server::handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m) {
     if (c.rings[r].consumer) continue;
     const TenantId id = sched_.tenants().acquire(tenant, hint);
     if (id == kNoTenant) return answer(shm::ControlStatus::kInternal, "tenant table refused", 0);
+    if (metrics_) metrics_->tenantOpened(id, tenant);
     c.rings[r].tenant = id;
     c.rings[r].name = std::string(tenant);
     c.rings[r].tier_hint = std::string(tier);
@@ -604,11 +616,14 @@ void Server::dropConnection(std::uint64_t conn_id, const char* why) {
   // Their completions would go to a client that is gone.
   stats_.completions_dropped += cancelled;
   for (const core::Done& d : done_) {
+    if (metrics_) metrics_->ended(d.tenant, d.endpoint, d.status);
     if (findPending(d.id)) releasePending(d.id);
   }
   done_.clear();
   for (Ring& r : c.rings) {
-    if (r.consumer && !r.revoked) sched_.tenants().release(r.tenant);
+    if (!r.consumer || r.revoked) continue;
+    if (metrics_) metrics_->tenantClosed(r.tenant);
+    sched_.tenants().release(r.tenant);
   }
   if (c.segment) {
     spdlog::info("client {} (pid {}) {}: {} queued requests cancelled", conn_id, c.cred.pid, why,
@@ -629,6 +644,7 @@ void Server::dropConnection(std::uint64_t conn_id, const char* why) {
 bool Server::poll() {
   const TimeNs now = monotonicNow();
   notifyWatchdog(now);
+  if (metrics_) metrics_->tick(now, sched_, stats_, conns_.size());
   if (sleeping_) {
     for (auto& [id, c] : conns_) {
       if (c->segment) c->segment->ownSleepFlag().clear();
@@ -671,6 +687,7 @@ bool Server::beforeSleep() {
   // Sleep until the next batch is due or a deadline passes, if sooner than anything else.
   TimeNs wake = std::min(sched_.nextDeadline(), next_watchdog_);
   for (const auto& [id, b] : batches_) wake = std::min(wake, b.deadline);
+  if (metrics_) wake = std::min(wake, metrics_->publishDueAt());
   for (std::size_t e = 0; e < executors_.size(); ++e) {
     if (executors_[e]->freeSlots() > 0)
       wake = std::min(wake, sched_.batchDueAt(static_cast<EndpointId>(e)));
@@ -752,6 +769,7 @@ void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot&
                    std::span<const std::uint32_t> prompt, TimeNs now) {
   ++stats_.submissions;
   auto reject = [&](Status s, TimeNs retry_after = 0) {
+    if (metrics_) metrics_->rejected(c.rings[ring].tenant, slot.endpoint, s);
     shm::CompletionSlot out = completionFor(slot.request_id, slot.tag, s);
     out.retry_after_ns = retry_after;
     complete(c.id, out, false);
@@ -782,6 +800,7 @@ void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot&
     free_pending_.push_back(id);
     return reject(a.status, a.retry_after);
   }
+  if (metrics_) metrics_->admitted(r.tenant, r.endpoint);
   Pending& p = pending_[id];
   p.live = true;
   p.conn = c.id;
@@ -789,6 +808,7 @@ void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot&
   p.tag = slot.tag;
   p.handle = a.handle;
   p.endpoint = slot.endpoint;
+  p.tenant = r.tenant;
   p.admitted = now;
   p.prompt.assign(prompt.begin(), prompt.end());
   ++c.outstanding;
@@ -854,6 +874,10 @@ bool Server::collect(TimeNs now) {
         s.service_ns = static_cast<std::uint64_t>(now - p.dispatched);
         s.output_tokens = out_tokens;
         s.checksum = ok ? b.results[i].checksum : 0;
+        if (metrics_) {
+          metrics_->completed(p.tenant, p.endpoint, ok ? Status::kOk : Status::kExecutorFailed,
+                              p.admitted, p.dispatched, now, p.prompt.size() + out_tokens);
+        }
         const std::uint64_t conn = p.conn;
         releasePending(key);
         complete(conn, s, true);
@@ -898,6 +922,7 @@ void Server::finishDone(std::vector<core::Done>& done) {
   for (const core::Done& d : done) {
     Pending* p = findPending(d.id);
     if (!p) continue;
+    if (metrics_) metrics_->ended(d.tenant, d.endpoint, d.status);
     const shm::CompletionSlot slot = completionFor(p->request_id, p->tag, d.status);
     const std::uint64_t conn = p->conn;
     releasePending(d.id);

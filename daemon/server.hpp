@@ -36,6 +36,7 @@
 #include "daemon/core/scheduler.hpp"
 #include "daemon/event_loop.hpp"
 #include "daemon/executor.hpp"
+#include "daemon/metrics.hpp"
 #include "daemon/notifier.hpp"
 #include "shm/control_protocol.hpp"
 #include "shm/doorbell.hpp"
@@ -91,6 +92,8 @@ class Server {
 
   const ServerStats& stats() const { return stats_; }
   const std::string& socketPath() const { return socket_path_; }
+  // Null when [metrics] listen is empty. Loop thread only (see metrics.hpp).
+  Metrics* metrics() { return metrics_.get(); }
 
  private:
   struct Ring {
@@ -140,6 +143,7 @@ class Server {
     std::uint64_t tag = 0;
     core::Handle handle = 0;
     EndpointId endpoint = 0;
+    TenantId tenant = kNoTenant;
     TimeNs admitted = 0;
     TimeNs dispatched = 0;
     std::vector<std::uint32_t> prompt;
@@ -241,6 +245,7 @@ class Server {
   std::vector<shm::CompletionSlot> flush_buf_;
   ServerStats stats_;
   std::unique_ptr<Notifier> notifier_;
+  std::unique_ptr<Metrics> metrics_;  // null: no metrics endpoint
   TimeNs next_watchdog_ = kNever;
 };
 

@@ -57,6 +57,9 @@ std::vector<std::string> reloadBlockers(const Config& running, const Config& nex
   differs(running.daemon.socket_mode != next.daemon.socket_mode, "daemon.socket_mode");
   differs(running.daemon.socket_group != next.daemon.socket_group, "daemon.socket_group");
   differs(running.daemon.policy != next.daemon.policy, "daemon.policy");
+  differs(running.metrics.listen != next.metrics.listen ||
+              running.metrics.allow_non_loopback != next.metrics.allow_non_loopback,
+          "metrics.listen");
   std::vector<std::string> was, is;
   for (const EndpointConfig& e : running.endpoints) was.push_back(e.name);
   for (const EndpointConfig& e : next.endpoints) is.push_back(e.name);

@@ -113,8 +113,17 @@ struct DaemonConfig {
   std::uint64_t shutdown_grace_ms = 5000;
 };
 
+// The Prometheus endpoint (docs/operations.md, "Metrics"). Tenant names are
+// label values, so by default it may only listen on a loopback address.
+struct MetricsConfig {
+  std::string listen;                     // "HOST:PORT"; empty = no endpoint, nothing started
+  std::uint32_t max_tenant_series = 100;  // unlisted tenants with a label of their own
+  bool allow_non_loopback = false;        // let `listen` name a non-loopback address
+};
+
 struct Config {
   DaemonConfig daemon;
+  MetricsConfig metrics;
   std::vector<TierConfig> tiers;         // in priority order, highest first
   std::vector<EndpointConfig> endpoints;
   std::vector<TenantConfig> tenants;

@@ -1,7 +1,9 @@
 // TOML → Config. toml++ throws on syntax errors; that exception is caught in
 // parseConfig and turned into a ConfigError with its line. Everything after
 // the syntax check is a walk over the document that stops at the first error.
+#include <arpa/inet.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -34,6 +36,8 @@ constexpr std::uint64_t kMaxSeconds = std::numeric_limits<TimeNs>::max() / kNsPe
 constexpr std::uint64_t kMaxMillis = std::numeric_limits<TimeNs>::max() / kNsPerMs;
 constexpr std::uint64_t kMaxMicros = std::numeric_limits<TimeNs>::max() / kNsPerUs;
 constexpr std::size_t kMaxIds = std::numeric_limits<std::uint16_t>::max();  // TierId, EndpointId
+// Beyond this the bound on the number of series stops meaning anything.
+constexpr std::uint64_t kMaxTenantSeries = 100000;
 
 constexpr std::string_view kWildcard = "*";
 constexpr std::string_view kUnlimited = "unlimited";
@@ -479,13 +483,18 @@ class Parser {
   // --- sections --------------------------------------------------------------
 
   bool parseRoot(const toml::table& root) {
-    if (!checkKeys(root, "",
-                   {"default_tier", "daemon", "tiers", "endpoints", "tenants", "clients"})) {
+    if (!checkKeys(
+            root, "",
+            {"default_tier", "daemon", "metrics", "tiers", "endpoints", "tenants", "clients"})) {
       return false;
     }
     if (const auto* n = root.get("daemon")) {
       const toml::table* t = readTable(*n, "daemon");
       if (t == nullptr || !parseDaemon(*t)) return false;
+    }
+    if (const auto* n = root.get("metrics")) {
+      const toml::table* t = readTable(*n, "metrics");
+      if (t == nullptr || !parseMetrics(*t)) return false;
     }
     // Endpoints before tiers and tenants: their limit tables name endpoints.
     const toml::node* endpoints = root.get("endpoints");
@@ -574,6 +583,69 @@ class Parser {
     if (const auto* n = t.get("shutdown_grace_ms")) {
       if (!readInt(*n, "daemon.shutdown_grace_ms", 0, d.shutdown_grace_ms, kMaxMillis))
         return false;
+    }
+    return true;
+  }
+
+  bool parseMetrics(const toml::table& t) {
+    if (!checkKeys(t, "metrics", {"listen", "max_tenant_series", "allow_non_loopback"}))
+      return false;
+    MetricsConfig& m = cfg_.metrics;
+    if (const auto* n = t.get("max_tenant_series")) {
+      if (!readInt(*n, "metrics.max_tenant_series", 0, m.max_tenant_series, kMaxTenantSeries))
+        return false;
+    }
+    // Read before `listen`, whose check depends on it wherever it is written.
+    if (const auto* n = t.get("allow_non_loopback")) {
+      if (!readBool(*n, "metrics.allow_non_loopback", m.allow_non_loopback)) return false;
+    }
+    if (const auto* n = t.get("listen")) {
+      if (!readString(*n, "metrics.listen", m.listen)) return false;
+      if (!m.listen.empty() && !checkListen(*n, m.listen, m.allow_non_loopback)) return false;
+    }
+    return true;
+  }
+
+  // "IPV4:PORT", "[IPV6]:PORT" or "localhost:PORT"; no other host names, so
+  // what the endpoint binds never depends on a resolver.
+  bool checkListen(const toml::node& n, const std::string& listen, bool allow_non_loopback) {
+    static constexpr std::string_view kKey = "metrics.listen";
+    const std::string expected =
+        "expected HOST:PORT with an IP address or localhost (e.g. \"127.0.0.1:9464\" or "
+        "\"[::1]:9464\"), got " +
+        quote(listen);
+    const std::size_t colon = listen.rfind(':');
+    if (colon == std::string::npos || colon == 0) return fail(n, std::string(kKey), expected);
+    std::string host = listen.substr(0, colon);
+    const std::string port = listen.substr(colon + 1);
+    bool v6 = false;
+    if (host.front() == '[') {
+      if (host.size() < 3 || host.back() != ']') return fail(n, std::string(kKey), expected);
+      host = host.substr(1, host.size() - 2);
+      v6 = true;
+    }
+    std::uint32_t portValue = 0;
+    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), portValue);
+    if (port.empty() || ec != std::errc() || end != port.data() + port.size() ||
+        portValue > 65535) {
+      return fail(n, std::string(kKey),
+                  "port must be a number from 0 to 65535, got " + quote(port));
+    }
+    bool loopback = false;
+    if (!v6 && host == "localhost") {
+      loopback = true;
+    } else if (in_addr a4{}; !v6 && inet_pton(AF_INET, host.c_str(), &a4) == 1) {
+      loopback = (ntohl(a4.s_addr) >> 24) == 127;
+    } else if (in6_addr a6{}; v6 && inet_pton(AF_INET6, host.c_str(), &a6) == 1) {
+      loopback = IN6_IS_ADDR_LOOPBACK(&a6);
+    } else {
+      return fail(n, std::string(kKey), expected);
+    }
+    if (!loopback && !allow_non_loopback) {
+      return fail(n, std::string(kKey),
+                  quote(host) +
+                      " is not a loopback address; the metrics name every tenant, so set "
+                      "metrics.allow_non_loopback = true to serve them beyond this host");
     }
     return true;
   }

@@ -209,7 +209,7 @@ TEST(ConfigParse, UnknownTopLevelKeyIsRejectedWithItsPath) {
 }
 
 TEST(ConfigParse, UnknownKeyFarFromAnyKnownOneGetsNoSuggestion) {
-  EXPECT_EQ(errorOf(withBase("[metrics]\nport = 1\n")), "cfg.toml:11: metrics: unknown key");
+  EXPECT_EQ(errorOf(withBase("[telemetry]\nport = 1\n")), "cfg.toml:11: telemetry: unknown key");
 }
 
 TEST(ConfigParse, FirstUnknownKeyInFileOrderIsReported) {
@@ -1180,6 +1180,73 @@ RC_GTEST_PROP(ConfigProperty, AnyValidSocketModeRoundTrips, (std::uint16_t seed)
                        "cfg.toml");
   RC_ASSERT(std::holds_alternative<Config>(r));
   RC_ASSERT(std::get<Config>(r).daemon.socket_mode == mode);
+}
+
+// --- [metrics] -----------------------------------------------------------------
+
+TEST(ConfigMetrics, AbsentTableMeansNoEndpoint) {
+  const Config cfg = parsedOk(kBase);
+  EXPECT_TRUE(cfg.metrics.listen.empty());
+  EXPECT_EQ(cfg.metrics.max_tenant_series, 100u);
+  EXPECT_FALSE(cfg.metrics.allow_non_loopback);
+}
+
+TEST(ConfigMetrics, LoopbackAddressesAreAccepted) {
+  for (const char* listen : {"127.0.0.1:9464", "127.1.2.3:0", "[::1]:9464", "localhost:65535"}) {
+    const Config cfg = parsedOk(withBase(std::string("[metrics]\nlisten = \"") + listen + "\"\n"));
+    EXPECT_EQ(cfg.metrics.listen, listen);
+  }
+}
+
+TEST(ConfigMetrics, EmptyListenIsOff) {
+  const Config cfg = parsedOk(withBase("[metrics]\nlisten = \"\"\nmax_tenant_series = 5\n"));
+  EXPECT_TRUE(cfg.metrics.listen.empty());
+  EXPECT_EQ(cfg.metrics.max_tenant_series, 5u);
+}
+
+TEST(ConfigMetrics, NonLoopbackAddressNeedsExplicitPermission) {
+  EXPECT_EQ(errorOf(withBase("[metrics]\nlisten = \"0.0.0.0:9464\"\n")),
+            "cfg.toml:12: metrics.listen: '0.0.0.0' is not a loopback address; the metrics name "
+            "every tenant, so set metrics.allow_non_loopback = true to serve them beyond this "
+            "host");
+  EXPECT_EQ(errorOf(withBase("[metrics]\nlisten = \"[::]:9464\"\n")),
+            "cfg.toml:12: metrics.listen: '::' is not a loopback address; the metrics name "
+            "every tenant, so set metrics.allow_non_loopback = true to serve them beyond this "
+            "host");
+  // Permission written after the address counts too.
+  const Config cfg =
+      parsedOk(withBase("[metrics]\nlisten = \"10.0.0.7:9464\"\nallow_non_loopback = true\n"));
+  EXPECT_EQ(cfg.metrics.listen, "10.0.0.7:9464");
+  EXPECT_TRUE(cfg.metrics.allow_non_loopback);
+}
+
+TEST(ConfigMetrics, MalformedListenIsRejected) {
+  const std::string expected =
+      "expected HOST:PORT with an IP address or localhost (e.g. \"127.0.0.1:9464\" or "
+      "\"[::1]:9464\"), got ";
+  EXPECT_EQ(errorOf(withBase("[metrics]\nlisten = \"9464\"\n")),
+            "cfg.toml:12: metrics.listen: " + expected + "'9464'");
+  EXPECT_EQ(errorOf(withBase("[metrics]\nlisten = \"metrics.example:9464\"\n")),
+            "cfg.toml:12: metrics.listen: " + expected + "'metrics.example:9464'");
+  EXPECT_EQ(errorOf(withBase("[metrics]\nlisten = \"::1:9464\"\n")),
+            "cfg.toml:12: metrics.listen: " + expected + "'::1:9464'");
+  EXPECT_EQ(errorOf(withBase("[metrics]\nlisten = \"127.0.0.1:65536\"\n")),
+            "cfg.toml:12: metrics.listen: port must be a number from 0 to 65535, got '65536'");
+  EXPECT_EQ(errorOf(withBase("[metrics]\nlisten = \"127.0.0.1:\"\n")),
+            "cfg.toml:12: metrics.listen: port must be a number from 0 to 65535, got ''");
+  EXPECT_EQ(errorOf(withBase("[metrics]\nlisten = 9464\n")),
+            "cfg.toml:12: metrics.listen: expected string, got integer");
+}
+
+TEST(ConfigMetrics, OtherKeysAreChecked) {
+  EXPECT_EQ(errorOf(withBase("[metrics]\nmax_tenant_series = 100001\n")),
+            "cfg.toml:12: metrics.max_tenant_series: must be at most 100000, got 100001");
+  EXPECT_EQ(errorOf(withBase("[metrics]\nallow_non_loopback = \"yes\"\n")),
+            "cfg.toml:12: metrics.allow_non_loopback: expected boolean, got string");
+  EXPECT_EQ(errorOf(withBase("[metrics]\nlisen = \"127.0.0.1:1\"\n")),
+            "cfg.toml:12: metrics.lisen: unknown key (did you mean 'listen'?)");
+  EXPECT_EQ(errorOf(std::string("metrics = 1\n") + std::string(kBase)),
+            "cfg.toml:1: metrics: expected table, got integer");
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+# `make install` / `cmake --install`: what an operator gets on a host.
+#
+#   PREFIX/bin                      fairschedd, fairschedctl, fairsched-bench
+#   PREFIX/LIBDIR                   libfairsched.so.0 (+ .so link), libfairsched.a
+#   PREFIX/LIBDIR/pkgconfig         fairsched.pc
+#   PREFIX/include/fairsched        the client's public headers
+#   PREFIX/lib/systemd/system       fairschedd.service, ExecStart pointing at PREFIX/bin
+#   PREFIX/lib/sysusers.d           fairsched.conf (the fairsched user and group)
+#   PREFIX/lib/tmpfiles.d           fairsched.conf (/run/fairsched)
+#   FAIRSCHED_CONFIG_DIR            fairsched.toml, only when none is there yet
+#
+# Everything honours DESTDIR. The prefix is taken at install time
+# (`cmake --install build --prefix P` works without reconfiguring): the unit
+# and the .pc file are written by install(CODE) from the prefix in effect.
+include(GNUInstallDirs)
+
+set(FAIRSCHED_CONFIG_DIR "/etc/fairsched" CACHE PATH
+    "Where the default fairsched.toml is installed (absolute; DESTDIR applies)")
+
+set(_fairsched_programs fairschedd)
+foreach(tgt fairschedctl fairsched-bench)
+  if(TARGET ${tgt})
+    list(APPEND _fairsched_programs ${tgt})
+  endif()
+endforeach()
+install(TARGETS ${_fairsched_programs} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+# The shared library installs libfairsched.so.0.1.0, the soname link
+# libfairsched.so.0 and the development link libfairsched.so.
+install(TARGETS fairsched_client fairsched_client_static
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+
+install(FILES
+          client/include/fairsched/client.hpp
+          client/include/fairsched/error.hpp
+          client/include/fairsched/export.hpp
+          client/include/fairsched/fairsched.h
+          client/include/fairsched/http.hpp
+          client/include/fairsched/request.hpp
+          client/include/fairsched/retry.hpp
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fairsched)
+# fairsched/request.hpp includes "daemon/core/types.hpp" (the Status enum the
+# daemon and the client share). It is kept apart under fairsched/detail, and
+# fairsched.pc adds that directory to the include path.
+install(FILES daemon/core/types.hpp
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fairsched/detail/daemon/core)
+
+install(FILES systemd/fairsched.sysusers.conf
+        DESTINATION lib/sysusers.d RENAME fairsched.conf)
+install(FILES systemd/fairsched.tmpfiles.conf
+        DESTINATION lib/tmpfiles.d RENAME fairsched.conf)
+
+# Inputs of the install-time step below. CODE runs in the install script, so
+# the values are baked in here and the prefix is read there.
+set(_fairsched_stage "${CMAKE_BINARY_DIR}/install-stage")
+install(CODE "
+  set(_src \"${CMAKE_SOURCE_DIR}\")
+  set(_stage \"${_fairsched_stage}\")
+  set(_bindir \"${CMAKE_INSTALL_BINDIR}\")
+  set(_libdir \"${CMAKE_INSTALL_LIBDIR}\")
+  set(_includedir \"${CMAKE_INSTALL_INCLUDEDIR}\")
+  set(_confdir \"${FAIRSCHED_CONFIG_DIR}\")
+  set(_version \"${PROJECT_VERSION}\")
+  include(\"${CMAKE_CURRENT_LIST_DIR}/install_generated.cmake\")
+")

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# `cmake --install` (what `make install` runs) into a DESTDIR, then build
+# clients against the installed tree through pkg-config:
+#   - the files are where docs/operations.md says, the .so has its soname
+#     and links, the unit's ExecStart names the prefix's fairschedd;
+#   - a second install keeps an edited /etc/fairsched/fairsched.toml;
+#   - examples/c_client.c against the shared library, and against the static
+#     one, and a C++ client against fairsched/client.hpp, link, load and
+#     report the missing socket with exit 1 (the documented connect failure).
+# Exit 77 (skipped) where pkg-config is not installed.
+#   install_test.sh BUILD_DIR SOURCE_DIR CC CXX "SANITIZER_FLAGS"
+set -u
+build=${1:?usage: $0 BUILD_DIR SOURCE_DIR CC CXX SANITIZER_FLAGS}
+src=${2:?}
+cc=${3:?}
+cxx=${4:?}
+read -r -a sanflags <<<"${5:-}"
+
+if ! command -v pkg-config >/dev/null; then
+  echo "install_test: skipped: pkg-config not installed"
+  exit 77
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+root=$work/root
+prefix=/opt/fairsched
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+install_once() {
+  DESTDIR=$root cmake --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1 || {
+    cat "$work/install.log" >&2
+    echo "FAIL: cmake --install failed" >&2
+    exit 1
+  }
+}
+
+install_once
+libdir=$(sed -n 's/^libdir=\${prefix}\///p' "$root$prefix"/lib*/pkgconfig/fairsched.pc 2>/dev/null | head -n1)
+[[ -n "$libdir" ]] || { echo "FAIL: no fairsched.pc under $root$prefix" >&2; exit 1; }
+L=$root$prefix/$libdir
+
+for f in bin/fairschedd include/fairsched/fairsched.h include/fairsched/client.hpp \
+         include/fairsched/detail/daemon/core/types.hpp "$libdir/libfairsched.a" \
+         lib/systemd/system/fairschedd.service lib/sysusers.d/fairsched.conf \
+         lib/tmpfiles.d/fairsched.conf; do
+  [[ -f "$root$prefix/$f" ]] || fail "missing $prefix/$f"
+done
+[[ -x "$root$prefix/bin/fairschedd" ]] || fail "fairschedd is not executable"
+if [[ -f "$build/bin/fairschedctl" ]]; then
+  [[ -x "$root$prefix/bin/fairschedctl" ]] || fail "fairschedctl was built but not installed"
+fi
+[[ -L "$L/libfairsched.so.0" ]] || fail "libfairsched.so.0 is not a symlink"
+[[ -L "$L/libfairsched.so" ]] || fail "libfairsched.so is not a symlink"
+[[ -f "$L/libfairsched.so.0" ]] || fail "libfairsched.so.0 points nowhere"
+soname=$(objdump -p "$L/libfairsched.so" 2>/dev/null | awk '/SONAME/ {print $2}')
+[[ "$soname" == "libfairsched.so.0" ]] || fail "soname '$soname', want libfairsched.so.0"
+grep -qx "ExecStart=$prefix/bin/fairschedd --config /etc/fairsched/fairsched.toml" \
+  "$root$prefix/lib/systemd/system/fairschedd.service" || fail "unit ExecStart does not name $prefix/bin"
+grep -q "/usr/bin/fairschedd" "$root$prefix/lib/systemd/system/fairschedd.service" &&
+  fail "unit still names /usr/bin/fairschedd"
+cmp -s "$root/etc/fairsched/fairsched.toml" "$src/config/fairsched.toml" ||
+  fail "/etc/fairsched/fairsched.toml is not the shipped default"
+
+# A second install over an edited config keeps the edit.
+echo "# edited by the operator" >>"$root/etc/fairsched/fairsched.toml"
+cp "$root/etc/fairsched/fairsched.toml" "$work/edited.toml"
+install_once
+cmp -s "$root/etc/fairsched/fairsched.toml" "$work/edited.toml" ||
+  fail "the second install overwrote an existing config"
+grep -q "Keeping existing $root/etc/fairsched/fairsched.toml" "$work/install.log" ||
+  fail "the second install did not say it kept the config: $(cat "$work/install.log")"
+
+export PKG_CONFIG_PATH=$L/pkgconfig PKG_CONFIG_SYSROOT_DIR=$root
+read -r -a cflags <<<"$(pkg-config --cflags fairsched)" || fail "pkg-config --cflags"
+read -r -a libs <<<"$(pkg-config --libs fairsched)" || fail "pkg-config --libs"
+read -r -a static_libs <<<"$(pkg-config --static --libs-only-other --libs-only-l fairsched | sed 's/-lfairsched//')"
+[[ " ${cflags[*]} " == *" -I$root$prefix/include "* ]] || fail "cflags '${cflags[*]}' miss the DESTDIR include dir"
+
+# Runs a client against a socket that does not exist: it must load, fail to
+# connect and exit 1 with "connect" in its message.
+expect_connect_failure() {
+  local what=$1; shift
+  LD_LIBRARY_PATH=$L "$@" >"$work/run.out" 2>&1
+  local rc=$?
+  [[ $rc -eq 1 ]] || fail "$what: exit $rc, want 1: $(cat "$work/run.out")"
+  grep -q "connect" "$work/run.out" || fail "$what: no connect error: $(cat "$work/run.out")"
+}
+
+if "$cc" -std=c11 "${sanflags[@]}" "${cflags[@]}" -o "$work/c_client" "$src/examples/c_client.c" \
+    "${libs[@]}" 2>"$work/cc.err"; then
+  LD_LIBRARY_PATH=$L ldd "$work/c_client" | grep -q "$L/libfairsched.so.0" ||
+    fail "c_client does not load the installed libfairsched.so.0"
+  expect_connect_failure "c_client (shared)" "$work/c_client" --socket "$work/missing.sock"
+else
+  fail "c_client (shared) does not build: $(cat "$work/cc.err")"
+fi
+
+if "$cc" -std=c11 "${sanflags[@]}" "${cflags[@]}" -o "$work/c_client_static" \
+    "$src/examples/c_client.c" "$L/libfairsched.a" "${static_libs[@]}" 2>"$work/cc.err"; then
+  ldd "$work/c_client_static" | grep -q libfairsched && fail "static c_client loads libfairsched.so"
+  expect_connect_failure "c_client (static)" "$work/c_client_static" --socket "$work/missing.sock"
+else
+  fail "c_client (static) does not build: $(cat "$work/cc.err")"
+fi
+
+cat >"$work/cpp_client.cpp" <<'CPP'
+#include <fairsched/client.hpp>
+
+#include <cstdio>
+
+int main(int argc, char** argv) {
+  fairsched::ClientOptions o;
+  o.socket_path = argc > 1 ? argv[1] : "/nonexistent";
+  auto client = fairsched::Client::connect(o);
+  if (!client) {
+    std::fprintf(stderr, "connect: %s\n", client.error().toString().c_str());
+    return 1;
+  }
+  return 0;
+}
+CPP
+if "$cxx" -std=c++20 "${sanflags[@]}" "${cflags[@]}" -o "$work/cpp_client" "$work/cpp_client.cpp" \
+    "${libs[@]}" 2>"$work/cxx.err"; then
+  expect_connect_failure "cpp_client" "$work/cpp_client" "$work/missing.sock"
+else
+  fail "cpp_client does not build: $(cat "$work/cxx.err")"
+fi
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "install_test: all checks passed"
