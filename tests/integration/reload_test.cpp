@@ -51,8 +51,10 @@ struct Variant {
 std::string configText(const std::string& socket, const Variant& v) {
   std::string tiers = v.trial_first ? "[[tiers]]\nname = \"trial\"\n[[tiers]]\nname = \"paid\"\n"
                                     : "[[tiers]]\nname = \"paid\"\n[[tiers]]\nname = \"trial\"\n";
+  // Metrics on an ephemeral loopback port: reloads remap its tenant labels too.
   std::string t = "default_tier = \"trial\"\n[daemon]\nsocket = \"" + socket +
-                  "\"\nsocket_mode = \"" + v.socket_mode + "\"\nlog_level = \"error\"\n" + tiers +
+                  "\"\nsocket_mode = \"" + v.socket_mode + "\"\nlog_level = \"error\"\n" +
+                  "[metrics]\nlisten = \"127.0.0.1:0\"\nmax_tenant_series = 1\n" + tiers +
                   "[endpoints.chat]\nmax_batch_requests = " + std::to_string(v.max_batch_requests) +
                   "\nmax_batch_tokens = 8192\nmax_wait_us = 100\nmax_output_tokens = 64\n";
   if (v.quantum) t += "quantum = " + std::to_string(v.quantum) + "\n";
