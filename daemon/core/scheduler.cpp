@@ -74,7 +74,16 @@ std::uint32_t Scheduler::stateFor(EndpointState& ep, TenantId t, TimeNs now) {
   if (e.limits && eid < e.limits->size()) {
     const auto& specs = (*e.limits)[eid];
     if (std::any_of(specs.begin(), specs.end(), [](const LimitSpec& s) { return s.amount != 0; })) {
-      ts.limiter = std::make_unique<KeyLimiter>(std::span<const LimitSpec>(specs));
+      std::vector<std::unique_ptr<FleetAccount>> fleet;
+      if (fleet_gate_ != nullptr) {
+        for (const LimitSpec& s : specs) {
+          fleet.push_back(s.scope == LimitScope::kFleet && s.amount != 0
+                              ? fleet_gate_->open(e.name, ep.spec.name, s)
+                              : nullptr);
+        }
+      }
+      ts.limiter =
+          std::make_unique<KeyLimiter>(std::span<const LimitSpec>(specs), std::move(fleet));
     }
   }
   const double q = static_cast<double>(ep.spec.quantum) * e.weight;

@@ -33,6 +33,7 @@
 #include "daemon/core/backlog_throttle.hpp"
 #include "daemon/core/drr_scheduler.hpp"
 #include "daemon/core/fifo_queue.hpp"
+#include "daemon/core/fleet_gate.hpp"
 #include "daemon/core/rate_limiter.hpp"
 #include "daemon/core/scheduler_spec.hpp"
 #include "daemon/core/tenant_queue.hpp"
@@ -125,6 +126,12 @@ class Scheduler {
   const SchedulerSpec& spec() const { return spec_; }
   TenantTable& tenants() { return tenants_; }
   const TenantTable& tenants() const { return tenants_; }
+
+  // Count fleet-scoped limits through `gate` (not owned; must outlive the
+  // scheduler). Tenant states created before the call keep counting them
+  // locally, so call it before the first submit(). Without a gate,
+  // fleet-scoped limits are counted like host limits.
+  void setFleetGate(FleetGate* gate) { fleet_gate_ = gate; }
 
   // Admit or reject. REQUIRES: r.tenant was acquired from tenants().
   Admission submit(const Request& r, TimeNs now);
@@ -280,6 +287,7 @@ class Scheduler {
   std::vector<DeadlineEntry> deadlines_;  // min-heap; entries of finished requests are stale
   std::uint64_t seq_ = 0;
   std::size_t in_flight_ = 0;
+  FleetGate* fleet_gate_ = nullptr;
 };
 
 const char* toString(CostModel m);
