@@ -26,6 +26,7 @@ struct FleetLimiter::Entry {
   const TimeNs width;
   const std::uint64_t local_amount;
   bool queued = false;  // guarded by mu: in the work queue or the retry list
+  bool closed = false;  // guarded by mu: no account left; only returns remain to be sent
 };
 
 class FleetLimiter::Account final : public core::FleetAccount {
@@ -212,7 +213,7 @@ bool FleetLimiter::serve(const EntryPtr& e) {
   const TimeNs now = clock_();
   {
     std::lock_guard lk(e->mu);
-    if (!e->pool.wantsFetch(now) && !e->pool.hasReturns()) {
+    if ((e->closed || !e->pool.wantsFetch(now)) && !e->pool.hasReturns()) {
       e->queued = false;
       return true;
     }
@@ -223,7 +224,7 @@ bool FleetLimiter::serve(const EntryPtr& e) {
   FetchOrder order;
   {
     std::lock_guard lk(e->mu);
-    order = e->pool.beginFetch(now, e->pool.wantsFetch(now));
+    order = e->pool.beginFetch(now, !e->closed && e->pool.wantsFetch(now));
   }
   LeaseCall call;
   call.key = e->key;
@@ -297,6 +298,7 @@ void FleetLimiter::sweep(std::vector<EntryPtr>& retry) {
   for (EntryPtr& e : closed) {
     {
       std::lock_guard lk(e->mu);
+      e->closed = true;
       e->pool.releaseAll(now);
       if (!e->pool.hasReturns()) continue;
       e->queued = true;
