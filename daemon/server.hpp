@@ -36,6 +36,7 @@
 #include "daemon/core/scheduler.hpp"
 #include "daemon/event_loop.hpp"
 #include "daemon/executor.hpp"
+#include "daemon/fleet/fleet_limiter.hpp"
 #include "daemon/notifier.hpp"
 #include "shm/control_protocol.hpp"
 #include "shm/doorbell.hpp"
@@ -73,6 +74,8 @@ class Server {
 
   const ServerStats& stats() const { return stats_; }
   const std::string& socketPath() const { return socket_path_; }
+  // Fleet limits ([fleet]); null without one. Its stats() are safe from any thread.
+  const fleet::FleetLimiter* fleet() const { return fleet_.get(); }
 
  private:
   struct Ring {
@@ -195,6 +198,8 @@ class Server {
   ServerStats stats_;
   std::unique_ptr<Notifier> notifier_;
   TimeNs next_watchdog_ = kNever;
+  // Declared last: destroyed (stopped, leases given back) before the rest.
+  std::unique_ptr<fleet::FleetLimiter> fleet_;
 };
 
 }  // namespace fairsched::daemon
