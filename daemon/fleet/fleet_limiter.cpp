@@ -193,18 +193,28 @@ void FleetLimiter::publish(bool transition) {
       options_.on_backend_error == config::FleetErrorPolicy::kFailOpen     ? "fail_open"
       : options_.on_backend_error == config::FleetErrorPolicy::kFailClosed ? "fail_closed"
                                                                            : "local_share";
+  // One warning when an outage starts and one line when it ends; the probes
+  // in between (every few hundred ms) only at debug level.
   switch (st) {
     case BreakerState::kOpen:
-      spdlog::warn(
-          "fleet: backend unreachable, circuit breaker open (next probe in {} ms); "
-          "on_backend_error = {}",
-          std::max<TimeNs>(0, breaker_.openUntil() - clock_()) / kNsPerMs, policy);
+      if (outage_since_ == kNever) {
+        outage_since_ = clock_();
+        spdlog::warn(
+            "fleet: backend unreachable, circuit breaker open (next probe in {} ms); "
+            "on_backend_error = {}",
+            std::max<TimeNs>(0, breaker_.openUntil() - clock_()) / kNsPerMs, policy);
+      } else {
+        spdlog::debug("fleet: probe failed, circuit breaker open again (next probe in {} ms)",
+                      std::max<TimeNs>(0, breaker_.openUntil() - clock_()) / kNsPerMs);
+      }
       break;
     case BreakerState::kHalfOpen:
-      spdlog::info("fleet: circuit breaker half-open, probing the backend");
+      spdlog::debug("fleet: circuit breaker half-open, probing the backend");
       break;
     case BreakerState::kClosed:
-      spdlog::info("fleet: backend reachable again, circuit breaker closed");
+      spdlog::info("fleet: backend reachable again after {} ms, circuit breaker closed",
+                   outage_since_ == kNever ? 0 : (clock_() - outage_since_) / kNsPerMs);
+      outage_since_ = kNever;
       break;
   }
 }
@@ -245,8 +255,10 @@ bool FleetLimiter::serve(const EntryPtr& e) {
       backend_failures_++;
     }
     const bool changed = breaker_.onFailure(done);
-    if (changed || breaker_.counters().failures == 1) {
+    if (outage_since_ == kNever) {
       spdlog::warn("fleet: {} ({}): {}", e->key, toString(failure->error), failure->message);
+    } else {
+      spdlog::debug("fleet: {} ({}): {}", e->key, toString(failure->error), failure->message);
     }
     {
       std::lock_guard lk(e->mu);

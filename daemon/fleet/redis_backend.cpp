@@ -4,6 +4,7 @@
 #include <sys/time.h>
 
 #include <array>
+#include <cerrno>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -190,6 +191,9 @@ LeaseResult RedisBackend::call(const LeaseCall& c) {
   };
   auto ioFailure = [&]() -> LeaseResult {
     BackendFailure f{BackendError::kIo, ctx_->err != 0 ? ctx_->errstr : "no reply"};
+    if (ctx_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      f.message = "no reply within " + std::to_string(endpoint_.command_timeout.count()) + " ms";
+    }
     disconnect();
     return f;
   };
