@@ -121,7 +121,8 @@ class FleetLimiter final : public core::FleetGate {
   std::unique_ptr<LeaseBackend> backend_;  // background thread only (and stop() after the join)
   Clock clock_;
   CircuitBreaker breaker_;  // background thread only
-  TimeNs outage_since_ = kNever;  // background thread only: when the breaker last opened from closed
+  TimeNs outage_since_ =
+      kNever;  // background thread only: when the breaker last opened from closed
 
   mutable std::mutex registry_mu_;
   std::unordered_map<std::string, EntryPtr> entries_;  // guarded by registry_mu_
