@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "bench/core_scenario.hpp"
+#include "bench/fleet_scenario.hpp"
 #include "bench/noisy_neighbor_report.hpp"
 #include "bench/noisy_neighbor_scenario.hpp"
 #include "bench/property_report.hpp"
@@ -54,7 +55,8 @@ constexpr ScenarioInfo kScenarios[] = {
      fairsched::bench::plotReplay},
     {"sim-noisy-neighbor", "noisy-neighbor on the real core in virtual time (modelled executor)",
      fairsched::bench::runSimNoisyNeighbor, fairsched::bench::plotNoisyNeighbor},
-    {"fleet", "limiter admissions/s: host, fleet (Redis) and naive", nullptr, nullptr},
+    {"fleet", "limiter admissions/s: host, fleet (Redis) and naive",
+     fairsched::bench::runFleetScenario, nullptr},
 };
 
 const ScenarioInfo* findScenario(std::string_view name) {

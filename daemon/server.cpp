@@ -53,6 +53,11 @@ std::variant<std::unique_ptr<Server>, std::string> Server::create(const config::
   sigaddset(&mask, SIGHUP);
   if (pthread_sigmask(SIG_BLOCK, &mask, nullptr) != 0) return std::string("pthread_sigmask failed");
   std::unique_ptr<Server> s(new Server(cfg, config::buildSchedulerSpec(cfg)));
+  if (cfg.fleet) {  // its thread inherits the signal mask set above
+    s->fleet_ = fleet::makeFleetLimiter(*cfg.fleet);
+    s->sched_.setFleetGate(s->fleet_.get());
+    s->fleet_->start();
+  }
   s->signal_fd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   if (s->signal_fd_ < 0) return errnoText("signalfd");
   auto loop = EventLoop::create(1024);

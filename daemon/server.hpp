@@ -37,6 +37,7 @@
 #include "daemon/event_loop.hpp"
 #include "daemon/executor.hpp"
 #include "daemon/metrics.hpp"
+#include "daemon/fleet/fleet_limiter.hpp"
 #include "daemon/notifier.hpp"
 #include "shm/control_protocol.hpp"
 #include "shm/doorbell.hpp"
@@ -94,6 +95,8 @@ class Server {
   const std::string& socketPath() const { return socket_path_; }
   // Null when [metrics] listen is empty. Loop thread only (see metrics.hpp).
   Metrics* metrics() { return metrics_.get(); }
+  // Fleet limits ([fleet]); null without one. Its stats() are safe from any thread.
+  const fleet::FleetLimiter* fleet() const { return fleet_.get(); }
 
  private:
   struct Ring {
@@ -247,6 +250,8 @@ class Server {
   std::unique_ptr<Notifier> notifier_;
   std::unique_ptr<Metrics> metrics_;  // null: no metrics endpoint
   TimeNs next_watchdog_ = kNever;
+  // Declared last: destroyed (stopped, leases given back) before the rest.
+  std::unique_ptr<fleet::FleetLimiter> fleet_;
 };
 
 }  // namespace fairsched::daemon

@@ -57,6 +57,15 @@ std::vector<std::string> reloadBlockers(const Config& running, const Config& nex
   differs(running.daemon.socket_mode != next.daemon.socket_mode, "daemon.socket_mode");
   differs(running.daemon.socket_group != next.daemon.socket_group, "daemon.socket_group");
   differs(running.daemon.policy != next.daemon.policy, "daemon.policy");
+  const auto fleetKey = [](const Config& c) {
+    if (!c.fleet) return std::string();
+    const FleetConfig& f = *c.fleet;
+    return f.url + '|' + std::to_string(f.connect_timeout_ms) + '|' +
+           std::to_string(f.command_timeout_ms) + '|' + std::to_string(f.lease) + '|' +
+           std::to_string(f.hosts) + '|' +
+           std::to_string(static_cast<int>(f.on_backend_error)) + '|' + f.key_prefix;
+  };
+  differs(fleetKey(running) != fleetKey(next), "fleet (the table and every key in it)");
   differs(running.metrics.listen != next.metrics.listen ||
               running.metrics.allow_non_loopback != next.metrics.allow_non_loopback,
           "metrics.listen");

@@ -121,9 +121,33 @@ struct MetricsConfig {
   bool allow_non_loopback = false;        // let `listen` name a non-loopback address
 };
 
+// What a fleet limiter does while its backend is unreachable (the circuit
+// breaker is open); see docs/operations.md "Fleet limits".
+enum class FleetErrorPolicy : std::uint8_t {
+  kFailOpen,    // fleet limits are not enforced (host limits still are)
+  kFailClosed,  // requests needing fleet budget beyond the leases held are RATE_LIMITED
+  kLocalShare,  // each fleet limit is enforced locally at amount / hosts
+};
+
+// [fleet]: the shared backend behind `scope = "fleet"` limits.
+struct FleetConfig {
+  std::string url;   // as written: redis://host:port or unix:///path
+  std::string host;  // TCP: host and port; empty for a unix socket
+  std::uint16_t port = 6379;
+  std::string unix_path;  // unix socket path; empty for TCP
+  std::uint64_t connect_timeout_ms = 100;
+  std::uint64_t command_timeout_ms = 50;
+  std::uint64_t lease = 0;  // cost units per lease; 0 = auto (see docs)
+  std::uint32_t hosts = 1;  // daemons sharing the limits (for local_share and auto)
+  FleetErrorPolicy on_backend_error = FleetErrorPolicy::kLocalShare;
+  std::string key_prefix = "fairsched";
+  std::uint32_t source_line = 0;
+};
+
 struct Config {
   DaemonConfig daemon;
   MetricsConfig metrics;
+  std::optional<FleetConfig> fleet;      // required when any limit has scope = "fleet"
   std::vector<TierConfig> tiers;         // in priority order, highest first
   std::vector<EndpointConfig> endpoints;
   std::vector<TenantConfig> tenants;

@@ -401,14 +401,59 @@ class Parser {
   // adding an amount-0 entry for its slot. "unlimited <unit>/<window>" removes
   // one slot. Amount 0 never comes out of parseLimitSpec, so it can only mean
   // "no limit for this slot".
+  struct LimitItem {
+    std::string raw;
+    std::uint32_t line = 0;
+    core::LimitScope scope = core::LimitScope::kHost;
+  };
+
+  // A limit list's elements: strings, or inline tables
+  // `{ limit = "<limit>", scope = "host" | "fleet" }`.
+  bool readLimitItems(const toml::node& n, const std::string& path, std::vector<LimitItem>& out) {
+    const auto* arr = n.as_array();
+    if (arr == nullptr) return wrongType(n, path, "array of strings");
+    for (const toml::node& el : *arr) {
+      if (const auto* str = el.as_string()) {
+        out.push_back({str->get(), lineOf(el), core::LimitScope::kHost});
+        continue;
+      }
+      const auto* t = el.as_table();
+      if (t == nullptr) {
+        return fail(el, path,
+                    "expected array of strings, got an element of type " +
+                        std::string(typeName(el.type())));
+      }
+      if (!checkKeys(*t, path, {"limit", "scope"})) return false;
+      LimitItem item;
+      item.line = lineOf(el);
+      const auto* limit = t->get("limit");
+      if (limit == nullptr) return fail(el, join(path, "limit"), "missing required key");
+      if (!readString(*limit, join(path, "limit"), item.raw)) return false;
+      if (const auto* scope = t->get("scope")) {
+        if (!readEnum<core::LimitScope>(
+                *scope, join(path, "scope"),
+                {{"host", core::LimitScope::kHost}, {"fleet", core::LimitScope::kFleet}},
+                item.scope)) {
+          return false;
+        }
+        if (item.scope == core::LimitScope::kFleet && !cfg_.fleet) {
+          return fail(*scope, join(path, "scope"),
+                      "scope = \"fleet\" needs a [fleet] table (the shared backend)");
+        }
+      }
+      out.push_back(std::move(item));
+    }
+    return true;
+  }
+
   bool readLimitList(const toml::node& n, const std::string& path,
                      const std::vector<LimitSpec>& inherited, std::vector<LimitSpec>& out) {
-    std::vector<std::pair<std::string, std::uint32_t>> items;
-    if (!readStringArray(n, path, items)) return false;
+    std::vector<LimitItem> items;
+    if (!readLimitItems(n, path, items)) return false;
     out.clear();
     std::map<SlotKey, std::string> written;  // slot -> the text that set it, for duplicate messages
     bool removeAll = false;                  // a bare "unlimited" was given
-    for (const auto& [raw, line] : items) {
+    for (const auto& [raw, line, scope] : items) {
       std::string_view text = raw;
       while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
       while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
@@ -440,6 +485,7 @@ class Parser {
           return fail(line, path, e->message);
         spec = std::get<LimitSpec>(parsed);
       }
+      spec.scope = scope;
       const auto [it, inserted] = written.emplace(slotOf(spec), raw);
       if (!inserted) {
         return fail(line, path,
@@ -485,7 +531,8 @@ class Parser {
   bool parseRoot(const toml::table& root) {
     if (!checkKeys(
             root, "",
-            {"default_tier", "daemon", "metrics", "tiers", "endpoints", "tenants", "clients"})) {
+            {"default_tier", "daemon", "metrics", "fleet", "tiers", "endpoints", "tenants",
+             "clients"})) {
       return false;
     }
     if (const auto* n = root.get("daemon")) {
@@ -495,6 +542,11 @@ class Parser {
     if (const auto* n = root.get("metrics")) {
       const toml::table* t = readTable(*n, "metrics");
       if (t == nullptr || !parseMetrics(*t)) return false;
+    }
+    // [fleet] before every limit list: a fleet-scoped limit needs it.
+    if (const auto* n = root.get("fleet")) {
+      const toml::table* t = readTable(*n, "fleet");
+      if (t == nullptr || !parseFleet(*t)) return false;
     }
     // Endpoints before tiers and tenants: their limit tables name endpoints.
     const toml::node* endpoints = root.get("endpoints");
@@ -647,6 +699,111 @@ class Parser {
                       " is not a loopback address; the metrics name every tenant, so set "
                       "metrics.allow_non_loopback = true to serve them beyond this host");
     }
+    return true;
+  }
+
+  bool parseFleet(const toml::table& t) {
+    if (!checkKeys(t, "fleet",
+                   {"backend", "url", "connect_timeout_ms", "command_timeout_ms", "lease", "hosts",
+                    "on_backend_error", "key_prefix"})) {
+      return false;
+    }
+    FleetConfig f;
+    f.source_line = lineOf(t);
+    if (const auto* n = t.get("backend")) {
+      std::string backend;
+      if (!readString(*n, "fleet.backend", backend)) return false;
+      if (backend != "redis") {
+        return fail(*n, "fleet.backend", "expected one of redis, got " + quote(backend));
+      }
+    }
+    const auto* url = t.get("url");
+    if (url == nullptr) return fail(t, "fleet.url", "missing required key");
+    if (!readString(*url, "fleet.url", f.url)) return false;
+    if (!parseBackendUrl(*url, f)) return false;
+    if (const auto* n = t.get("connect_timeout_ms")) {
+      if (!readInt(*n, "fleet.connect_timeout_ms", 1, f.connect_timeout_ms, 60'000)) return false;
+    }
+    if (const auto* n = t.get("command_timeout_ms")) {
+      if (!readInt(*n, "fleet.command_timeout_ms", 1, f.command_timeout_ms, 60'000)) return false;
+    }
+    if (const auto* n = t.get("lease")) {
+      if (const auto* str = n->as_string()) {
+        if (str->get() != "auto") {
+          return fail(*n, "fleet.lease",
+                      "expected a positive integer or \"auto\", got " + quote(str->get()));
+        }
+      } else if (n->is_integer()) {
+        if (!readInt(*n, "fleet.lease", 1, f.lease)) return false;
+      } else {
+        return wrongType(*n, "fleet.lease", "integer or \"auto\"");
+      }
+    }
+    if (const auto* n = t.get("hosts")) {
+      if (!readInt(*n, "fleet.hosts", 1, f.hosts, 100'000)) return false;
+    }
+    if (const auto* n = t.get("on_backend_error")) {
+      if (!readEnum<FleetErrorPolicy>(*n, "fleet.on_backend_error",
+                                      {{"fail_open", FleetErrorPolicy::kFailOpen},
+                                       {"fail_closed", FleetErrorPolicy::kFailClosed},
+                                       {"local_share", FleetErrorPolicy::kLocalShare}},
+                                      f.on_backend_error)) {
+        return false;
+      }
+    }
+    if (const auto* n = t.get("key_prefix")) {
+      if (!readString(*n, "fleet.key_prefix", f.key_prefix)) return false;
+      const bool ok = std::all_of(f.key_prefix.begin(), f.key_prefix.end(), [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return u > 0x20 && u != 0x7f && c != '{' && c != '}';
+      });
+      if (!ok) {
+        return fail(*n, "fleet.key_prefix",
+                    "must not contain white space, control characters, '{' or '}', got " +
+                        quote(f.key_prefix));
+      }
+    }
+    cfg_.fleet = std::move(f);
+    return true;
+  }
+
+  // redis://host[:port] or unix:///absolute/path.
+  bool parseBackendUrl(const toml::node& n, FleetConfig& f) {
+    constexpr std::string_view kTcp = "redis://";
+    constexpr std::string_view kUnix = "unix://";
+    const std::string_view url = f.url;
+    if (url.substr(0, kUnix.size()) == kUnix) {
+      f.unix_path = std::string(url.substr(kUnix.size()));
+      if (f.unix_path.empty() || f.unix_path.front() != '/') {
+        return fail(n, "fleet.url", "expected unix:///absolute/path, got " + quote(url));
+      }
+      if (f.unix_path.size() > 107) {
+        return fail(n, "fleet.url", "a unix socket path holds at most 107 bytes");
+      }
+      return true;
+    }
+    if (url.substr(0, kTcp.size()) != kTcp) {
+      return fail(n, "fleet.url", "expected redis://host:port or unix:///path, got " + quote(url));
+    }
+    std::string_view rest = url.substr(kTcp.size());
+    if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+    std::string_view hostPart = rest;
+    if (const auto colon = rest.rfind(':'); colon != std::string_view::npos) {
+      hostPart = rest.substr(0, colon);
+      const std::string_view portText = rest.substr(colon + 1);
+      unsigned port = 0;
+      const auto [end, ec] =
+          std::from_chars(portText.data(), portText.data() + portText.size(), port);
+      if (ec != std::errc() || end != portText.data() + portText.size() || port == 0 ||
+          port > 65535) {
+        return fail(n, "fleet.url", "invalid port " + quote(portText) + " in " + quote(url));
+      }
+      f.port = static_cast<std::uint16_t>(port);
+    }
+    if (hostPart.empty() || hostPart.find_first_of("/@ ") != std::string_view::npos) {
+      return fail(n, "fleet.url", "expected redis://host:port, got " + quote(url));
+    }
+    f.host = std::string(hostPart);
     return true;
   }
 

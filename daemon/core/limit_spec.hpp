@@ -16,13 +16,18 @@ enum class LimitUnit : std::uint8_t {
   kTokens,    // each request costs input + max output tokens (refunded down to actual at completion)
 };
 
+// Where a limit is counted: by this daemon alone, or across every daemon that
+// shares the fleet backend (see daemon/core/fleet_gate.hpp).
+enum class LimitScope : std::uint8_t { kHost, kFleet };
+
 struct LimitSpec {
   LimitUnit unit = LimitUnit::kRequests;
   std::uint64_t amount = 0;  // cost admitted in any window of `window_ns`; never 0 once parsed
   TimeNs window_ns = 0;      // > 0
+  LimitScope scope = LimitScope::kHost;
 
   // Two specs with the same unit and window are the same limit: a more specific
-  // level (tier, tenant) replaces the value of a less specific one.
+  // level (tier, tenant) replaces the value (and the scope) of a less specific one.
   bool sameSlot(const LimitSpec& o) const { return unit == o.unit && window_ns == o.window_ns; }
   bool operator==(const LimitSpec&) const = default;
 };

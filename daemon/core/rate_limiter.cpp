@@ -14,6 +14,15 @@ KeyLimiter::KeyLimiter(std::span<const LimitSpec> specs) : specs_(specs) {
   if (any) windows_ = std::make_unique<SlidingWindow[]>(specs.size());
 }
 
+KeyLimiter::KeyLimiter(std::span<const LimitSpec> specs,
+                       std::vector<std::unique_ptr<FleetAccount>> fleet)
+    : KeyLimiter(specs) {
+  if (std::any_of(fleet.begin(), fleet.end(), [](const auto& a) { return a != nullptr; })) {
+    fleet_ = std::move(fleet);
+    fleet_.resize(specs.size());
+  }
+}
+
 LimitDecision KeyLimiter::tryAdmit(std::uint64_t tokens, TimeNs now) {
   LimitDecision d;
   d.admitted = true;
@@ -23,6 +32,13 @@ LimitDecision KeyLimiter::tryAdmit(std::uint64_t tokens, TimeNs now) {
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     const LimitSpec& s = specs_[i];
     if (s.amount == 0) continue;
+    if (!local(i)) {
+      if (costOf(s, tokens) <= s.amount) continue;
+      d.admitted = false;
+      admit_at = kNever;
+      d.limiting_index = static_cast<std::int32_t>(i);
+      continue;
+    }
     SlidingWindow& w = windows_[i];
     w.advance(now, s.window_ns, widths_[i]);
     const std::uint64_t cost = costOf(s, tokens);
@@ -38,8 +54,23 @@ LimitDecision KeyLimiter::tryAdmit(std::uint64_t tokens, TimeNs now) {
     d.retry_after = admit_at == kNever ? kNever : admit_at - now;
     return d;
   }
+  if (!fleet_.empty()) {
+    for (std::size_t i = 0; i < specs_.size(); ++i) {
+      if (specs_[i].amount == 0 || local(i)) continue;
+      const FleetDecision f = fleet_[i]->take(costOf(specs_[i], tokens), now);
+      if (f.admitted) continue;
+      for (std::size_t j = 0; j < i; ++j) {
+        if (specs_[j].amount == 0 || local(j)) continue;
+        fleet_[j]->refund(costOf(specs_[j], tokens), now);
+      }
+      d.admitted = false;
+      d.retry_after = f.retry_after;
+      d.limiting_index = static_cast<std::int32_t>(i);
+      return d;
+    }
+  }
   for (std::size_t i = 0; i < specs_.size(); ++i) {
-    if (specs_[i].amount == 0) continue;
+    if (specs_[i].amount == 0 || !local(i)) continue;
     windows_[i].add(costOf(specs_[i], tokens), now, widths_[i]);
   }
   return d;
@@ -49,10 +80,11 @@ void KeyLimiter::carryOver(const KeyLimiter& old) {
   now_ = std::max(now_, old.now_);
   if (!windows_ || !old.windows_) return;
   for (std::size_t i = 0; i < specs_.size(); ++i) {
-    if (specs_[i].amount == 0) continue;
+    if (specs_[i].amount == 0 || !local(i)) continue;  // a fleet account counts its own
     for (std::size_t j = 0; j < old.specs_.size(); ++j) {
       const LimitSpec& o = old.specs_[j];
-      if (o.amount != 0 && o.unit == specs_[i].unit && o.window_ns == specs_[i].window_ns) {
+      if (o.amount != 0 && old.local(j) && o.unit == specs_[i].unit &&
+          o.window_ns == specs_[i].window_ns) {
         windows_[i] = old.windows_[j];
         break;
       }
@@ -64,6 +96,10 @@ void KeyLimiter::refundTokens(std::uint64_t unused_tokens, TimeNs admitted_at) {
   if (!windows_ || unused_tokens == 0) return;
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     if (specs_[i].amount == 0 || specs_[i].unit != LimitUnit::kTokens) continue;
+    if (!local(i)) {
+      fleet_[i]->refund(unused_tokens, admitted_at);
+      continue;
+    }
     windows_[i].refund(unused_tokens, admitted_at, widths_[i]);
   }
 }
@@ -72,7 +108,7 @@ bool KeyLimiter::idle(TimeNs now) {
   if (!windows_) return true;
   now = clamp(now);
   for (std::size_t i = 0; i < specs_.size(); ++i) {
-    if (specs_[i].amount == 0) continue;
+    if (specs_[i].amount == 0 || !local(i)) continue;
     windows_[i].advance(now, specs_[i].window_ns, widths_[i]);
     if (!windows_[i].empty()) return false;
   }
@@ -83,7 +119,7 @@ std::vector<LimitUsage> KeyLimiter::usage(TimeNs now) {
   std::vector<LimitUsage> out;
   now = clamp(now);
   for (std::size_t i = 0; i < specs_.size(); ++i) {
-    if (specs_[i].amount == 0) continue;
+    if (specs_[i].amount == 0 || !local(i)) continue;
     windows_[i].advance(now, specs_[i].window_ns, widths_[i]);
     out.push_back({specs_[i], windows_[i].used()});
   }

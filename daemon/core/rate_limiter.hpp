@@ -9,6 +9,13 @@
 // window of its length (see sliding_window.hpp for the under-admission bound).
 //
 // Time that goes backwards is treated as no time passing.
+//
+// Fleet-scoped specs (scope kFleet) that come with a FleetAccount are counted
+// by the account instead of a local window: host limits are checked first
+// (nothing charged), then the fleet accounts are taken in spec order; if one
+// rejects, the takes already made are refunded, so a rejected request leaves
+// no trace anywhere. A fleet-scoped spec without an account (no fleet gate,
+// e.g. a simulator) is counted locally like a host limit.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +23,7 @@
 #include <span>
 #include <vector>
 
+#include "daemon/core/fleet_gate.hpp"
 #include "daemon/core/limit_spec.hpp"
 #include "daemon/core/sliding_window.hpp"
 #include "daemon/core/types.hpp"
@@ -42,6 +50,9 @@ class KeyLimiter {
   // `specs` must outlive the limiter (the daemon's resolved policy tables own
   // them). Specs with amount 0 are "unlimited" and are skipped.
   explicit KeyLimiter(std::span<const LimitSpec> specs = {});
+  // `fleet[i]` counts specs[i] when set; REQUIRES: fleet is empty or has one
+  // entry per spec.
+  KeyLimiter(std::span<const LimitSpec> specs, std::vector<std::unique_ptr<FleetAccount>> fleet);
 
   // Check every limit; on success charge them all.
   LimitDecision tryAdmit(std::uint64_t tokens, TimeNs now);
@@ -51,7 +62,8 @@ class KeyLimiter {
 
   // True when no limit counts anything any more at `now`: dropping the state
   // then changes no future decision (so an idle tenant cannot dodge a limit by
-  // being forgotten).
+  // being forgotten). Fleet accounts never hold it back: the fleet backend
+  // keeps their counts.
   bool idle(TimeNs now);
 
   // After a configuration reload: take over the counts of `old` for every
@@ -60,6 +72,7 @@ class KeyLimiter {
   // match start empty.
   void carryOver(const KeyLimiter& old);
 
+  // Limits counted here (fleet-scoped ones are counted by the fleet backend).
   std::vector<LimitUsage> usage(TimeNs now);
   std::span<const LimitSpec> specs() const { return specs_; }
   bool unlimited() const { return windows_ == nullptr; }
@@ -75,7 +88,10 @@ class KeyLimiter {
 
   std::span<const LimitSpec> specs_;
   std::vector<TimeNs> widths_;
-  std::unique_ptr<SlidingWindow[]> windows_;  // one per spec; null when no spec limits
+  bool local(std::size_t i) const { return fleet_.empty() || !fleet_[i]; }
+
+  std::unique_ptr<SlidingWindow[]> windows_;          // one per spec; null when no spec limits
+  std::vector<std::unique_ptr<FleetAccount>> fleet_;  // empty, or one per spec (null: local)
   TimeNs now_ = 0;
 };
 

@@ -94,15 +94,10 @@ std::optional<std::string> Scheduler::reconfigure(SchedulerSpec spec) {
       ts.tier = entry.tier;
       ts.weight = entry.weight;
       ts.queue_limit = entry.queue_limit;
-      std::unique_ptr<KeyLimiter> limiter;
-      if (entry.limits && e < entry.limits->size()) {
-        const auto& specs = (*entry.limits)[e];
-        if (std::any_of(specs.begin(), specs.end(),
-                        [](const LimitSpec& l) { return l.amount != 0; })) {
-          limiter = std::make_unique<KeyLimiter>(std::span<const LimitSpec>(specs));
-          if (ts.limiter) limiter->carryOver(*ts.limiter);
-        }
-      }
+      // Fleet accounts are opened afresh: the old ones give their unused
+      // leases back; the fleet keeps counting what was used.
+      std::unique_ptr<KeyLimiter> limiter = makeLimiter(ep, entry);
+      if (limiter && ts.limiter) limiter->carryOver(*ts.limiter);
       ts.limiter = std::move(limiter);
       DrrScheduler& drr = ep.drr[ts.tier];
       const double q = static_cast<double>(ep.spec.quantum) * ts.weight;
@@ -122,6 +117,25 @@ std::optional<std::string> Scheduler::reconfigure(SchedulerSpec spec) {
     }
   }
   return std::nullopt;
+}
+
+std::unique_ptr<KeyLimiter> Scheduler::makeLimiter(const EndpointState& ep,
+                                                   const TenantTable::Entry& e) {
+  const auto eid = static_cast<std::size_t>(&ep - endpoints_.data());
+  if (!e.limits || eid >= e.limits->size()) return nullptr;
+  const auto& specs = (*e.limits)[eid];
+  if (std::none_of(specs.begin(), specs.end(), [](const LimitSpec& s) { return s.amount != 0; })) {
+    return nullptr;
+  }
+  std::vector<std::unique_ptr<FleetAccount>> fleet;
+  if (fleet_gate_ != nullptr) {
+    for (const LimitSpec& s : specs) {
+      fleet.push_back(s.scope == LimitScope::kFleet && s.amount != 0
+                          ? fleet_gate_->open(e.name, ep.spec.name, s)
+                          : nullptr);
+    }
+  }
+  return std::make_unique<KeyLimiter>(std::span<const LimitSpec>(specs), std::move(fleet));
 }
 
 Scheduler::Slot* Scheduler::lookup(Handle h) {
@@ -158,13 +172,7 @@ std::uint32_t Scheduler::stateFor(EndpointState& ep, TenantId t, TimeNs now) {
   ts.weight = e.weight;
   ts.queue_limit = e.queue_limit;
   ts.last_active = now;
-  const EndpointId eid = static_cast<EndpointId>(&ep - endpoints_.data());
-  if (e.limits && eid < e.limits->size()) {
-    const auto& specs = (*e.limits)[eid];
-    if (std::any_of(specs.begin(), specs.end(), [](const LimitSpec& s) { return s.amount != 0; })) {
-      ts.limiter = std::make_unique<KeyLimiter>(std::span<const LimitSpec>(specs));
-    }
-  }
+  ts.limiter = makeLimiter(ep, e);
   const double q = static_cast<double>(ep.spec.quantum) * e.weight;
   ep.drr[ts.tier].setQuantum(i, std::max<std::int64_t>(1, std::llround(q)));
   if (t >= ep.state_of.size())

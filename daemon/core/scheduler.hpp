@@ -34,6 +34,7 @@
 #include "daemon/core/backlog_throttle.hpp"
 #include "daemon/core/drr_scheduler.hpp"
 #include "daemon/core/fifo_queue.hpp"
+#include "daemon/core/fleet_gate.hpp"
 #include "daemon/core/rate_limiter.hpp"
 #include "daemon/core/recent_counter.hpp"
 #include "daemon/core/scheduler_spec.hpp"
@@ -144,6 +145,11 @@ class Scheduler {
   // queued; ones over a new, smaller queue bound are not dropped (the bound
   // applies to new submissions).
   std::optional<std::string> reconfigure(SchedulerSpec spec);
+  // Count fleet-scoped limits through `gate` (not owned; must outlive the
+  // scheduler). Tenant states created before the call keep counting them
+  // locally, so call it before the first submit(). Without a gate,
+  // fleet-scoped limits are counted like host limits.
+  void setFleetGate(FleetGate* gate) { fleet_gate_ = gate; }
 
   // Admit or reject. REQUIRES: r.tenant was acquired from tenants().
   Admission submit(const Request& r, TimeNs now);
@@ -271,6 +277,9 @@ class Scheduler {
     return (static_cast<Handle>(gen) << 32) | index;
   }
   Slot* lookup(Handle h);
+  // The limiter of a tenant on an endpoint from its entry's limit table (with
+  // fleet accounts through the gate); null when nothing limits it.
+  std::unique_ptr<KeyLimiter> makeLimiter(const EndpointState& ep, const TenantTable::Entry& e);
   std::uint32_t stateFor(EndpointState& ep, TenantId t, TimeNs now);
   std::int64_t costOf(const EndpointState& ep, const TenantState& ts, const Slot& s) const {
     return costOf(ep, ts, s.req.input_tokens, s.req.max_output_tokens);
@@ -308,6 +317,7 @@ class Scheduler {
   std::vector<DeadlineEntry> deadlines_;  // min-heap; entries of finished requests are stale
   std::uint64_t seq_ = 0;
   std::size_t in_flight_ = 0;
+  FleetGate* fleet_gate_ = nullptr;
 };
 
 const char* toString(CostModel m);

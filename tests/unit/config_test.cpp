@@ -1251,3 +1251,185 @@ TEST(ConfigMetrics, OtherKeysAreChecked) {
 
 }  // namespace
 }  // namespace fairsched::config
+
+// --- fleet ---------------------------------------------------------------------
+
+namespace fairsched::config {
+namespace {
+
+constexpr std::string_view kFleet = "[fleet]\nurl = \"redis://127.0.0.1:6380\"\n";
+
+TEST(ConfigFleet, AbsentFleetTableLeavesItUnset) {
+  EXPECT_FALSE(parsedOk(kBase).fleet.has_value());
+}
+
+TEST(ConfigFleet, DefaultsApplyToAMinimalTable) {
+  const Config cfg = parsedOk(withBase(kFleet));
+  ASSERT_TRUE(cfg.fleet.has_value());
+  EXPECT_EQ(cfg.fleet->host, "127.0.0.1");
+  EXPECT_EQ(cfg.fleet->port, 6380);
+  EXPECT_EQ(cfg.fleet->unix_path, "");
+  EXPECT_EQ(cfg.fleet->connect_timeout_ms, 100u);
+  EXPECT_EQ(cfg.fleet->command_timeout_ms, 50u);
+  EXPECT_EQ(cfg.fleet->lease, 0u);
+  EXPECT_EQ(cfg.fleet->hosts, 1u);
+  EXPECT_EQ(cfg.fleet->on_backend_error, FleetErrorPolicy::kLocalShare);
+  EXPECT_EQ(cfg.fleet->key_prefix, "fairsched");
+  EXPECT_EQ(cfg.fleet->source_line, 11u);
+}
+
+TEST(ConfigFleet, EveryKeyIsRead) {
+  const Config cfg = parsedOk(withBase(R"([fleet]
+backend = "redis"
+url = "unix:///run/redis/redis.sock"
+connect_timeout_ms = 200
+command_timeout_ms = 40
+lease = 250
+hosts = 8
+on_backend_error = "fail_closed"
+key_prefix = "fs-prod"
+)"));
+  ASSERT_TRUE(cfg.fleet.has_value());
+  EXPECT_EQ(cfg.fleet->unix_path, "/run/redis/redis.sock");
+  EXPECT_EQ(cfg.fleet->host, "");
+  EXPECT_EQ(cfg.fleet->connect_timeout_ms, 200u);
+  EXPECT_EQ(cfg.fleet->command_timeout_ms, 40u);
+  EXPECT_EQ(cfg.fleet->lease, 250u);
+  EXPECT_EQ(cfg.fleet->hosts, 8u);
+  EXPECT_EQ(cfg.fleet->on_backend_error, FleetErrorPolicy::kFailClosed);
+  EXPECT_EQ(cfg.fleet->key_prefix, "fs-prod");
+}
+
+TEST(ConfigFleet, PortDefaultsTo6379) {
+  const Config cfg = parsedOk(withBase("[fleet]\nurl = \"redis://redis.internal\"\n"));
+  EXPECT_EQ(cfg.fleet->host, "redis.internal");
+  EXPECT_EQ(cfg.fleet->port, 6379);
+}
+
+TEST(ConfigFleet, LeaseAutoIsZero) {
+  const Config cfg = parsedOk(withBase(std::string(kFleet) + "lease = \"auto\"\n"));
+  EXPECT_EQ(cfg.fleet->lease, 0u);
+}
+
+TEST(ConfigFleet, MissingUrlIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[fleet]\nhosts = 2\n")),
+            "cfg.toml:11: fleet.url: missing required key");
+}
+
+TEST(ConfigFleet, UnknownBackendIsRejected) {
+  EXPECT_EQ(errorOf(withBase(std::string(kFleet) + "backend = \"memcached\"\n")),
+            "cfg.toml:13: fleet.backend: expected one of redis, got 'memcached'");
+}
+
+TEST(ConfigFleet, UrlWithUnknownSchemeIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[fleet]\nurl = \"http://x:1\"\n")),
+            "cfg.toml:12: fleet.url: expected redis://host:port or unix:///path, got 'http://x:1'");
+}
+
+TEST(ConfigFleet, UrlWithBadPortIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[fleet]\nurl = \"redis://x:70000\"\n")),
+            "cfg.toml:12: fleet.url: invalid port '70000' in 'redis://x:70000'");
+}
+
+TEST(ConfigFleet, RelativeUnixPathIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[fleet]\nurl = \"unix://redis.sock\"\n")),
+            "cfg.toml:12: fleet.url: expected unix:///absolute/path, got 'unix://redis.sock'");
+}
+
+TEST(ConfigFleet, ZeroCommandTimeoutIsRejected) {
+  EXPECT_EQ(errorOf(withBase(std::string(kFleet) + "command_timeout_ms = 0\n")),
+            "cfg.toml:13: fleet.command_timeout_ms: must be at least 1, got 0");
+}
+
+TEST(ConfigFleet, LeaseOtherThanAutoIsRejected) {
+  EXPECT_EQ(errorOf(withBase(std::string(kFleet) + "lease = \"big\"\n")),
+            "cfg.toml:13: fleet.lease: expected a positive integer or \"auto\", got 'big'");
+}
+
+TEST(ConfigFleet, ZeroLeaseIsRejected) {
+  EXPECT_EQ(errorOf(withBase(std::string(kFleet) + "lease = 0\n")),
+            "cfg.toml:13: fleet.lease: must be at least 1, got 0");
+}
+
+TEST(ConfigFleet, ZeroHostsIsRejected) {
+  EXPECT_EQ(errorOf(withBase(std::string(kFleet) + "hosts = 0\n")),
+            "cfg.toml:13: fleet.hosts: must be at least 1, got 0");
+}
+
+TEST(ConfigFleet, UnknownPolicyIsRejected) {
+  EXPECT_EQ(errorOf(withBase(std::string(kFleet) + "on_backend_error = \"retry\"\n")),
+            "cfg.toml:13: fleet.on_backend_error: expected one of "
+            "fail_open|fail_closed|local_share, got 'retry'");
+}
+
+TEST(ConfigFleet, KeyPrefixWithABraceIsRejected) {
+  EXPECT_EQ(errorOf(withBase(std::string(kFleet) + "key_prefix = \"a{b\"\n")),
+            "cfg.toml:13: fleet.key_prefix: must not contain white space, control characters, "
+            "'{' or '}', got 'a{b'");
+}
+
+TEST(ConfigFleet, MisspelledKeyGetsASuggestion) {
+  EXPECT_EQ(errorOf(withBase(std::string(kFleet) + "lese = 5\n")),
+            "cfg.toml:13: fleet.lese: unknown key (did you mean 'lease'?)");
+}
+
+TEST(ConfigFleet, FleetScopedLimitIsRead) {
+  const Config cfg = parsedOk(withBase(
+      std::string(kFleet) +
+      "[tenants.acme]\ntier = \"paid\"\n[tenants.acme.limits]\n"
+      "chat = [\"60 requests/minute\", { limit = \"10k requests/day\", scope = \"fleet\" }]\n"));
+  ASSERT_EQ(cfg.tenants.size(), 1u);
+  ASSERT_EQ(cfg.tenants[0].limits.size(), 1u);
+  const auto& limits = cfg.tenants[0].limits[0].limits;
+  ASSERT_EQ(limits.size(), 2u);
+  EXPECT_EQ(limits[0].scope, core::LimitScope::kHost);
+  EXPECT_EQ(limits[1], (LimitSpec{LimitUnit::kRequests, 10'000, kDay, core::LimitScope::kFleet}));
+}
+
+TEST(ConfigFleet, TableLimitWithoutScopeIsHostScoped) {
+  const Config cfg =
+      parsedOk(withBase("[endpoints.x]\nlimits = [{ limit = \"5 tokens/minute\" }]\n"));
+  EXPECT_EQ(cfg.findEndpoint("x")->limits.at(0),
+            (LimitSpec{LimitUnit::kTokens, 5, kMinute, core::LimitScope::kHost}));
+}
+
+TEST(ConfigFleet, FleetScopedLimitWithoutAFleetTableIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nlimits = [\n  \"5 requests/minute\",\n"
+                             "  { limit = \"5 tokens/minute\", scope = \"fleet\" },\n]\n")),
+            "cfg.toml:14: endpoints.x.limits.scope: scope = \"fleet\" needs a [fleet] table (the "
+            "shared backend)");
+}
+
+TEST(ConfigFleet, FleetTableAfterTheLimitsStillCounts) {
+  const Config cfg = parsedOk(
+      withBase("[endpoints.x]\nlimits = [{ limit = \"5 tokens/minute\", scope = \"fleet\" }]\n" +
+               std::string(kFleet)));
+  EXPECT_EQ(cfg.findEndpoint("x")->limits.at(0).scope, core::LimitScope::kFleet);
+}
+
+TEST(ConfigFleet, UnknownScopeIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nlimits = [{ limit = \"5 tokens/minute\", "
+                             "scope = \"global\" }]\n")),
+            "cfg.toml:12: endpoints.x.limits.scope: expected one of host|fleet, got 'global'");
+}
+
+TEST(ConfigFleet, LimitTableWithoutLimitIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nlimits = [{ scope = \"host\" }]\n")),
+            "cfg.toml:12: endpoints.x.limits.limit: missing required key");
+}
+
+TEST(ConfigFleet, LimitTableWithUnknownKeyIsRejected) {
+  EXPECT_EQ(errorOf(withBase("[endpoints.x]\nlimits = [{ limit = \"5 tokens/minute\", "
+                             "scop = \"host\" }]\n")),
+            "cfg.toml:12: endpoints.x.limits.scop: unknown key (did you mean 'scope'?)");
+}
+
+TEST(ConfigFleet, BadLimitInATableNamesItsLine) {
+  EXPECT_EQ(errorOf(withBase(std::string(kFleet) +
+                             "[endpoints.x]\nlimits = [{ limit = \"5 tokens/minite\", "
+                             "scope = \"fleet\" }]\n")),
+            "cfg.toml:14: endpoints.x.limits: unknown unit 'minite'");
+}
+
+}  // namespace
+}  // namespace fairsched::config

@@ -231,3 +231,140 @@ RC_GTEST_PROP(RateLimiterProperty, RefundedReservationsStillRespectTheLimit, ())
 
 }  // namespace
 }  // namespace fairsched::core
+
+// --- fleet-scoped specs --------------------------------------------------------
+
+namespace fairsched::core {
+namespace {
+
+// Admits while it has budget; records refunds.
+class FakeAccount : public FleetAccount {
+ public:
+  explicit FakeAccount(std::uint64_t budget) : budget_(budget) {}
+  FleetDecision take(std::uint64_t cost, TimeNs) override {
+    ++takes;
+    if (cost > budget_) return {false, 7 * kNsPerMs};
+    budget_ -= cost;
+    return {true, 0};
+  }
+  void refund(std::uint64_t cost, TimeNs taken_at) override {
+    refunded += cost;
+    last_refund_at = taken_at;
+    budget_ += cost;
+  }
+  std::uint64_t budget() const { return budget_; }
+  int takes = 0;
+  std::uint64_t refunded = 0;
+  TimeNs last_refund_at = -1;
+
+ private:
+  std::uint64_t budget_;
+};
+
+LimitSpec fleetRequests(std::uint64_t n) {
+  return {LimitUnit::kRequests, n, kMinute, LimitScope::kFleet};
+}
+LimitSpec fleetTokens(std::uint64_t n) {
+  return {LimitUnit::kTokens, n, kMinute, LimitScope::kFleet};
+}
+
+struct Fleet {
+  std::vector<std::unique_ptr<FleetAccount>> accounts;
+  std::vector<FakeAccount*> fakes;
+  Fleet& add(std::uint64_t budget) {
+    auto a = std::make_unique<FakeAccount>(budget);
+    fakes.push_back(a.get());
+    accounts.push_back(std::move(a));
+    return *this;
+  }
+  Fleet& none() {
+    fakes.push_back(nullptr);
+    accounts.push_back(nullptr);
+    return *this;
+  }
+};
+
+TEST(RateLimiterFleet, FleetSpecIsCountedByItsAccountNotLocally) {
+  const std::vector<LimitSpec> specs{fleetRequests(2)};
+  Fleet f;
+  f.add(5);
+  FakeAccount* acct = f.fakes[0];
+  KeyLimiter l(specs, std::move(f.accounts));
+  for (int i = 0; i < 5; ++i)
+    EXPECT_TRUE(l.tryAdmit(1, i).admitted) << i;  // the account's 5, not 2
+  const LimitDecision d = l.tryAdmit(1, 5);
+  EXPECT_FALSE(d.admitted);
+  EXPECT_EQ(d.retry_after, 7 * kNsPerMs);
+  EXPECT_EQ(d.limiting_index, 0);
+  EXPECT_EQ(acct->takes, 6);
+  EXPECT_TRUE(l.usage(5).empty());
+  EXPECT_TRUE(l.idle(5));
+}
+
+TEST(RateLimiterFleet, HostLimitRejectsBeforeTheFleetIsAsked) {
+  const std::vector<LimitSpec> specs{requestsPer(1, kMinute), fleetRequests(100)};
+  Fleet f;
+  f.none().add(100);
+  FakeAccount* acct = f.fakes[1];
+  KeyLimiter l(specs, std::move(f.accounts));
+  EXPECT_TRUE(l.tryAdmit(1, 0).admitted);
+  EXPECT_FALSE(l.tryAdmit(1, 1).admitted);
+  EXPECT_EQ(acct->takes, 1);
+  EXPECT_EQ(acct->budget(), 99u);
+}
+
+TEST(RateLimiterFleet, FleetRejectionUndoesEarlierFleetTakesAndChargesNothingLocally) {
+  const std::vector<LimitSpec> specs{requestsPer(10, kMinute), fleetRequests(100),
+                                     fleetTokens(1000)};
+  Fleet f;
+  f.none().add(100).add(50);
+  FakeAccount* requests = f.fakes[1];
+  FakeAccount* tokens = f.fakes[2];
+  KeyLimiter l(specs, std::move(f.accounts));
+  const LimitDecision d = l.tryAdmit(60, 3);  // 60 tokens > 50 left in the token account
+  EXPECT_FALSE(d.admitted);
+  EXPECT_EQ(d.limiting_index, 2);
+  EXPECT_EQ(requests->budget(), 100u);
+  EXPECT_EQ(requests->refunded, 1u);
+  EXPECT_EQ(requests->last_refund_at, 3);
+  EXPECT_EQ(tokens->budget(), 50u);
+  ASSERT_EQ(l.usage(3).size(), 1u);
+  EXPECT_EQ(l.usage(3)[0].used, 0u);  // the host limit was not charged
+}
+
+TEST(RateLimiterFleet, CostLargerThanAFleetLimitCanNeverBeAdmitted) {
+  const std::vector<LimitSpec> specs{fleetTokens(100)};
+  Fleet f;
+  f.add(1'000'000);
+  FakeAccount* acct = f.fakes[0];
+  KeyLimiter l(specs, std::move(f.accounts));
+  const LimitDecision d = l.tryAdmit(101, 0);
+  EXPECT_FALSE(d.admitted);
+  EXPECT_EQ(d.retry_after, kNever);
+  EXPECT_EQ(acct->takes, 0);
+}
+
+TEST(RateLimiterFleet, TokenRefundsReachTheFleetAccount) {
+  const std::vector<LimitSpec> specs{fleetRequests(100), fleetTokens(1000)};
+  Fleet f;
+  f.add(100).add(1000);
+  FakeAccount* requests = f.fakes[0];
+  FakeAccount* tokens = f.fakes[1];
+  KeyLimiter l(specs, std::move(f.accounts));
+  ASSERT_TRUE(l.tryAdmit(300, 42).admitted);
+  l.refundTokens(120, 42);
+  EXPECT_EQ(tokens->refunded, 120u);
+  EXPECT_EQ(tokens->last_refund_at, 42);
+  EXPECT_EQ(requests->refunded, 0u);  // request limits get no token refunds
+}
+
+TEST(RateLimiterFleet, FleetSpecWithoutAnAccountIsCountedLocally) {
+  const std::vector<LimitSpec> specs{fleetRequests(2)};
+  KeyLimiter l(specs);
+  EXPECT_TRUE(l.tryAdmit(1, 0).admitted);
+  EXPECT_TRUE(l.tryAdmit(1, 1).admitted);
+  EXPECT_FALSE(l.tryAdmit(1, 2).admitted);
+}
+
+}  // namespace
+}  // namespace fairsched::core

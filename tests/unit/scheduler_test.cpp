@@ -425,6 +425,64 @@ TEST(Scheduler, IdleTenantStateIsKeptUntilItsLimitWindowsEmpty) {
   EXPECT_EQ(f.sched.activeTenantStates(), 0u);
 }
 
+// A FleetGate whose accounts share one budget per (tenant, endpoint) and log
+// what they are asked.
+class FakeGate : public FleetGate {
+ public:
+  struct Budget {
+    std::uint64_t left = 0;
+    std::uint64_t refunded = 0;
+  };
+  class Account : public FleetAccount {
+   public:
+    explicit Account(Budget& b) : b_(b) {}
+    FleetDecision take(std::uint64_t cost, TimeNs) override {
+      if (cost > b_.left) return {false, 3 * kMs};
+      b_.left -= cost;
+      return {true, 0};
+    }
+    void refund(std::uint64_t cost, TimeNs) override {
+      b_.refunded += cost;
+      b_.left += cost;
+    }
+
+   private:
+    Budget& b_;
+  };
+  std::unique_ptr<FleetAccount> open(std::string_view tenant, std::string_view endpoint,
+                                     const LimitSpec& spec) override {
+    opened.push_back(std::string(tenant) + "/" + std::string(endpoint));
+    Budget& b =
+        budgets[opened.back() + (spec.unit == LimitUnit::kTokens ? ":tokens" : ":requests")];
+    if (b.left == 0 && b.refunded == 0) b.left = spec.unit == LimitUnit::kTokens ? 500 : 2;
+    return std::make_unique<Account>(b);
+  }
+  std::vector<std::string> opened;
+  std::map<std::string, Budget> budgets;
+};
+
+TEST(Scheduler, FleetScopedLimitsAreCountedThroughTheGate) {
+  SchedulerSpec spec = baseSpec();
+  spec.tier_limits[1][0] = {{LimitUnit::kRequests, 100, kMinute, LimitScope::kFleet},
+                            {LimitUnit::kTokens, 100'000, kMinute, LimitScope::kFleet}};
+  FakeGate gate;
+  Fixture f(std::move(spec));
+  f.sched.setFleetGate(&gate);
+  const TenantId a = f.tenant("acme");
+  ASSERT_EQ(f.submit(a, 0, 100, 100).status, Status::kOk);
+  ASSERT_EQ(gate.opened.size(), 2u);
+  EXPECT_EQ(gate.opened[0], "acme/chat");
+  ASSERT_EQ(f.submit(a, 1, 100, 100).status, Status::kOk);
+  const Admission third = f.submit(a, 2, 10, 10);  // the gate's 2 requests are spent
+  EXPECT_EQ(third.status, Status::kRateLimited);
+  EXPECT_EQ(third.retry_after, 3 * kMs);
+  f.runBatch(3, 40);  // 2 × 60 unused output tokens come back through the gate
+  EXPECT_EQ(gate.budgets["acme/chat:tokens"].refunded, 120u);
+  EXPECT_EQ(gate.budgets["acme/chat:tokens"].left, 500u - 400u + 120u);
+  // Fleet-scoped limits do not keep an idle tenant's state alive.
+  EXPECT_EQ(f.sched.collectIdle(20 * kSec, 100), 1u);
+}
+
 TEST(Scheduler, ListedTenantOverridesItsTier) {
   SchedulerSpec spec = baseSpec();
   LimitTable own(1);

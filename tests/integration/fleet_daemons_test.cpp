@@ -1,0 +1,209 @@
+// Two fairschedd daemons sharing one Redis for a fleet-scoped limit, with a
+// client process hammering each: the admitted count in any window never
+// exceeds the limit plus the leases outstanding (docs/operations.md, "Fleet
+// limits"), checked from the clients' completion times. Skipped, with the
+// reason, when no redis-server can be started.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "daemon/config/config.hpp"
+#include "daemon/forked_daemon.hpp"
+#include "fairsched/client.hpp"
+#include "tests/support/redis_server.hpp"
+
+namespace fairsched {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::uint64_t kLimit = 300;
+constexpr auto kWindow = 2s;
+constexpr std::uint64_t kLease = 5;
+constexpr int kDaemons = 2;
+
+config::Config makeConfig(const std::string& socket, const std::string& redis_url) {
+  const std::string text =
+      "[daemon]\nsocket = \"" + socket +
+      "\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\n"
+      "[fleet]\nurl = \"" +
+      redis_url + "\"\nlease = " + std::to_string(kLease) +
+      "\nhosts = " + std::to_string(kDaemons) +
+      "\non_backend_error = \"fail_closed\"\n"
+      "[[tiers]]\nname = \"paid\"\n"
+      "[endpoints.chat]\nmax_batch_requests = 16\nmax_batch_tokens = 8192\nmax_wait_us = 100\n"
+      "max_output_tokens = 8\nexecutor = \"cpu\"\n"
+      "limits = [{ limit = \"" +
+      std::to_string(kLimit) +
+      " requests/2s\", scope = \"fleet\" }]\n"
+      "[endpoints.chat.cpu]\nper_batch_us = 20.0\nper_token_us = 0.0\nthreads = 1\n"
+      "[[clients]]\nname = \"tests\"\nuids = [" +
+      std::to_string(getuid()) + "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\n";
+  auto parsed = config::parseConfig(text, "test");
+  if (auto* err = std::get_if<config::ConfigError>(&parsed)) ADD_FAILURE() << err->toString();
+  return std::get<config::Config>(parsed);
+}
+
+std::int64_t monotonicNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Submits for `run` (at most kMaxSubmits), keeping up to 32 outstanding;
+// writes "<completion ns> <submit-to-completion ns>" per OK completion to
+// `out`. Returns "" or what went wrong.
+std::string hammer(const std::string& socket, const std::string& out,
+                   std::chrono::milliseconds run) {
+  constexpr int kMaxSubmits = 2'000'000;
+  ClientOptions o;
+  o.socket_path = socket;
+  o.client_name = "fleet-it";
+  auto client = Client::connect(o);
+  if (!client) return "connect: " + client.error().message;
+  auto tenant = client->openTenant("acme");
+  if (!tenant) return "open: " + tenant.error().message;
+  const std::vector<std::uint32_t> prompt{1, 2, 3};
+  std::map<RequestId, std::int64_t> outstanding;
+  std::vector<std::pair<std::int64_t, std::int64_t>> ok;
+  std::vector<Completion> done;
+  std::uint64_t rate_limited = 0;
+  auto pause_until = std::chrono::steady_clock::now();
+  auto drain = [&] {
+    done.clear();
+    client->poll(done);
+    const std::int64_t t = monotonicNs();
+    for (const Completion& c : done) {
+      const auto it = outstanding.find(c.request_id);
+      if (it == outstanding.end()) continue;
+      if (c.status == Status::kOk) ok.emplace_back(t, t - it->second);
+      if (c.status == Status::kRateLimited) {
+        ++rate_limited;
+        // Back off as told (capped: keep hammering), like a well-behaved client.
+        const auto pause = std::min<std::chrono::nanoseconds>(c.retry_after, 2ms);
+        pause_until = std::max(pause_until, std::chrono::steady_clock::now() + pause);
+      }
+      outstanding.erase(it);
+    }
+  };
+  const auto end = std::chrono::steady_clock::now() + run;
+  for (int i = 0; i < kMaxSubmits && std::chrono::steady_clock::now() < end;) {
+    if (outstanding.size() < 32 && std::chrono::steady_clock::now() >= pause_until) {
+      SubmitRequest r;
+      r.tenant = *tenant;
+      r.endpoint = "chat";
+      r.prompt = prompt;
+      r.max_output_tokens = 1;
+      const std::int64_t t = monotonicNs();
+      auto id = client->submit(r);
+      if (id) {
+        outstanding[*id] = t;
+        ++i;
+      } else if (id.error().code != ErrorCode::kRingFull) {
+        return "submit: " + id.error().message;
+      }
+    } else {
+      (void)client->wait(std::chrono::microseconds(200));
+    }
+    drain();
+  }
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!outstanding.empty() && std::chrono::steady_clock::now() < until) {
+    (void)client->wait(10ms);
+    drain();
+  }
+  if (!outstanding.empty()) return std::to_string(outstanding.size()) + " never completed";
+  if (rate_limited == 0) return "nothing was rate limited: the limit never bound";
+  std::ofstream f(out);
+  for (const auto& [t, latency] : ok) f << t << ' ' << latency << '\n';
+  return f ? "" : "cannot write " + out;
+}
+
+TEST(FleetDaemons, TwoDaemonsSharingRedisStayWithinTheFleetBound) {
+  auto started = testing::RedisServer::start();
+  if (auto* why = std::get_if<std::string>(&started)) GTEST_SKIP() << "no redis-server: " << *why;
+  auto redis = std::move(std::get<std::unique_ptr<testing::RedisServer>>(started));
+
+  char tmpl[] = "/tmp/fairsched-fleet-it-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  std::vector<daemon::ForkedDaemon> daemons;
+  for (int d = 0; d < kDaemons; ++d) {
+    auto fd = daemon::ForkedDaemon::start(
+        makeConfig(dir + "/d" + std::to_string(d) + ".sock", redis->url()));
+    ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(fd)) << std::get<std::string>(fd);
+    daemons.push_back(std::move(std::get<daemon::ForkedDaemon>(fd)));
+  }
+
+  const auto run = std::chrono::milliseconds(5000);
+  std::vector<pid_t> children;
+  for (int d = 0; d < kDaemons; ++d) {
+    const pid_t child = fork();
+    if (child == 0) {
+      const std::string err =
+          hammer(daemons[d].socket(), dir + "/c" + std::to_string(d) + ".txt", run);
+      if (!err.empty()) std::fprintf(stderr, "client %d: %s\n", d, err.c_str());
+      _exit(err.empty() ? 0 : 1);
+    }
+    children.push_back(child);
+  }
+  for (pid_t c : children) {
+    int status = 0;
+    waitpid(c, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a client process failed";
+  }
+  for (auto& d : daemons) EXPECT_EQ(d.terminate(), 0);
+
+  std::vector<std::int64_t> times;
+  std::int64_t latency = 0;  // the longest submit-to-completion seen
+  std::vector<std::size_t> per_daemon;
+  for (int d = 0; d < kDaemons; ++d) {
+    std::ifstream f(dir + "/c" + std::to_string(d) + ".txt");
+    std::int64_t t = 0;
+    std::int64_t l = 0;
+    std::size_t n = 0;
+    while (f >> t >> l) {
+      times.push_back(t);
+      latency = std::max(latency, l);
+      ++n;
+    }
+    per_daemon.push_back(n);
+  }
+  std::filesystem::remove_all(dir);
+  std::sort(times.begin(), times.end());
+
+  // An admission lies between its submit and its completion, so completions
+  // within (window - latency) were all admitted within one window.
+  const std::int64_t window = std::chrono::nanoseconds(kWindow).count();
+  ASSERT_LT(latency, window / 4) << "completions too slow to say anything about the window";
+  const std::int64_t span = window - latency;
+  std::size_t most = 0;
+  for (std::size_t lo = 0, hi = 0; hi < times.size(); ++hi) {
+    while (times[hi] - times[lo] >= span) ++lo;
+    most = std::max(most, hi - lo + 1);
+  }
+  const std::uint64_t bound = kLimit + kDaemons * 2 * kLease;
+  std::printf("fleet: %zu OK completions (%zu, %zu), at most %zu in %lld ms, bound %llu\n",
+              times.size(), per_daemon[0], per_daemon[1], most,
+              static_cast<long long>(span / 1'000'000), static_cast<unsigned long long>(bound));
+  EXPECT_LE(most, bound) << "completions in " << span / 1'000'000 << " ms";
+  EXPECT_GE(most, kLimit * 8 / 10) << "the limit was never approached";
+  for (int d = 0; d < kDaemons; ++d) EXPECT_GT(per_daemon[d], 0u) << "daemon " << d;
+  // Over the run (2.5 windows) neither daemon took the whole fleet budget,
+  // and together they did not exceed the bound per window either.
+  EXPECT_LE(times.size(), 3 * bound);
+}
+
+}  // namespace
+}  // namespace fairsched
