@@ -1,5 +1,7 @@
 #include "daemon/metrics.hpp"
 
+#include "daemon/fleet/fleet_limiter.hpp"
+
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
@@ -293,6 +295,18 @@ void Metrics::publish(TimeNs now, const core::Scheduler& sched, const ServerStat
   shared_.completions_delivered = stats.completions_delivered;
   shared_.completions_dropped = stats.completions_dropped;
   shared_.loop_iterations = loop_iterations_;
+  if (fleet_ != nullptr) {
+    const fleet::FleetStats f = fleet_->stats();
+    shared_.fleet = true;
+    shared_.fleet_breaker_state = static_cast<std::uint64_t>(f.breaker);
+    shared_.fleet_leases_held = f.leases_held;
+    shared_.fleet_backend_calls = f.backend_calls;
+    shared_.fleet_round_trips = f.round_trips;
+    shared_.fleet_backend_failures = f.backend_failures;
+    shared_.fleet_breaker_opened = f.breaker_counters.opened;
+    shared_.fleet_degraded_admitted = f.degraded_admitted;
+    shared_.fleet_degraded_rejected = f.degraded_rejected;
+  }
   shared_.listed_series =
       static_cast<std::uint64_t>(std::count(series_listed_.begin(), series_listed_.end(), true));
 }
@@ -468,10 +482,35 @@ std::vector<prometheus::MetricFamily> Metrics::collect() const {
       {"fairsched_loop_iterations_total", "Event loop iterations", MetricType::Counter,
        s.loop_iterations},
   };
-  for (const Scalar& sc : scalars) {
-    auto f = family(sc.name, sc.help, sc.type);
-    add(f, {}, static_cast<double>(sc.value));
-    out.push_back(std::move(f));
+  const Scalar fleet_scalars[] = {
+      {"fairsched_fleet_breaker_state",
+       "Fleet backend circuit breaker: 0 closed, 1 open (backend treated as down), 2 half-open",
+       MetricType::Gauge, s.fleet_breaker_state},
+      {"fairsched_fleet_leases_held", "Fleet budget held locally in leases (cost units)",
+       MetricType::Gauge, s.fleet_leases_held},
+      {"fairsched_fleet_backend_calls_total", "Lease script calls to the fleet backend",
+       MetricType::Counter, s.fleet_backend_calls},
+      {"fairsched_fleet_round_trips_total", "Commands sent to the fleet backend",
+       MetricType::Counter, s.fleet_round_trips},
+      {"fairsched_fleet_backend_failures_total", "Fleet backend calls that failed or timed out",
+       MetricType::Counter, s.fleet_backend_failures},
+      {"fairsched_fleet_breaker_opened_total", "Times the fleet circuit breaker opened",
+       MetricType::Counter, s.fleet_breaker_opened},
+      {"fairsched_fleet_degraded_admitted_total",
+       "Admissions past the leases held while the backend was down (fail_open, local_share)",
+       MetricType::Counter, s.fleet_degraded_admitted},
+      {"fairsched_fleet_degraded_rejected_total",
+       "Rejections past the leases held while the backend was down (fail_closed, local_share)",
+       MetricType::Counter, s.fleet_degraded_rejected},
+  };
+  const std::span<const Scalar> extra =
+      s.fleet ? std::span<const Scalar>(fleet_scalars) : std::span<const Scalar>();
+  for (const std::span<const Scalar> list : {std::span<const Scalar>(scalars), extra}) {
+    for (const Scalar& sc : list) {
+      auto f = family(sc.name, sc.help, sc.type);
+      add(f, {}, static_cast<double>(sc.value));
+      out.push_back(std::move(f));
+    }
   }
   auto build =
       family("fairsched_build_info", "Version of the running fairschedd", MetricType::Gauge);

@@ -47,6 +47,10 @@ namespace fairsched::core {
 class Scheduler;
 }
 
+namespace fairsched::fleet {
+class FleetLimiter;
+}
+
 namespace fairsched::daemon {
 
 struct ServerStats;
@@ -131,6 +135,10 @@ class Metrics {
     ++c.completed[static_cast<std::size_t>(status)];
   }
 
+  // Publish the fleet limiter's counters and breaker state too (null: none).
+  // `fleet` must outlive this object; its stats() are read at each publish.
+  void setFleet(const fleet::FleetLimiter* fleet) { fleet_ = fleet; }
+
   // Once per loop iteration: counts it and publishes when kPublishInterval
   // has passed since the last publish. `clients` = open connections.
   void tick(TimeNs now, const core::Scheduler& sched, const ServerStats& stats,
@@ -179,6 +187,15 @@ class Metrics {
     std::uint64_t completions_dropped = 0;
     std::uint64_t loop_iterations = 0;
     std::uint64_t listed_series = 0;
+    bool fleet = false;                     // the fleet_* values below are set
+    std::uint64_t fleet_breaker_state = 0;  // 0 closed, 1 open, 2 half-open
+    std::uint64_t fleet_leases_held = 0;
+    std::uint64_t fleet_backend_calls = 0;
+    std::uint64_t fleet_round_trips = 0;
+    std::uint64_t fleet_backend_failures = 0;
+    std::uint64_t fleet_breaker_opened = 0;
+    std::uint64_t fleet_degraded_admitted = 0;
+    std::uint64_t fleet_degraded_rejected = 0;
   };
   class Collector;
   static constexpr std::uint32_t kUnbound = UINT32_MAX;
@@ -200,6 +217,7 @@ class Metrics {
 
   std::size_t endpoints_ = 0;  // the daemon's + 1 (__unknown__)
   std::uint32_t max_unlisted_ = 0;
+  const fleet::FleetLimiter* fleet_ = nullptr;
   std::uint32_t unlisted_used_ = 0;
   std::uint32_t other_ = 0;  // series index of __other__
   std::vector<std::string> series_names_;

@@ -100,6 +100,7 @@ std::variant<std::unique_ptr<Server>, std::string> Server::create(const config::
     auto m = Metrics::create(cfg, s->sched_);
     if (auto* err = std::get_if<std::string>(&m)) return *err;
     s->metrics_ = std::move(std::get<std::unique_ptr<Metrics>>(m));
+    if (s->fleet_) s->metrics_->setFleet(s->fleet_.get());
     spdlog::info("metrics on {} (port {})", cfg.metrics.listen, s->metrics_->port());
   }
   if (auto err = s->listen()) return *err;

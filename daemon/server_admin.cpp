@@ -176,6 +176,20 @@ std::string Server::statusJson() const {
   }
   j["queued"] = queued;
   j["endpoints"] = std::move(endpoints);
+  if (fleet_) {
+    const fleet::FleetStats f = fleet_->stats();
+    j["fleet"] = {{"backend", cfg_.fleet ? cfg_.fleet->url : ""},
+                  {"breaker", fleet::toString(f.breaker)},
+                  {"degraded", f.degraded},
+                  {"limits", f.limits},
+                  {"leases_held", f.leases_held},
+                  {"backend_calls", f.backend_calls},
+                  {"round_trips", f.round_trips},
+                  {"backend_failures", f.backend_failures},
+                  {"breaker_opened", f.breaker_counters.opened},
+                  {"degraded_admitted", f.degraded_admitted},
+                  {"degraded_rejected", f.degraded_rejected}};
+  }
   j["counters"] = {{"connections_accepted", stats_.connections_accepted},
                    {"connections_refused", stats_.connections_refused},
                    {"submissions", stats_.submissions},

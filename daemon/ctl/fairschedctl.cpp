@@ -118,6 +118,14 @@ void printStatus(const json& s) {
                 e.value("queued_tokens", 0ull), e.value("free_executor_slots", 0ull),
                 e.value("tokens_last_10s", 0ull));
   }
+  if (s.contains("fleet")) {
+    const json& f = s["fleet"];
+    std::cout << "\nfleet     " << f.value("backend", "") << ": breaker " << f.value("breaker", "?")
+              << (f.value("degraded", false) ? " (DEGRADED: on_backend_error applies)" : "") << ", "
+              << f.value("limits", 0ull) << " limits, " << f.value("leases_held", 0ull)
+              << " held in leases, " << f.value("round_trips", 0ull) << " round trips, "
+              << f.value("backend_failures", 0ull) << " failures\n";
+  }
   const json& c = s["counters"];
   std::cout << "\nsubmissions " << c.value("submissions", 0ull) << ", completions "
             << c.value("completions_delivered", 0ull) << " (+"

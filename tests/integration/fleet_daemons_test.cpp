@@ -4,8 +4,10 @@
 // limits"), checked from the clients' completion times. Skipped, with the
 // reason, when no redis-server can be started.
 #include <gtest/gtest.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "daemon/admin_client.hpp"
 #include "daemon/config/config.hpp"
 #include "daemon/forked_daemon.hpp"
 #include "fairsched/client.hpp"
@@ -49,7 +52,9 @@ config::Config makeConfig(const std::string& socket, const std::string& redis_ur
       " requests/2s\", scope = \"fleet\" }]\n"
       "[endpoints.chat.cpu]\nper_batch_us = 20.0\nper_token_us = 0.0\nthreads = 1\n"
       "[[clients]]\nname = \"tests\"\nuids = [" +
-      std::to_string(getuid()) + "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\n";
+      std::to_string(getuid()) +
+      "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\nadmin = true\n"
+      "[metrics]\nlisten = \"127.0.0.1:0\"\n";
   auto parsed = config::parseConfig(text, "test");
   if (auto* err = std::get_if<config::ConfigError>(&parsed)) ADD_FAILURE() << err->toString();
   return std::get<config::Config>(parsed);
@@ -162,6 +167,17 @@ TEST(FleetDaemons, TwoDaemonsSharingRedisStayWithinTheFleetBound) {
     int status = 0;
     waitpid(c, &status, 0);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a client process failed";
+  }
+  // Operators see the fleet through fairschedctl status: breaker closed,
+  // leases fetched with far fewer round trips than admissions.
+  for (auto& d : daemons) {
+    auto r = daemon::adminCommand(d.socket(), shm::AdminCommand::kStatus);
+    ASSERT_TRUE(std::holds_alternative<daemon::AdminResponse>(r));
+    const auto j = nlohmann::json::parse(std::get<daemon::AdminResponse>(r).json);
+    ASSERT_TRUE(j.contains("fleet")) << j.dump();
+    EXPECT_EQ(j["fleet"]["breaker"], "closed");
+    EXPECT_GT(j["fleet"]["round_trips"].get<std::uint64_t>(), 0u);
+    EXPECT_EQ(j["fleet"]["backend_failures"].get<std::uint64_t>(), 0u);
   }
   for (auto& d : daemons) EXPECT_EQ(d.terminate(), 0);
 
