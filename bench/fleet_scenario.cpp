@@ -206,7 +206,8 @@ ScenarioResult runFleetScenario(const ScenarioOptions& options) {
   const double naive_rate = naive_s > 0 ? static_cast<double>(naive_admitted) / naive_s : 0;
 
   const Overshoot over = measureOvershoot(*redis, overshoot_run);
-  const std::uint64_t bound = 2 * 2 * over.lease;
+  // Two limiters: two leases each, plus one request (cost 1) on credit each.
+  const std::uint64_t bound = 2 * (2 * over.lease + 1);
 
   nlohmann::json json;
   json["host"] = {{"admissions_per_s", host_t.admissionsPerS()}, {"decisions", host_t.decisions}};

@@ -116,8 +116,10 @@ core::FleetDecision FleetLimiter::take(const EntryPtr& e, std::uint64_t cost, Ti
   bool push = false;
   {
     std::lock_guard lk(e->mu);
-    d = e->pool.take(cost, now);
-    if (!d.admitted && degraded_.load(std::memory_order_acquire)) d = degradedTake(*e, cost, now);
+    // No borrowing while the backend is down: on_backend_error decides then.
+    const bool degraded = degraded_.load(std::memory_order_acquire);
+    d = e->pool.take(cost, now, !degraded);
+    if (!d.admitted && degraded) d = degradedTake(*e, cost, now);
     if (!e->queued && e->pool.wantsFetch(now)) {
       e->queued = true;
       push = true;
@@ -398,6 +400,7 @@ FleetStats FleetLimiter::stats() const {
       const LeasePoolCounters& c = e->pool.counters();
       s.pools.admitted += c.admitted;
       s.pools.waited += c.waited;
+      s.pools.borrowed += c.borrowed;
       s.pools.grants += c.grants;
       s.pools.denials += c.denials;
       s.pools.refunds_local += c.refunds_local;

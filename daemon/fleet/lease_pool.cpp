@@ -51,7 +51,7 @@ void LeasePool::expire(TimeNs now) {
   }
 }
 
-core::FleetDecision LeasePool::take(std::uint64_t cost, TimeNs now) {
+core::FleetDecision LeasePool::take(std::uint64_t cost, TimeNs now, bool may_borrow) {
   expire(now);
   largest_cost_ = std::max(largest_cost_, cost);
   if ((!current_ || current_->remaining < cost) && next_) {
@@ -63,6 +63,13 @@ core::FleetDecision LeasePool::take(std::uint64_t cost, TimeNs now) {
   if (current_ && current_->remaining >= cost) {
     current_->remaining -= cost;
     counters_.admitted++;
+    return {true, 0};
+  }
+  if (may_borrow && !current_ && !next_ && debt_ == 0 && now >= denied_until_) {
+    debt_ = cost;
+    short_ = true;  // fetch now: the grant pays the debt first
+    markBypassed(now);
+    counters_.borrowed++;
     return {true, 0};
   }
   short_ = true;
@@ -110,8 +117,8 @@ FetchOrder LeasePool::beginFetch(TimeNs /*sent_at*/, bool want_lease) {
   order.returns.swap(returns_);
   if (want_lease) {
     fetching_ = true;
-    order.want = wantSize();
-    order.min = std::clamp<std::uint64_t>(pending_cost_, 1, order.want);
+    order.want = wantSize() + debt_;
+    order.min = std::clamp<std::uint64_t>(std::max(pending_cost_, debt_), 1, order.want);
   }
   return order;
 }
@@ -122,6 +129,10 @@ void LeasePool::onGrant(std::uint64_t amount, std::int64_t bucket, TimeNs sent_a
   pending_cost_ = 0;
   if (amount == 0) return;
   counters_.grants++;
+  const std::uint64_t pay = std::min(debt_, amount);  // what was borrowed is spent first
+  debt_ -= pay;
+  amount -= pay;
+  if (amount == 0) return;
   const Lease lease{amount, bucket, sent_at + ttl_, 0};
   if (next_) {  // not expected (one fetch at a time, only without a next lease)
     addReturn(next_->bucket, next_->remaining);

@@ -19,6 +19,17 @@
 // - when the take cannot be told apart (a lease switch at the same instant,
 //   or the lease is older than the kept history, or it was made while the
 //   pool was bypassed): dropped, which only under-admits.
+//
+// Borrowing. A take that finds no lease at all (a tenant's first request on
+// this daemon, or one after its leases expired) would otherwise wait for a
+// round trip to the backend and be rejected meanwhile. Instead the pool may
+// admit it on credit: the cost becomes a debt, paid first out of the next
+// grant. At most one debt is outstanding, none is taken while the backend
+// has said the budget is spent (denied_until), and the limiter does not
+// borrow while its backend is down. So each pool has admitted at most one
+// request (its cost) that the backend has not counted yet, which adds
+// D × (largest request cost) to the fleet bound. A borrowed take is a
+// bypass for refunds: its refund is dropped.
 #pragma once
 
 #include <array>
@@ -47,6 +58,7 @@ struct FetchOrder {
 struct LeasePoolCounters {
   std::uint64_t admitted = 0;  // takes served from a lease
   std::uint64_t waited = 0;    // takes rejected: no lease held, fetch pending or denied
+  std::uint64_t borrowed = 0;  // takes admitted on credit (see "Borrowing")
   std::uint64_t grants = 0;
   std::uint64_t denials = 0;  // the backend had no budget left
   std::uint64_t refunds_local = 0;
@@ -64,8 +76,9 @@ class LeasePool {
   LeasePool(std::uint64_t lease, TimeNs ttl);
 
   // Hot path. Spends `cost` from the current lease (moving to the next one
-  // when the current cannot cover it).
-  core::FleetDecision take(std::uint64_t cost, TimeNs now);
+  // when the current cannot cover it); with no lease at all and
+  // `may_borrow`, admits it on credit (see "Borrowing").
+  core::FleetDecision take(std::uint64_t cost, TimeNs now, bool may_borrow = false);
   void refund(std::uint64_t cost, TimeNs taken_at, TimeNs now);
 
   // Whether a fetch should be started: none is pending, no next lease is
@@ -99,6 +112,7 @@ class LeasePool {
   }
 
   std::uint64_t held() const;
+  std::uint64_t debt() const { return debt_; }
   bool fetchPending() const { return fetching_; }
   TimeNs deniedUntil() const { return denied_until_; }
   std::uint64_t wantSize() const;
@@ -135,6 +149,7 @@ class LeasePool {
   bool short_ = false;  // a take found too little: fetch even if the current lease is not low
   std::uint64_t largest_cost_ = 1;
   std::uint64_t pending_cost_ = 0;  // cost of the last take that found too little
+  std::uint64_t debt_ = 0;          // borrowed cost the next grant pays first
   TimeNs denied_until_ = 0;
   TimeNs bypass_from_ = kNever;
   TimeNs bypass_until_ = kNever;

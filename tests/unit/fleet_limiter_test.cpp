@@ -209,6 +209,14 @@ TEST_F(FleetLimiterTest, TokenRefundsOfRetiredLeasesReachRedis) {
   auto a = l->open("acme", "chat",
                    {core::LimitUnit::kTokens, 100'000, kMinute, core::LimitScope::kFleet});
   const std::string key = "test:{acme}:chat:tokens/60s";
+  // The first take finds no lease: admitted on credit, it fetches a lease
+  // that pays for it. Wait for that lease.
+  ASSERT_TRUE(a->take(100, now()).admitted);
+  const auto lease_by = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (l->stats().leases_held < 100 && std::chrono::steady_clock::now() < lease_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GE(l->stats().leases_held, 100u);
   TimeNs taken = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -221,7 +229,7 @@ TEST_F(FleetLimiterTest, TokenRefundsOfRetiredLeasesReachRedis) {
   a->refund(60, taken);  // the current lease: credited locally
   EXPECT_EQ(l->stats().pools.refunds_local, 1u);
   l->stop();
-  EXPECT_EQ(counted(key), 40u);
+  EXPECT_EQ(counted(key), 140u);  // the borrowed 100, and the 40 the second take kept
 }
 
 // Kill Redis with leases held, spend them, and check the policy beyond them.

@@ -34,6 +34,57 @@ TEST(LeasePool, EmptyPoolRejectsAndWantsAFetch) {
   EXPECT_EQ(p.counters().waited, 1u);
 }
 
+TEST(LeasePool, AFirstTakeIsAdmittedOnCreditAndTheGrantPaysItFirst) {
+  LeasePool p(10, kTtl);
+  EXPECT_TRUE(p.take(4, 0, true).admitted);
+  EXPECT_EQ(p.debt(), 4u);
+  EXPECT_EQ(p.counters().borrowed, 1u);
+  EXPECT_FALSE(p.take(1, 1, true).admitted) << "one debt at a time";
+  ASSERT_TRUE(p.wantsFetch(1));
+  const FetchOrder o = p.beginFetch(1);
+  EXPECT_EQ(o.want, 10u + 4u);  // a lease, plus what is owed
+  EXPECT_EQ(o.min, 4u);         // a grant must at least pay the debt
+  p.onGrant(14, 1, 1);
+  EXPECT_EQ(p.debt(), 0u);
+  EXPECT_EQ(p.held(), 10u);
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(p.take(1, 2, true).admitted) << i;
+  EXPECT_EQ(p.counters().borrowed, 1u);
+}
+
+TEST(LeasePool, NoCreditWhileADebtIsUnpaidOrTheBudgetIsSpent) {
+  LeasePool p(10, kTtl);
+  ASSERT_TRUE(p.take(4, 0, true).admitted);
+  ASSERT_TRUE(p.wantsFetch(0));
+  p.beginFetch(0);
+  p.onGrant(3, 1, 0);  // short of the debt: it shrinks, no lease
+  EXPECT_EQ(p.debt(), 1u);
+  EXPECT_EQ(p.held(), 0u);
+  EXPECT_FALSE(p.take(1, 1, true).admitted);
+  ASSERT_TRUE(p.wantsFetch(1));
+  p.beginFetch(1);
+  p.onDenied(5 * kNsPerSec);
+  EXPECT_FALSE(p.take(1, 2, true).admitted);
+  EXPECT_EQ(p.debt(), 1u) << "an unpaid debt is the one request the backend never counted";
+
+  LeasePool q(10, kTtl);
+  q.beginFetch(0);
+  q.onDenied(5 * kNsPerSec);
+  EXPECT_FALSE(q.take(1, 1, true).admitted) << "no credit once the budget is known spent";
+  EXPECT_FALSE(q.take(1, 1).admitted) << "no credit unless the limiter allows it";
+  EXPECT_EQ(q.counters().borrowed, 0u);
+}
+
+TEST(LeasePool, RefundOfABorrowedTakeIsDropped) {
+  LeasePool p(10, kTtl);
+  ASSERT_TRUE(p.take(4, 100, true).admitted);
+  ASSERT_TRUE(p.wantsFetch(100));
+  p.beginFetch(100);
+  p.onGrant(14, 1, 100);
+  p.refund(4, 100, 200);
+  EXPECT_EQ(p.counters().refunds_dropped, 1u);
+  EXPECT_EQ(p.held(), 10u);
+}
+
 TEST(LeasePool, SpendsALeaseExactlyToZero) {
   LeasePool p(10, kTtl);
   grant(p, 10, 1, 0);
