@@ -28,7 +28,8 @@ std::string sysError(const std::string& what) {
 std::variant<AdminResponse, std::string> adminCommand(const std::string& socket_path,
                                                       shm::AdminCommand command,
                                                       std::uint32_t limit,
-                                                      std::chrono::milliseconds timeout) {
+                                                      std::chrono::milliseconds timeout,
+                                                      std::string_view tenant) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.size() >= sizeof addr.sun_path) return "socket path too long: " + socket_path;
@@ -42,6 +43,8 @@ std::variant<AdminResponse, std::string> adminCommand(const std::string& socket_
   auto req = shm::makeMessage<shm::AdminRequestMessage>(kSeq);
   req.command = static_cast<std::uint32_t>(command);
   req.limit = limit;
+  if (tenant.size() >= shm::kNameBytes) return std::string("tenant name too long");
+  shm::setString(req.tenant, tenant);
   if (send(s.fd, &req, sizeof req, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof req)) {
     return sysError("send");
   }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <variant>
 
 #include "shm/control_protocol.hpp"
@@ -21,6 +22,6 @@ struct AdminResponse {
 // connect, timed out, malformed reply).
 std::variant<AdminResponse, std::string> adminCommand(
     const std::string& socket_path, shm::AdminCommand command, std::uint32_t limit = 0,
-    std::chrono::milliseconds timeout = std::chrono::seconds(10));
+    std::chrono::milliseconds timeout = std::chrono::seconds(10), std::string_view tenant = {});
 
 }  // namespace fairsched::daemon

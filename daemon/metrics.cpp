@@ -214,6 +214,8 @@ void Metrics::tenantOpened(TenantId t, std::string_view name) {
   series_of_[t] = s;
   if (s != other_) tenant_of_series_[s] = t;
   ++clients_[s];
+  if (t >= rings_of_.size()) rings_of_.resize(static_cast<std::size_t>(t) + 1, 0);
+  ++rings_of_[t];
   changed_ = true;
 }
 
@@ -221,6 +223,7 @@ void Metrics::tenantClosed(TenantId t) {
   const std::uint32_t s =
       t < series_of_.size() && series_of_[t] != kUnbound ? series_of_[t] : other_;
   if (clients_[s] > 0) --clients_[s];
+  if (t < rings_of_.size() && rings_of_[t] > 0) --rings_of_[t];
   changed_ = true;
 }
 
@@ -315,7 +318,6 @@ void Metrics::remapTenants(const config::Config& cfg, const core::Scheduler& sch
   const std::vector<std::string> old_series = series_names_;
   const std::vector<std::string> old_endpoints = endpoint_names_;
   const std::vector<SeriesCounters> old_counters = std::move(counters_);
-  const std::vector<std::uint64_t> old_clients = clients_;
   const std::size_t old_width = endpoints_;
 
   endpoint_names_.clear();
@@ -334,7 +336,6 @@ void Metrics::remapTenants(const config::Config& cfg, const core::Scheduler& sch
   for (std::size_t os = 0; os < old_series.size(); ++os) {
     const auto it = series_by_name_.find(old_series[os]);
     const std::uint32_t ns = os == 0 || it == series_by_name_.end() ? other_ : it->second;
-    clients_[ns] += old_clients[os];
     for (std::size_t oe = 0; oe < old_width; ++oe) {
       if (endpoint_map[oe] == SIZE_MAX) continue;
       counters_[ns * endpoints_ + endpoint_map[oe]] += old_counters[os * old_width + oe];
@@ -351,6 +352,14 @@ void Metrics::remapTenants(const config::Config& cfg, const core::Scheduler& sch
     if (s != other_) tenant_of_series_[s] = t;
   }
   bindListed(cfg, sched);
+  // Open rings follow their tenant to its new series.
+  clients_.assign(series_names_.size(), 0);
+  for (TenantId t = 0; t < rings_of_.size(); ++t) {
+    if (rings_of_[t] == 0) continue;
+    const std::uint32_t s =
+        t < series_of_.size() && series_of_[t] != kUnbound ? series_of_[t] : other_;
+    clients_[s] += rings_of_[t];
+  }
   next_publish_ = 0;
 }
 

@@ -229,6 +229,7 @@ class Metrics {
   std::vector<SeriesCounters> counters_;
   std::vector<std::uint8_t> dirty_;     // by counters_ index: changed since the last publish
   std::vector<std::uint64_t> clients_;  // open rings per series
+  std::vector<std::uint32_t> rings_of_;  // open rings per TenantId: clients_ again after a remap
   std::uint64_t loop_iterations_ = 0;
   std::size_t last_clients_ = 0;
   TimeNs next_publish_ = 0;

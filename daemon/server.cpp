@@ -116,9 +116,7 @@ std::string Server::statusLine() const {
   for (std::size_t e = 0; e < executors_.size(); ++e) {
     queued += sched_.queued(static_cast<EndpointId>(e));
   }
-  std::size_t clients = 0;
-  for (const auto& [id, c] : conns_) clients += c->segment ? 1 : 0;
-  return std::string(draining_ ? "draining: " : "") + std::to_string(clients) + " clients, " +
+  return std::string(draining_ ? "draining: " : "") + std::to_string(clients_) + " clients, " +
          std::to_string(sched_.tenants().size()) + " tenants, " + std::to_string(queued) +
          " queued, " + std::to_string(sched_.inFlight()) + " in flight";
 }
@@ -323,9 +321,10 @@ void Server::reapplyRules() {
       if (!allowed && !r.revoked) {
         revokeRing(c, r);
       } else if (allowed && r.revoked) {  // allowed again: the ring serves the tenant once more
-        std::optional<TierId> hint;
-        for (std::size_t t = 0; t < cfg_.tiers.size(); ++t) {
-          if (cfg_.tiers[t].name == r.tier_hint) hint = static_cast<TierId>(t);
+        std::optional<TierId> hint;       // only a tier the rule may still assign
+        for (std::size_t t = 0; t < cfg_.tiers.size() && !r.tier_hint.empty(); ++t) {
+          if (cfg_.tiers[t].name == r.tier_hint && ClientRules::allowsTier(*c.rule, r.tier_hint))
+            hint = static_cast<TierId>(t);
         }
         const TenantId tid = sched_.tenants().acquire(r.name, hint);
         if (tid == kNoTenant) continue;
@@ -508,6 +507,7 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
     }
   }
   c.segment.emplace(std::move(std::get<shm::Segment>(seg)));
+  ++clients_;  // dropConnection counts it down for every connection with a segment
   c.doorbell.emplace(std::move(std::get<shm::EventFd>(bell_in)));
   c.completion_bell.emplace(std::move(std::get<shm::EventFd>(bell_out)));
   c.producer.emplace(c.segment->completionRing(), 0);
@@ -632,6 +632,7 @@ void Server::dropConnection(std::uint64_t conn_id, const char* why) {
     sched_.tenants().release(r.tenant);
   }
   if (c.segment) {
+    --clients_;
     spdlog::info("client {} (pid {}) {}: {} queued requests cancelled", conn_id, c.cred.pid, why,
                  cancelled);
   }
@@ -650,7 +651,7 @@ void Server::dropConnection(std::uint64_t conn_id, const char* why) {
 bool Server::poll() {
   const TimeNs now = monotonicNow();
   notifyWatchdog(now);
-  if (metrics_) metrics_->tick(now, sched_, stats_, conns_.size());
+  if (metrics_) metrics_->tick(now, sched_, stats_, clients_);
   if (sleeping_) {
     for (auto& [id, c] : conns_) {
       if (c->segment) c->segment->ownSleepFlag().clear();
@@ -692,7 +693,10 @@ bool Server::beforeSleep() {
   }
   // Sleep until the next batch is due or a deadline passes, if sooner than anything else.
   TimeNs wake = std::min(sched_.nextDeadline(), next_watchdog_);
-  for (const auto& [id, b] : batches_) wake = std::min(wake, b.deadline);
+  // expireBatches looks every 10 ms at most: waking sooner would only spin.
+  for (const auto& [id, b] : batches_) {
+    wake = std::min(wake, std::max(b.deadline, next_batch_check_));
+  }
   if (metrics_) wake = std::min(wake, metrics_->publishDueAt());
   for (std::size_t e = 0; e < executors_.size(); ++e) {
     if (executors_[e]->freeSlots() > 0)
@@ -914,6 +918,10 @@ void Server::expireBatches(TimeNs now) {
       Pending* p = findPending(key);
       if (!p) continue;
       sched_.complete(p->handle, 0, now);
+      if (metrics_) {
+        metrics_->completed(p->tenant, p->endpoint, Status::kExecutorFailed, p->admitted,
+                            p->dispatched, now, p->prompt.size());
+      }
       const shm::CompletionSlot slot =
           completionFor(p->request_id, p->tag, Status::kExecutorFailed);
       const std::uint64_t conn = p->conn;

@@ -166,7 +166,8 @@ class Server {
                  const std::string& json);
   void pumpOutbox(Connection& c);
   std::string statusJson() const;
-  std::string tenantsJson(std::uint32_t limit);
+  // Rows of `only` (a tenant name) when it is not empty.
+  std::string tenantsJson(std::uint32_t limit, std::string_view only);
   // After a reload: each connection's rule, endpoints and tenants again.
   void reapplyRules();
   void revokeRing(Connection& c, Ring& r);
@@ -234,6 +235,7 @@ class Server {
   bool sleeping_ = false;
   bool shutting_down_ = false;
   bool draining_ = false;
+  std::size_t clients_ = 0;        // connections past hello (admin peers are not clients)
   bool log_level_pinned_ = false;  // fairschedctl drain: admit nothing new, finish the rest
   TimeNs started_at_ = 0;
   std::uint64_t reloads_ok_ = 0;

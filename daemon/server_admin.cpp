@@ -64,7 +64,7 @@ void Server::handleAdmin(Connection& c, const shm::AdminRequestMessage& m) {
       sendAdmin(c, seq, shm::ControlStatus::kOk, statusJson());
       return;
     case shm::AdminCommand::kTenants:
-      sendAdmin(c, seq, shm::ControlStatus::kOk, tenantsJson(m.limit));
+      sendAdmin(c, seq, shm::ControlStatus::kOk, tenantsJson(m.limit, *shm::getString(m.tenant)));
       return;
     case shm::AdminCommand::kReload: {
       if (shutting_down_) {
@@ -154,9 +154,7 @@ std::string Server::statusJson() const {
   j["policy"] = cfg_.daemon.policy == Policy::kFair ? "fair" : "fifo";
   j["reloads"] = {
       {"ok", reloads_ok_}, {"failed", reloads_failed_}, {"last_error", last_reload_error_}};
-  std::size_t clients = 0;
-  for (const auto& [id, c] : conns_) clients += c->segment ? 1 : 0;  // admin peers are not clients
-  j["clients"] = clients;
+  j["clients"] = clients_;
   j["tenants"] = sched_.tenants().size();
   j["active_tenant_states"] = sched_.activeTenantStates();
   j["in_flight"] = sched_.inFlight();
@@ -200,7 +198,7 @@ std::string Server::statusJson() const {
   return j.dump();
 }
 
-std::string Server::tenantsJson(std::uint32_t limit) {
+std::string Server::tenantsJson(std::uint32_t limit, std::string_view only) {
   const TimeNs now = monotonicNow();
   struct Row {
     TenantId tenant;
@@ -210,7 +208,13 @@ std::string Server::tenantsJson(std::uint32_t limit) {
   };
   std::vector<Row> rows;
   const core::TenantTable& table = sched_.tenants();
-  for (TenantId t = 0; t < table.capacity(); ++t) {
+  TenantId first = 0, last = static_cast<TenantId>(table.capacity());
+  if (!only.empty()) {  // one tenant: no scan of the whole table
+    const std::optional<TenantId> id = table.find(only);
+    first = id.value_or(0);
+    last = id ? *id + 1 : 0;
+  }
+  for (TenantId t = first; t < last; ++t) {
     if (!table.valid(t)) continue;
     for (std::size_t e = 0; e < executors_.size(); ++e) {
       const auto eid = static_cast<EndpointId>(e);

@@ -155,6 +155,7 @@ struct AdminRequestMessage {
   MessageHeader header;
   std::uint32_t command = 0;  // an AdminCommand
   std::uint32_t limit = 0;    // kTenants: at most this many rows, busiest first; 0 = all
+  char tenant[kNameBytes] = {};  // kTenants: only this tenant's rows; empty = every tenant
 };
 
 struct AdminReplyMessage {
@@ -281,7 +282,7 @@ inline bool stringsOk(const OpenTenantReplyMessage& m) {
   return getString(m.message).has_value();
 }
 inline bool stringsOk(const AdminRequestMessage& m) {
-  return m.command >= 1 && m.command <= kMaxAdminCommand;
+  return m.command >= 1 && m.command <= kMaxAdminCommand && getString(m.tenant).has_value();
 }
 inline bool stringsOk(const AdminReplyMessage& m) {
   return m.bytes <= kAdminPayloadBytes && m.more <= 1;

@@ -89,6 +89,11 @@ std::vector<std::string> reloadBlockers(const Config& running, const Config& nex
             key + ".cuda");
     differs(b.max_batch_tokens < a.max_batch_tokens,
             key + ".max_batch_tokens (it may grow, not shrink)");
+    // A cuda executor's staging buffers are sized for these at start.
+    differs(
+        a.executor == ExecutorKind::kCuda && (a.max_batch_tokens != b.max_batch_tokens ||
+                                              a.max_batch_requests != b.max_batch_requests),
+        key + ".max_batch_tokens/max_batch_requests (a cuda endpoint's staging is sized at start)");
   }
   return out;
 }

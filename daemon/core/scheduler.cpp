@@ -81,6 +81,14 @@ std::optional<std::string> Scheduler::reconfigure(SchedulerSpec spec) {
     if (es.latency_target != ep.spec.latency_target || es.parallelism != ep.spec.parallelism) {
       ep.throttle = BacklogThrottle(es.latency_target, es.parallelism);
     }
+    if (es.cost != ep.spec.cost) {
+      // Requests in flight were charged under the old model: correcting
+      // them by an adaptive cost would compare unlike units.
+      for (Slot& s : slots_) {
+        if (s.state == SlotState::kInFlight && s.req.endpoint == e)
+          s.charged = kChargedUnderOtherModel;
+      }
+    }
     ep.spec = es;
     ep.drr.clear();
     ep.drr.resize(tiers);
@@ -487,7 +495,7 @@ bool Scheduler::complete(Handle h, std::uint32_t output_tokens, TimeNs now) {
   if (ts.limiter) ts.limiter->refundTokens(s->req.max_output_tokens - out, s->arrival);
   if (ep.spec.cost == CostModel::kAdaptive) {
     const std::int64_t actual = static_cast<std::int64_t>(s->req.input_tokens) + out;
-    ep.drr[ts.tier].adjust(s->ts, s->charged - actual);
+    if (s->charged != kChargedUnderOtherModel) ep.drr[ts.tier].adjust(s->ts, s->charged - actual);
     ts.expected_output = ts.expected_output < 0
                              ? out
                              : ts.expected_output + kOutputEmaAlpha * (out - ts.expected_output);

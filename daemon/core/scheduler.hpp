@@ -269,6 +269,9 @@ class Scheduler {
   };
 
   static constexpr std::uint32_t kNoState = UINT32_MAX;
+  // Slot::charged of a request in flight across a reload that changed its
+  // endpoint's cost model: complete() makes no adaptive correction for it.
+  static constexpr std::int64_t kChargedUnderOtherModel = INT64_MIN;
   static std::uint32_t findState(const EndpointState& ep, TenantId t) {
     return t < ep.state_of.size() ? ep.state_of[t] : kNoState;
   }

@@ -60,9 +60,10 @@ struct Call {
   json body;
 };
 
-Call call(const Options& o, AdminCommand cmd, std::uint32_t limit = 0) {
+Call call(const Options& o, AdminCommand cmd, std::uint32_t limit = 0,
+          std::string_view tenant = {}) {
   auto r = fairsched::daemon::adminCommand(o.socket, cmd, limit,
-                                           std::chrono::milliseconds(o.timeout_ms));
+                                           std::chrono::milliseconds(o.timeout_ms), tenant);
   if (auto* err = std::get_if<std::string>(&r)) {
     std::cerr << "fairschedctl: " << *err << "\n";
     return {kExitUnreachable, {}};
@@ -145,12 +146,11 @@ std::string limitsText(const json& limits) {
   return out.empty() ? "-" : out;
 }
 
-void printTenants(const json& t, const std::string& only) {
+void printTenants(const json& t) {
   std::printf("%-20s %-10s %-8s %6s %7s %8s %9s %10s %9s %10s  %s\n", "TENANT", "ENDPOINT", "TIER",
               "WEIGHT", "QUEUED", "INFLIGHT", "SHARE_10S", "ADMITTED", "REJECTED", "COMPLETED",
               "LIMITS (used, left)");
   for (const json& r : t["tenants"]) {
-    if (!only.empty() && r.value("tenant", "") != only) continue;
     const json& rej = r["rejected"];
     const unsigned long long rejected = rej.value("rate_limited", 0ull) +
                                         rej.value("overloaded", 0ull) +
@@ -189,7 +189,7 @@ int runTop(const Options& o) {
     if (isatty(STDOUT_FILENO)) std::cout << "\x1b[H\x1b[2J";  // home, clear
     printStatus(s.body);
     std::cout << "\n";
-    printTenants(t.body, o.tenant);
+    printTenants(t.body);
     std::cout.flush();
     if (o.iterations == 0 || i + 1 < o.iterations) {
       std::this_thread::sleep_for(std::chrono::duration<double>(o.interval_s));
@@ -260,15 +260,8 @@ int main(int argc, char** argv) {
 
   if (status->parsed()) return finish(o, call(o, AdminCommand::kStatus), printStatus);
   if (tenants->parsed()) {
-    Call c = call(o, AdminCommand::kTenants, o.tenant.empty() ? o.limit : 0);
-    if (c.rc == kExitOk && !o.tenant.empty()) {
-      json kept = json::array();
-      for (json& r : c.body["tenants"]) {
-        if (r.value("tenant", "") == o.tenant) kept.push_back(std::move(r));
-      }
-      c.body["tenants"] = std::move(kept);
-    }
-    return finish(o, c, [](const json& j) { printTenants(j, ""); });
+    const Call c = call(o, AdminCommand::kTenants, o.tenant.empty() ? o.limit : 0, o.tenant);
+    return finish(o, c, printTenants);
   }
   if (top->parsed()) return runTop(o);
   if (reload->parsed()) {

@@ -103,7 +103,16 @@ std::unique_ptr<core::FleetAccount> FleetLimiter::open(std::string_view tenant,
     if (it == entries_.end() || it->second->spec.amount != spec.amount) {
       // A new limit, or the same key with another amount (a reload): a fresh
       // pool; the old one is released by the sweep once its accounts close.
+      // The same Redis key counts both, so what the old pool owes (and the
+      // backend's "budget spent" answer) moves to the new one.
       auto fresh = std::make_shared<Entry>(key, spec, leaseFor(spec), options_.hosts);
+      if (it != entries_.end()) {
+        {
+          std::lock_guard old_lk(it->second->mu);
+          fresh->pool.adoptDebt(it->second->pool);
+        }
+        replaced_.push_back(it->second);
+      }
       it = entries_.insert_or_assign(std::move(key), std::move(fresh)).first;
     }
     e = it->second;
@@ -294,12 +303,28 @@ void FleetLimiter::sweep(std::vector<EntryPtr>& retry) {
     std::lock_guard lk(registry_mu_);
     for (auto it = entries_.begin(); it != entries_.end();) {
       EntryPtr& e = it->second;
-      if (e.use_count() == 1) {  // no account, no queue holds it: give its leases back
+      bool owes = false;
+      if (e.use_count() == 1) {
+        std::lock_guard elk(e->mu);
+        owes = e->pool.debt() > 0;
+      }
+      // No account, no queue holds it: give its leases back — unless it
+      // still owes a borrowed take, which it keeps fetching to pay (and a
+      // tenant that comes back finds the debt, so it cannot borrow again).
+      if (e.use_count() == 1 && !owes) {
         closed.push_back(std::move(e));
         it = entries_.erase(it);
         continue;
       }
       ++it;
+    }
+    for (auto it = replaced_.begin(); it != replaced_.end();) {
+      if (it->use_count() == 1) {
+        closed.push_back(std::move(*it));
+        it = replaced_.erase(it);
+      } else {
+        ++it;
+      }
     }
     for (auto& [key, e] : entries_) {
       std::lock_guard elk(e->mu);
@@ -366,6 +391,7 @@ void FleetLimiter::stop() {
   {
     std::lock_guard lk(registry_mu_);
     for (auto& [key, e] : entries_) all.push_back(e);
+    for (const EntryPtr& e : replaced_) all.push_back(e);
   }
   const TimeNs deadline = clock_() + options_.shutdown_budget;
   for (const EntryPtr& e : all) {

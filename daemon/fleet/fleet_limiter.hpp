@@ -126,6 +126,9 @@ class FleetLimiter final : public core::FleetGate {
 
   mutable std::mutex registry_mu_;
   std::unordered_map<std::string, EntryPtr> entries_;  // guarded by registry_mu_
+  // Entries a reload replaced (same key, another amount): released by the
+  // sweep once their last account is gone. Guarded by registry_mu_.
+  std::vector<EntryPtr> replaced_;
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;

@@ -32,6 +32,7 @@
 // bypass for refunds: its refund is dropped.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -113,6 +114,13 @@ class LeasePool {
 
   std::uint64_t held() const;
   std::uint64_t debt() const { return debt_; }
+  // A pool replacing `old` for the same backend key (a reload changed the
+  // limit's amount) takes over its debt and its "budget spent until".
+  void adoptDebt(LeasePool& old) {
+    debt_ += old.debt_;
+    old.debt_ = 0;
+    denied_until_ = std::max(denied_until_, old.denied_until_);
+  }
   bool fetchPending() const { return fetching_; }
   TimeNs deniedUntil() const { return denied_until_; }
   std::uint64_t wantSize() const;

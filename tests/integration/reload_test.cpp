@@ -437,6 +437,8 @@ TEST_F(Reload, FairschedctlExitCodesAndJson) {
   EXPECT_EQ(t["tenants"][0]["limits"][0]["limit"], "1M requests/minute");
   EXPECT_EQ(runCtl(sock + " tenants --tenant acme", &out), 0) << out;
   EXPECT_NE(out.find("acme"), std::string::npos);
+  ASSERT_EQ(runCtl(sock + " --json tenants --tenant nosuch", &out), 0) << out;
+  EXPECT_EQ(json::parse(out, nullptr, false)["tenants"].size(), 0u) << "filtered by the daemon";
   EXPECT_EQ(runCtl(sock + " top --iterations 1", &out), 0) << out;
   EXPECT_EQ(runCtl(sock + " reload", &out), 0) << out;
   Variant broken;

@@ -1431,5 +1431,29 @@ TEST(ConfigFleet, BadLimitInATableNamesItsLine) {
             "cfg.toml:14: endpoints.x.limits: unknown unit 'minite'");
 }
 
+TEST(ConfigReload, BlockersNameWhatOnlyARestartCanChange) {
+  const Config base = parsedOk(withBase(""));
+  EXPECT_TRUE(reloadBlockers(base, base).empty());
+  Config next = base;
+  next.daemon.socket = "/elsewhere.sock";
+  next.endpoints[0].max_batch_requests += 1;  // a cpu endpoint: fine live
+  next.tenants.clear();                       // fine live
+  EXPECT_EQ(reloadBlockers(base, next), std::vector<std::string>{"daemon.socket"});
+
+  Config cuda = base;
+  cuda.endpoints[0].executor = ExecutorKind::kCuda;
+  Config cuda_next = cuda;
+  cuda_next.endpoints[0].max_batch_requests += 1;
+  const auto blockers = reloadBlockers(cuda, cuda_next);
+  ASSERT_EQ(blockers.size(), 1u);
+  EXPECT_NE(blockers[0].find(".max_batch_tokens/max_batch_requests"), std::string::npos)
+      << blockers[0];
+
+  Config fewer = base;
+  fewer.endpoints.pop_back();
+  EXPECT_EQ(reloadBlockers(base, fewer),
+            std::vector<std::string>{"endpoints (the set and order of endpoints)"});
+}
+
 }  // namespace
 }  // namespace fairsched::config

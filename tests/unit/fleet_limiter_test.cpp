@@ -232,6 +232,31 @@ TEST_F(FleetLimiterTest, TokenRefundsOfRetiredLeasesReachRedis) {
   EXPECT_EQ(counted(key), 140u);  // the borrowed 100, and the 40 the second take kept
 }
 
+// A borrowed take whose payment the backend refuses (the budget is spent)
+// stays owed after the tenant's account closes: a tenant that comes back
+// finds the debt and cannot borrow again, so forgetting an idle tenant never
+// lets it past the limit again and again.
+TEST_F(FleetLimiterTest, ADebtOutlivesItsAccountSoAReturningTenantCannotBorrowAgain) {
+  auto other = limiter(5, FleetErrorPolicy::kFailClosed);
+  auto spender = other->open("acme", "chat", requestsPer(10, kMinute));
+  ASSERT_EQ(admit(*spender, 10), 10u);  // another daemon spends the whole budget
+
+  auto l = limiter(5, FleetErrorPolicy::kFailClosed);
+  {
+    auto a = l->open("acme", "chat", requestsPer(10, kMinute));
+    EXPECT_TRUE(a->take(1, now()).admitted) << "no lease yet: admitted on credit";
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (l->stats().pools.denials == 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_GE(l->stats().pools.denials, 1u) << "the payment should be refused";
+  }  // the tenant's state is dropped: its account closes
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // several sweeps
+  auto again = l->open("acme", "chat", requestsPer(10, kMinute));
+  EXPECT_EQ(admit(*again, 1, std::chrono::milliseconds(300)), 0u);
+  EXPECT_EQ(l->stats().pools.borrowed, 1u);
+}
+
 // Kill Redis with leases held, spend them, and check the policy beyond them.
 class FleetPolicyTest : public FleetLimiterTest {
  protected:

@@ -74,6 +74,19 @@ TEST(LeasePool, NoCreditWhileADebtIsUnpaidOrTheBudgetIsSpent) {
   EXPECT_EQ(q.counters().borrowed, 0u);
 }
 
+TEST(LeasePool, AReplacingPoolTakesOverTheDebtAndTheDenial) {
+  LeasePool old(10, kTtl);
+  ASSERT_TRUE(old.take(4, 0, true).admitted);
+  old.beginFetch(0);
+  old.onDenied(7 * kNsPerSec);
+  LeasePool fresh(20, kTtl);
+  fresh.adoptDebt(old);
+  EXPECT_EQ(old.debt(), 0u);
+  EXPECT_EQ(fresh.debt(), 4u);
+  EXPECT_EQ(fresh.deniedUntil(), 7 * kNsPerSec);
+  EXPECT_FALSE(fresh.take(1, 1, true).admitted);
+}
+
 TEST(LeasePool, RefundOfABorrowedTakeIsDropped) {
   LeasePool p(10, kTtl);
   ASSERT_TRUE(p.take(4, 100, true).admitted);

@@ -267,6 +267,26 @@ TEST(Metrics, RemapListsNewTenantsAndKeepsEverySum) {
       -1);
 }
 
+TEST(Metrics, OpenRingsFollowTheirTenantToANewLabelOnRemap) {
+  Fixture fx(makeConfig(0, ""));  // no unlisted labels: newco folds into __other__
+  const TenantId newco = fx.open("newco");
+  fx.publish();
+  EXPECT_EQ(valueOf(fx.metrics->collect(), "fairsched_tenant_clients", {{"tenant", "__other__"}}),
+            1);
+  const config::Config next = makeConfig(0, "[tenants.newco]\n");  // the reload lists it
+  ASSERT_EQ(fx.sched.reconfigure(config::buildSchedulerSpec(next)), std::nullopt);
+  fx.metrics->remapTenants(next, fx.sched);
+  fx.publish();
+  auto f = fx.metrics->collect();
+  EXPECT_EQ(valueOf(f, "fairsched_tenant_clients", {{"tenant", "newco"}}), 1);
+  EXPECT_EQ(valueOf(f, "fairsched_tenant_clients", {{"tenant", "__other__"}}), 0);
+  fx.metrics->tenantClosed(newco);
+  fx.publish();
+  f = fx.metrics->collect();  // 0, or no series at all
+  EXPECT_LE(valueOf(f, "fairsched_tenant_clients", {{"tenant", "newco"}}), 0);
+  EXPECT_LE(valueOf(f, "fairsched_tenant_clients", {{"tenant", "__other__"}}), 0);
+}
+
 TEST(Metrics, RemapKeepsUnlabelledTenantsInFirstComeOrderWithinTheBudget) {
   Fixture fx(makeConfig(2, ""));
   const TenantId a = fx.open("a");

@@ -189,6 +189,31 @@ TEST(SchedulerReload, ATenantNoLongerListedTakesItsTierDefaultsOrIsForgotten) {
   EXPECT_EQ(h.sched.tenants()[held].tier, 1);
 }
 
+TEST(SchedulerReload, InFlightRequestsOfAChangedCostModelGetNoAdaptiveCorrection) {
+  SchedulerSpec s = spec();
+  s.endpoints[0].cost = CostModel::kRequests;
+  s.endpoints[0].quantum = 1;
+  s.endpoints[0].max_batch_requests = 1;
+  Harness h(s);
+  const TenantId a = h.sched.tenants().acquire("a");
+  const TenantId b = h.sched.tenants().acquire("b");
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(h.submit(a, 0, 1000, 100).status, Status::kOk);
+  ASSERT_TRUE(h.sched.nextBatch(0, 0, h.batch, h.done, true));
+  const Dispatched running = h.batch.requests.at(0);  // charged 1: one request
+  SchedulerSpec adaptive = spec();
+  adaptive.endpoints[0].cost = CostModel::kAdaptive;
+  adaptive.endpoints[0].quantum = 1100;
+  adaptive.endpoints[0].max_batch_requests = 1;
+  ASSERT_EQ(h.sched.reconfigure(adaptive), std::nullopt);
+  ASSERT_TRUE(h.sched.complete(running.handle, 100, 0));  // 1,100 tokens actual
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(h.submit(b, 0, 1000, 100).status, Status::kOk);
+  // Corrected as if the 1 charged were tokens, a (still backlogged) would
+  // owe 1,099 and sit out a round while b went twice.
+  auto served = h.serve(4, 0);
+  EXPECT_EQ(served[a], 2);
+  EXPECT_EQ(served[b], 2);
+}
+
 TEST(SchedulerReload, RefusedChangesLeaveEverythingAsItWas) {
   SchedulerSpec s = spec();
   s.tenants = {listed("a", 0, 2.0)};
