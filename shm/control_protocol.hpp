@@ -210,7 +210,7 @@ M makeMessage(std::uint32_t seq) {
 template <std::size_t N>
 void setString(char (&dst)[N], std::string_view s) {
   const std::size_t n = std::min(s.size(), N - 1);
-  std::memcpy(dst, s.data(), n);
+  if (n > 0) std::memcpy(dst, s.data(), n);  // an empty view's data() may be null
   std::memset(dst + n, 0, N - n);
 }
 
