@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/stats.hpp"
 #include "daemon/core/rate_limiter.hpp"
 #include "daemon/fleet/fleet_limiter.hpp"
 #include "daemon/fleet/redis_backend.hpp"
@@ -121,11 +122,7 @@ Overshoot measureOvershoot(const testing::RedisServer& redis, TimeNs run) {
   th2.join();
   std::vector<TimeNs> all(t1);
   all.insert(all.end(), t2.begin(), t2.end());
-  std::sort(all.begin(), all.end());
-  for (std::size_t lo = 0, hi = 0; hi < all.size(); ++hi) {
-    while (all[hi] - all[lo] >= kWindow) ++lo;
-    o.most = std::max<std::uint64_t>(o.most, hi - lo + 1);
-  }
+  o.most = maxCountInWindow(all, kWindow);
   o.admitted = all.size();
   return o;
 }

@@ -33,4 +33,17 @@ inline double maxInWindow(std::vector<std::pair<double, double>> admissions, dou
   return best;
 }
 
+// The most events in any window [t, t + window) of `times` (any order): the
+// same scan with every cost 1, on integer times (nanoseconds) kept exact.
+template <class Time>
+std::size_t maxCountInWindow(std::vector<Time> times, Time window) {
+  std::sort(times.begin(), times.end());
+  std::size_t best = 0;
+  for (std::size_t lo = 0, hi = 0; hi < times.size(); ++hi) {
+    while (times[hi] - times[lo] >= window) ++lo;
+    best = std::max(best, hi - lo + 1);
+  }
+  return best;
+}
+
 }  // namespace fairsched::bench

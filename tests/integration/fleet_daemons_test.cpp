@@ -20,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "bench/stats.hpp"
 #include "daemon/admin_client.hpp"
 #include "daemon/config/config.hpp"
 #include "daemon/forked_daemon.hpp"
@@ -197,18 +198,13 @@ TEST(FleetDaemons, TwoDaemonsSharingRedisStayWithinTheFleetBound) {
     per_daemon.push_back(n);
   }
   std::filesystem::remove_all(dir);
-  std::sort(times.begin(), times.end());
 
   // An admission lies between its submit and its completion, so completions
   // within (window - latency) were all admitted within one window.
   const std::int64_t window = std::chrono::nanoseconds(kWindow).count();
   ASSERT_LT(latency, window / 4) << "completions too slow to say anything about the window";
   const std::int64_t span = window - latency;
-  std::size_t most = 0;
-  for (std::size_t lo = 0, hi = 0; hi < times.size(); ++hi) {
-    while (times[hi] - times[lo] >= span) ++lo;
-    most = std::max(most, hi - lo + 1);
-  }
+  const std::size_t most = bench::maxCountInWindow(times, span);
   // Two leases per daemon, plus one request (cost 1) each may admit on credit.
   const std::uint64_t bound = kLimit + kDaemons * (2 * kLease + 1);
   std::printf("fleet: %zu OK completions (%zu, %zu), at most %zu in %lld ms, bound %llu\n",

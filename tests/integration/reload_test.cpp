@@ -133,6 +133,23 @@ Result<RequestId> submitTo(Client& client, Tenant t, const std::vector<std::uint
   return client.submit(r);
 }
 
+// Completions of `client` until `n` have arrived or `limit` passes.
+std::vector<Completion> collect(Client& client, std::size_t n,
+                                std::chrono::milliseconds limit = 10s) {
+  std::vector<Completion> out;
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (out.size() < n && std::chrono::steady_clock::now() < until) {
+    (void)client.wait(50ms);
+    client.poll(out);
+  }
+  return out;
+}
+
+std::optional<Status> nextStatus(Client& client) {
+  const std::vector<Completion> c = collect(client, 1);
+  return c.empty() ? std::nullopt : std::optional<Status>(c.front().status);
+}
+
 // One client process: `n` requests over tenants acme and "u<p>", paced so the
 // run spans the reloads. Exit 0 when every request got exactly one
 // completion, OK ones with their own checksum.
@@ -273,16 +290,9 @@ TEST_F(Reload, ATenantTakenFromAClientEndsItsQueuedRequestsUnauthorized) {
 
   std::map<std::string, std::map<Status, int>> by;
   std::map<RequestId, int> seen;
-  std::vector<Completion> done;
-  const auto until = std::chrono::steady_clock::now() + 20s;
-  while (seen.size() < who.size() && std::chrono::steady_clock::now() < until) {
-    (void)client->wait(50ms);
-    done.clear();
-    client->poll(done);
-    for (const Completion& c : done) {
-      ++seen[c.request_id];
-      by[who[c.request_id]][c.status]++;
-    }
+  for (const Completion& c : collect(*client, who.size(), 20s)) {
+    ++seen[c.request_id];
+    by[who[c.request_id]][c.status]++;
   }
   ASSERT_EQ(seen.size(), who.size());
   for (const auto& [id, n] : seen) EXPECT_EQ(n, 1);
@@ -297,17 +307,7 @@ TEST_F(Reload, ATenantTakenFromAClientEndsItsQueuedRequestsUnauthorized) {
   ASSERT_EQ(admin(AdminCommand::kReload).status, ControlStatus::kOk);
   auto again = submitTo(*client, *gone, promptFor(9), 9);
   ASSERT_TRUE(again);
-  std::optional<Status> last;
-  for (auto t = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < t;) {
-    (void)client->wait(50ms);
-    done.clear();
-    client->poll(done);
-    if (!done.empty()) {
-      last = done.front().status;
-      break;
-    }
-  }
-  EXPECT_EQ(last, Status::kOk);
+  EXPECT_EQ(nextStatus(*client), Status::kOk);
   EXPECT_EQ(d->terminate(), 0);
 }
 
@@ -337,15 +337,7 @@ TEST_F(Reload, InvalidFilesAndRestartOnlyChangesKeepTheRunningConfig) {
   ASSERT_TRUE(t);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(submitTo(*client, *t, promptFor(i), i));
   std::map<Status, int> statuses;
-  std::vector<Completion> done;
-  for (auto until = std::chrono::steady_clock::now() + 10s;
-       statuses[Status::kOk] + statuses[Status::kRateLimited] < 3 &&
-       std::chrono::steady_clock::now() < until;) {
-    (void)client->wait(50ms);
-    done.clear();
-    client->poll(done);
-    for (const Completion& c : done) statuses[c.status]++;
-  }
+  for (const Completion& c : collect(*client, 3)) statuses[c.status]++;
   EXPECT_EQ(statuses[Status::kOk], 2);
   EXPECT_EQ(statuses[Status::kRateLimited], 1);
   const json s = status();
@@ -373,15 +365,7 @@ TEST_F(Reload, DrainFinishesTheQueueAndRefusesNewWorkUntilResumed) {
   EXPECT_EQ(json::parse(r.json)["state"], "draining");
   ASSERT_TRUE(submitTo(*client, *t, promptFor(50), 50));  // submitted while draining
   std::map<Status, int> statuses;
-  std::vector<Completion> done;
-  for (auto until = std::chrono::steady_clock::now() + 10s;
-       statuses[Status::kOk] + statuses[Status::kShuttingDown] < 11 &&
-       std::chrono::steady_clock::now() < until;) {
-    (void)client->wait(50ms);
-    done.clear();
-    client->poll(done);
-    for (const Completion& c : done) statuses[c.status]++;
-  }
+  for (const Completion& c : collect(*client, 11)) statuses[c.status]++;
   EXPECT_EQ(statuses[Status::kOk], 10) << "what was queued before the drain runs";
   EXPECT_EQ(statuses[Status::kShuttingDown], 1);
   ClientOptions o2 = o;
@@ -390,18 +374,7 @@ TEST_F(Reload, DrainFinishesTheQueueAndRefusesNewWorkUntilResumed) {
 
   ASSERT_EQ(admin(AdminCommand::kResume).status, ControlStatus::kOk);
   ASSERT_TRUE(submitTo(*client, *t, promptFor(60), 60));
-  std::optional<Status> last;
-  for (auto until = std::chrono::steady_clock::now() + 10s;
-       std::chrono::steady_clock::now() < until;) {
-    (void)client->wait(50ms);
-    done.clear();
-    client->poll(done);
-    if (!done.empty()) {
-      last = done.front().status;
-      break;
-    }
-  }
-  EXPECT_EQ(last, Status::kOk);
+  EXPECT_EQ(nextStatus(*client), Status::kOk);
   EXPECT_EQ(d->terminate(), 0);
 }
 

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <thread>
 
+#include "bench/stats.hpp"
 #include "daemon/fleet/redis_backend.hpp"
 #include "tests/support/redis_server.hpp"
 
@@ -165,12 +166,7 @@ TEST_F(FleetLimiterTest, TwoLimitersSharingOneRedisStayWithinTheBound) {
   th2.join();
   std::vector<TimeNs> all(t1);
   all.insert(all.end(), t2.begin(), t2.end());
-  std::sort(all.begin(), all.end());
-  std::size_t most = 0;
-  for (std::size_t lo = 0, hi = 0; hi < all.size(); ++hi) {
-    while (all[hi] - all[lo] >= kWindow) ++lo;
-    most = std::max(most, hi - lo + 1);
-  }
+  const std::size_t most = bench::maxCountInWindow(all, kWindow);
   const std::uint64_t bound = kLimit + 2 * 2 * kLease;
   EXPECT_LE(most, bound) << "largest count in a window of 500 ms";
   EXPECT_GE(most, kLimit * 9 / 10) << "the limit was not approached: the test proves nothing";
