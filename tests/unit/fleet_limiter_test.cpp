@@ -167,7 +167,9 @@ TEST_F(FleetLimiterTest, TwoLimitersSharingOneRedisStayWithinTheBound) {
   std::vector<TimeNs> all(t1);
   all.insert(all.end(), t2.begin(), t2.end());
   const std::size_t most = bench::maxCountInWindow(all, kWindow);
-  const std::uint64_t bound = kLimit + 2 * 2 * kLease;
+  // The documented bound: two leases per limiter, plus one request (cost 1)
+  // each may have admitted on credit and not yet paid for.
+  const std::uint64_t bound = kLimit + 2 * (2 * kLease + 1);
   EXPECT_LE(most, bound) << "largest count in a window of 500 ms";
   EXPECT_GE(most, kLimit * 9 / 10) << "the limit was not approached: the test proves nothing";
   EXPECT_GE(all.size(), 3 * kLimit) << "the run should span several windows";
