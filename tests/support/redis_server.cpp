@@ -189,4 +189,12 @@ std::optional<std::size_t> RedisServer::clientCount() const {
   return lines == 0 ? 0 : lines - 1;  // not the connection asking
 }
 
+std::uint64_t RedisServer::hashSum(const std::string& key) const {
+  const auto all = command({"HGETALL", key});
+  std::uint64_t sum = 0;
+  if (!all) return 0;
+  for (std::size_t i = 1; i < all->size(); i += 2) sum += std::stoull((*all)[i]);
+  return sum;
+}
+
 }  // namespace fairsched::testing

@@ -45,6 +45,9 @@ class RedisServer {
   // One command on a fresh connection; the reply flattened to strings
   // (integers in decimal, nil as ""), or nullopt when it failed.
   std::optional<std::vector<std::string>> command(const std::vector<std::string>& args) const;
+  // The sum of the values of hash `key` (a fleet limit's sub-bucket counts);
+  // 0 when it does not exist or the command fails.
+  std::uint64_t hashSum(const std::string& key) const;
   // Connections the server has open (CLIENT LIST), not counting the one
   // asking; nullopt when it cannot be asked.
   std::optional<std::size_t> clientCount() const;

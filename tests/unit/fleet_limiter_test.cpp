@@ -99,13 +99,7 @@ class FleetLimiterTest : public ::testing::Test {
     return std::nullopt;
   }
 
-  std::uint64_t counted(const std::string& key) const {
-    auto all = redis_->command({"HGETALL", key});
-    std::uint64_t sum = 0;
-    if (!all) return 0;
-    for (std::size_t i = 1; i < all->size(); i += 2) sum += std::stoull((*all)[i]);
-    return sum;
-  }
+  std::uint64_t counted(const std::string& key) const { return redis_->hashSum(key); }
 
   std::unique_ptr<RedisServer> redis_;
 };
