@@ -114,12 +114,7 @@ std::optional<std::string> Scheduler::reconfigure(SchedulerSpec spec) {
       if (ts.queued == 0) continue;
       ep.tiers[ts.tier].backlogged_weight += ts.weight;
       if (spec_.policy != Policy::kFair) continue;
-      while (!ts.queue.empty()) {  // drop withdrawn entries from the head
-        const Slot* top = lookup(ts.queue.top().handle);
-        if (top && top->state == SlotState::kQueued) break;
-        ts.queue.pop();
-        if (ts.withdrawn > 0) ts.withdrawn--;
-      }
+      dropWithdrawnHead(ts);
       const QueueEntry& head = ts.queue.top();
       drr.enqueue(i, costOf(ep, ts, head.input_tokens, head.max_output_tokens));
     }
@@ -325,17 +320,21 @@ void Scheduler::unqueue(EndpointState& ep, TenantState& ts, std::uint64_t tokens
   if (--ep.queued == 0) ep.pending_since = kNever;
 }
 
-void Scheduler::refreshHead(EndpointState& ep, std::uint32_t ts_index) {
-  TenantState& ts = ep.states[ts_index];
-  bool changed = false;
+bool Scheduler::dropWithdrawnHead(TenantState& ts) {
+  bool dropped = false;
   while (!ts.queue.empty()) {
     const Slot* top = lookup(ts.queue.top().handle);
     if (top && top->state == SlotState::kQueued) break;
     ts.queue.pop();
     if (ts.withdrawn > 0) ts.withdrawn--;
-    changed = true;
+    dropped = true;
   }
-  if (!changed) return;
+  return dropped;
+}
+
+void Scheduler::refreshHead(EndpointState& ep, std::uint32_t ts_index) {
+  TenantState& ts = ep.states[ts_index];
+  if (!dropWithdrawnHead(ts)) return;
   DrrScheduler& drr = ep.drr[ts.tier];
   if (ts.queue.empty()) {
     drr.remove(ts_index);
@@ -434,12 +433,7 @@ bool Scheduler::takeFair(EndpointState& ep, TimeNs now, Batch& out, std::vector<
     s.charged = cost;
     dispatch(ep, s, out);
     // The new head: skip entries withdrawn earlier (only when there are any).
-    while (ts.withdrawn > 0 && !ts.queue.empty()) {
-      const Slot* top = lookup(ts.queue.top().handle);
-      if (top && top->state == SlotState::kQueued) break;
-      ts.queue.pop();
-      ts.withdrawn--;
-    }
+    if (ts.withdrawn > 0) dropWithdrawnHead(ts);
     const bool has_next = !ts.queue.empty();
     std::int64_t next_cost = 0;
     if (has_next) {

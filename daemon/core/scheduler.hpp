@@ -293,6 +293,8 @@ class Scheduler {
     return static_cast<std::uint64_t>(r.input_tokens) + r.max_output_tokens;
   }
   std::uint64_t workAhead(const EndpointState& ep, const TenantState& ts) const;
+  // Pop withdrawn entries off the head of a tenant's queue; true when any were.
+  bool dropWithdrawnHead(TenantState& ts);
   // Drop dead entries from a tenant's queue head and tell the DRR about the
   // new head (or that the tenant emptied).
   void refreshHead(EndpointState& ep, std::uint32_t ts_index);
