@@ -3,7 +3,8 @@
 #   PREFIX/bin                      fairschedd, fairschedctl, fairsched-bench
 #   PREFIX/LIBDIR                   libfairsched.so.0 (+ .so link), libfairsched.a
 #   PREFIX/LIBDIR/pkgconfig         fairsched.pc
-#   PREFIX/include/fairsched        the client's public headers
+#   PREFIX/include/fairsched        the client's public headers (self-contained)
+#   PREFIX/LIBDIR/cmake/fairsched   the CMake package: find_package(fairsched)
 #   PREFIX/lib/systemd/system       fairschedd.service, ExecStart pointing at PREFIX/bin
 #   PREFIX/lib/sysusers.d           fairsched.conf (the fairsched user and group)
 #   PREFIX/lib/tmpfiles.d           fairsched.conf (/run/fairsched)
@@ -26,25 +27,30 @@ endforeach()
 install(TARGETS ${_fairsched_programs} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # The shared library installs libfairsched.so.0.1.0, the soname link
-# libfairsched.so.0 and the development link libfairsched.so.
-install(TARGETS fairsched_client fairsched_client_static
+# libfairsched.so.0 and the development link libfairsched.so. Both libraries
+# are exported as a CMake package: find_package(fairsched) gives the imported
+# targets fairsched::fairsched (shared) and fairsched::fairsched_static.
+set_target_properties(fairsched_client PROPERTIES EXPORT_NAME fairsched)
+set_target_properties(fairsched_client_static PROPERTIES EXPORT_NAME fairsched_static)
+install(TARGETS fairsched_client fairsched_client_static EXPORT fairschedTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
-install(FILES
-          client/include/fairsched/client.hpp
-          client/include/fairsched/error.hpp
-          client/include/fairsched/export.hpp
-          client/include/fairsched/fairsched.h
-          client/include/fairsched/http.hpp
-          client/include/fairsched/request.hpp
-          client/include/fairsched/retry.hpp
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fairsched)
-# fairsched/request.hpp includes "daemon/core/types.hpp" (the Status enum the
-# daemon and the client share). It is kept apart under fairsched/detail, and
-# fairsched.pc adds that directory to the include path.
-install(FILES daemon/core/types.hpp
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fairsched/detail/daemon/core)
+# The public headers: self-contained, they need -I<prefix>/include alone.
+install(DIRECTORY include/fairsched DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
+
+include(CMakePackageConfigHelpers)
+set(_fairsched_cmakedir ${CMAKE_INSTALL_LIBDIR}/cmake/fairsched)
+install(EXPORT fairschedTargets NAMESPACE fairsched:: DESTINATION ${_fairsched_cmakedir})
+configure_package_config_file(cmake/fairschedConfig.cmake.in
+  ${CMAKE_BINARY_DIR}/generated/fairschedConfig.cmake
+  INSTALL_DESTINATION ${_fairsched_cmakedir})
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/generated/fairschedConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/generated/fairschedConfig.cmake
+              ${CMAKE_BINARY_DIR}/generated/fairschedConfigVersion.cmake
+        DESTINATION ${_fairsched_cmakedir})
 
 install(FILES systemd/fairsched.sysusers.conf
         DESTINATION lib/sysusers.d RENAME fairsched.conf)

@@ -22,7 +22,7 @@ includedir=\${prefix}/${_includedir}
 Name: fairsched
 Description: Client library of fairschedd, the fair LLM request scheduler
 Version: ${_version}
-Cflags: -I\${includedir} -I\${includedir}/fairsched/detail
+Cflags: -I\${includedir}
 Libs: -L\${libdir} -lfairsched
 Libs.private: -lstdc++ -lm -pthread
 ")

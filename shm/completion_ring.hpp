@@ -25,22 +25,15 @@
 #include <optional>
 #include <span>
 
-#include "daemon/core/types.hpp"
+#include "fairsched/status.hpp"
 #include "shm/layout.hpp"
 
 namespace fairsched::shm {
 
-// CompletionSlot::status carries fairsched::Status by value; layout version 1
-// fixes these numbers.
-static_assert(static_cast<int>(Status::kOk) == 0 && static_cast<int>(Status::kExecutorFailed) == 9,
-              "Status values are part of the shared-memory layout: bump kLayoutVersion");
-inline constexpr std::uint32_t encodeStatus(Status s) {
-  return static_cast<std::uint32_t>(s);
-}
-inline constexpr std::optional<Status> decodeStatus(std::uint32_t wire) {
-  if (wire > static_cast<std::uint32_t>(Status::kExecutorFailed)) return std::nullopt;
-  return static_cast<Status>(wire);
-}
+// CompletionSlot::status carries fairsched::Status encoded by
+// fairsched::encodeStatus (fairsched/status.hpp).
+using fairsched::decodeStatus;
+using fairsched::encodeStatus;
 
 struct CompletionRingMemory {
   CompletionControl* control = nullptr;  // part (b): read-only mapping in the client

@@ -1,10 +1,13 @@
 // Vocabulary shared by every part of the scheduling core: time, ids,
-// completion statuses and cost models. Header-only, no dependencies.
+// completion statuses and cost models. Header-only; its one dependency is the
+// public fairsched/status.hpp.
 #pragma once
 
 #include <cstdint>
 #include <limits>
 #include <string_view>
+
+#include "fairsched/status.hpp"
 
 namespace fairsched {
 
@@ -22,35 +25,7 @@ using EndpointId = std::uint16_t;
 using TierId = std::uint16_t;
 inline constexpr TenantId kNoTenant = std::numeric_limits<TenantId>::max();
 
-// The one status every submitted request ends with (design.md §1).
-enum class Status : std::uint8_t {
-  kOk = 0,
-  kRateLimited,       // a limit would be exceeded; retry_after says when it will not
-  kOverloaded,        // the backlog cannot meet the endpoint's latency target
-  kQueueFull,         // the tenant's queue bound is reached
-  kDeadlineExceeded,  // the deadline passed before the request could run
-  kInvalid,           // the request can never be served as given
-  kUnauthorized,      // the client may not submit for this tenant/endpoint
-  kCancelled,         // withdrawn (client gone, tenant removed)
-  kShuttingDown,      // the daemon is stopping
-  kExecutorFailed,    // the batch's executor reported an error
-};
-
-constexpr std::string_view toString(Status s) {
-  switch (s) {
-    case Status::kOk: return "OK";
-    case Status::kRateLimited: return "RATE_LIMITED";
-    case Status::kOverloaded: return "OVERLOADED";
-    case Status::kQueueFull: return "QUEUE_FULL";
-    case Status::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case Status::kInvalid: return "INVALID";
-    case Status::kUnauthorized: return "UNAUTHORIZED";
-    case Status::kCancelled: return "CANCELLED";
-    case Status::kShuttingDown: return "SHUTTING_DOWN";
-    case Status::kExecutorFailed: return "EXECUTOR_FAILED";
-  }
-  return "UNKNOWN";
-}
+// Status (the per-request outcome) is public: fairsched/status.hpp.
 
 // How a request is charged against its tenant's DRR deficit.
 enum class CostModel : std::uint8_t {

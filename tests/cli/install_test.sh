@@ -4,9 +4,12 @@
 #   - the files are where docs/operations.md says, the .so has its soname
 #     and links, the unit's ExecStart names the prefix's fairschedd;
 #   - a second install keeps an edited /etc/fairsched/fairsched.toml;
+#   - every installed header compiles on its own with -I<prefix>/include alone;
 #   - examples/c_client.c against the shared library, and against the static
 #     one, and a C++ client against fairsched/client.hpp, link, load and
-#     report the missing socket with exit 1 (the documented connect failure).
+#     report the missing socket with exit 1 (the documented connect failure):
+#     through pkg-config, with -I<prefix>/include alone, and through a CMake
+#     project outside the source tree that calls find_package(fairsched).
 # Exit 77 (skipped) where pkg-config is not installed.
 #   install_test.sh BUILD_DIR SOURCE_DIR CC CXX "SANITIZER_FLAGS"
 set -u
@@ -42,12 +45,15 @@ libdir=$(sed -n 's/^libdir=\${prefix}\///p' "$root$prefix"/lib*/pkgconfig/fairsc
 L=$root$prefix/$libdir
 
 for f in bin/fairschedd include/fairsched/fairsched.h include/fairsched/client.hpp \
-         include/fairsched/detail/daemon/core/types.hpp "$libdir/libfairsched.a" \
+         include/fairsched/status.hpp include/fairsched/name.hpp "$libdir/libfairsched.a" \
+         "$libdir/cmake/fairsched/fairschedConfig.cmake" \
          lib/systemd/system/fairschedd.service lib/sysusers.d/fairsched.conf \
          lib/tmpfiles.d/fairsched.conf; do
   [[ -f "$root$prefix/$f" ]] || fail "missing $prefix/$f"
 done
 [[ -x "$root$prefix/bin/fairschedd" ]] || fail "fairschedd is not executable"
+[[ -d "$root$prefix/include/fairsched/detail" || -d "$root$prefix/include/daemon" ]] &&
+  fail "internal headers installed under $prefix/include"
 if [[ -f "$build/bin/fairschedctl" ]]; then
   [[ -x "$root$prefix/bin/fairschedctl" ]] || fail "fairschedctl was built but not installed"
 fi
@@ -126,6 +132,61 @@ if "$cxx" -std=c++20 "${sanflags[@]}" "${cflags[@]}" -o "$work/cpp_client" "$wor
   expect_connect_failure "cpp_client" "$work/cpp_client" "$work/missing.sock"
 else
   fail "cpp_client does not build: $(cat "$work/cxx.err")"
+fi
+
+# Each public header on its own, with nothing but the installed include dir.
+inc=$root$prefix/include
+for h in "$inc"/fairsched/*.h "$inc"/fairsched/*.hpp; do
+  name=fairsched/$(basename "$h")
+  if [[ "$h" == *.h ]]; then
+    printf '#include <%s>\nint main(void) { return 0; }\n' "$name" >"$work/one.c"
+    "$cc" -std=c11 -Wall -Wextra -Werror -I"$inc" -c "$work/one.c" -o "$work/one.o" 2>"$work/h.err" ||
+      fail "$name does not compile on its own as C: $(cat "$work/h.err")"
+  fi
+  printf '#include <%s>\nint main() { return 0; }\n' "$name" >"$work/one.cpp"
+  "$cxx" -std=c++20 -Wall -Wextra -Werror -I"$inc" -c "$work/one.cpp" -o "$work/one.o" 2>"$work/h.err" ||
+    fail "$name does not compile on its own as C++: $(cat "$work/h.err")"
+done
+
+# The C++ client with -I<prefix>/include alone (no pkg-config).
+if "$cxx" -std=c++20 "${sanflags[@]}" -I"$inc" -o "$work/cpp_client_plain" "$work/cpp_client.cpp" \
+    -L"$L" -lfairsched 2>"$work/cxx.err"; then
+  expect_connect_failure "cpp_client (-I only)" "$work/cpp_client_plain" "$work/missing.sock"
+else
+  fail "cpp_client does not build with -I$prefix/include alone: $(cat "$work/cxx.err")"
+fi
+
+# A CMake project outside the source tree: find_package(fairsched), a C and a
+# C++ program against the shared library and the C one against the static one.
+proj=$work/cmake_project
+mkdir -p "$proj"
+cp "$src/examples/c_client.c" "$work/cpp_client.cpp" "$proj/"
+cat >"$proj/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.20)
+project(uses_fairsched C CXX)
+set(CMAKE_CXX_STANDARD 20)
+find_package(fairsched 0.1 REQUIRED)
+add_executable(c_client c_client.c)
+target_link_libraries(c_client PRIVATE fairsched::fairsched)
+add_executable(c_client_static c_client.c)
+target_link_libraries(c_client_static PRIVATE fairsched::fairsched_static)
+set_target_properties(c_client_static PROPERTIES LINKER_LANGUAGE CXX)
+add_executable(cpp_client cpp_client.cpp)
+target_link_libraries(cpp_client PRIVATE fairsched::fairsched)
+CMAKE
+if cmake -S "$proj" -B "$proj/build" -DCMAKE_PREFIX_PATH="$root$prefix" \
+      -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
+      -DCMAKE_C_FLAGS="${sanflags[*]}" -DCMAKE_CXX_FLAGS="${sanflags[*]}" \
+      -DCMAKE_EXE_LINKER_FLAGS="${sanflags[*]}" >"$work/cmake.log" 2>&1 &&
+    cmake --build "$proj/build" >>"$work/cmake.log" 2>&1; then
+  expect_connect_failure "c_client (find_package)" "$proj/build/c_client" --socket "$work/missing.sock"
+  ldd "$proj/build/c_client_static" | grep -q libfairsched &&
+    fail "c_client_static (find_package) loads libfairsched.so"
+  expect_connect_failure "c_client_static (find_package)" "$proj/build/c_client_static" \
+    --socket "$work/missing.sock"
+  expect_connect_failure "cpp_client (find_package)" "$proj/build/cpp_client" "$work/missing.sock"
+else
+  fail "the find_package(fairsched) project does not build: $(tail -n 30 "$work/cmake.log")"
 fi
 
 if [[ $failures -ne 0 ]]; then

@@ -75,7 +75,7 @@ typedef enum fairsched_status {
 typedef struct fairsched_options {
   size_t struct_size;      /* sizeof(fairsched_options), set by init */
   const char* socket_path; /* default "/run/fairsched/fairsched.sock" */
-  const char* client_name; /* default "" ; at most 63 bytes */
+  const char* client_name; /* default ""; else a name (see below) */
   int64_t connect_timeout_ns;
   int64_t control_timeout_ns;
   int64_t spin_ns;                    /* busy-poll in fairsched_wait before sleeping */
@@ -128,7 +128,10 @@ FAIRSCHED_C_API void fairsched_retry_policy_init(fairsched_retry_policy* policy)
 /* Connects and says Hello. On success *out is a handle for fairsched_close. */
 FAIRSCHED_C_API fairsched_error fairsched_connect(const fairsched_options* options,
                                                   fairsched_client** out);
-/* Opens a tenant (or returns the handle already open for it). tier may be NULL. */
+/* Opens a tenant (or returns the handle already open for it). tier may be NULL.
+ * Names (tenant, tier, client_name) are 1 to 63 characters, each an ASCII
+ * letter, a digit or one of . _ - : @ / + (fairsched/name.hpp); any other
+ * name is FAIRSCHED_ERR_INVALID_ARGUMENT, and the daemon refuses it too. */
 FAIRSCHED_C_API fairsched_error fairsched_open_tenant(fairsched_client* client, const char* tenant,
                                                       const char* tier, uint32_t* out_tenant);
 /* Writes one request into its tenant's ring; never blocks (see client.hpp

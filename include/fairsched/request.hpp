@@ -9,7 +9,7 @@
 #include <span>
 #include <string_view>
 
-#include "daemon/core/types.hpp"  // fairsched::Status, the per-request outcome
+#include "fairsched/status.hpp"
 
 namespace fairsched {
 
