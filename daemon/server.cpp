@@ -17,6 +17,7 @@
 #include "daemon/config/scheduler_setup.hpp"
 #include "daemon/cpu_executor.hpp"
 #include "daemon/log.hpp"
+#include "fairsched/name.hpp"
 #if FAIRSCHED_HAVE_CUDA
 #include "daemon/cuda_executor.hpp"
 #endif
@@ -418,29 +419,39 @@ void Server::onMessage(std::uint64_t conn_id, int bytes) {
     dropConnection(conn_id, "malformed control message");
     return;
   }
-  if (h.type == static_cast<std::uint16_t>(shm::MessageType::kHello)) {
-    shm::HelloMessage m;
-    if (shm::decode(data, m) != shm::DecodeError::kNone || c.segment) {
-      dropConnection(conn_id, "malformed or repeated hello");
+  // Whatever goes wrong serving one peer's message costs that peer its
+  // connection, never the daemon. (A handler may free `c`: keep the pid.)
+  const pid_t pid = c.cred.pid;
+  try {
+    if (h.type == static_cast<std::uint16_t>(shm::MessageType::kHello)) {
+      shm::HelloMessage m;
+      if (shm::decode(data, m) != shm::DecodeError::kNone || c.segment) {
+        dropConnection(conn_id, "malformed or repeated hello");
+        return;
+      }
+      handleHello(c, m);
+    } else if (h.type == static_cast<std::uint16_t>(shm::MessageType::kOpenTenant)) {
+      shm::OpenTenantMessage m;
+      if (shm::decode(data, m) != shm::DecodeError::kNone || !c.segment) {
+        dropConnection(conn_id, "malformed open-tenant or one before hello");
+        return;
+      }
+      handleOpenTenant(c, m);
+    } else if (h.type == static_cast<std::uint16_t>(shm::MessageType::kAdminRequest)) {
+      shm::AdminRequestMessage m;
+      if (shm::decode(data, m) != shm::DecodeError::kNone || c.segment) {
+        dropConnection(conn_id, "malformed admin request or one after hello");
+        return;
+      }
+      handleAdmin(c, m);
+    } else {
+      dropConnection(conn_id, "unknown control message");
       return;
     }
-    handleHello(c, m);
-  } else if (h.type == static_cast<std::uint16_t>(shm::MessageType::kOpenTenant)) {
-    shm::OpenTenantMessage m;
-    if (shm::decode(data, m) != shm::DecodeError::kNone || !c.segment) {
-      dropConnection(conn_id, "malformed open-tenant or one before hello");
-      return;
-    }
-    handleOpenTenant(c, m);
-  } else if (h.type == static_cast<std::uint16_t>(shm::MessageType::kAdminRequest)) {
-    shm::AdminRequestMessage m;
-    if (shm::decode(data, m) != shm::DecodeError::kNone || c.segment) {
-      dropConnection(conn_id, "malformed admin request or one after hello");
-      return;
-    }
-    handleAdmin(c, m);
-  } else {
-    dropConnection(conn_id, "unknown control message");
+  } catch (const std::exception& e) {
+    spdlog::error("client {} (pid {}): internal error serving a control message: {}", conn_id,
+                  pid, escapeForDisplay(e.what()));
+    dropConnection(conn_id, "internal error");
     return;
   }
   // A handler may have closed the connection (and freed it).
@@ -486,6 +497,14 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
     return refuse(shm::ControlStatus::kUnauthorized, "uid " + std::to_string(c.cred.uid) + " gid " +
                                                          std::to_string(c.cred.gid) +
                                                          " matches no [[clients]] rule");
+  }
+  // The client's name is informational but goes into the log: it follows the
+  // name rule or the client is refused (empty means "no name").
+  const std::string_view client_name = *shm::getString(m.client_name);
+  if (!client_name.empty()) {
+    if (auto err = nameError(client_name)) {
+      return refuse(shm::ControlStatus::kBadRequest, "client name refused: " + *err);
+    }
   }
   if (m.layout_version != shm::kLayoutVersion) {
     return refuse(shm::ControlStatus::kVersionMismatch,
@@ -541,7 +560,7 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
   c.segment->closeFd();  // the client holds it now; our mappings stay
   armDoorbell(c);
   spdlog::info("client {} connected: uid {} pid {} rule '{}' name '{}'", c.id, c.cred.uid,
-               c.cred.pid, c.rule->name, shm::getString(m.client_name).value_or(""));
+               c.cred.pid, c.rule->name, client_name);
 }
 
 void Server::handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m) {
@@ -552,15 +571,24 @@ void Server::handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m) {
     reply.status = static_cast<std::uint32_t>(status);
     reply.ring = ring;
     shm::setString(reply.message, text);
-    if (status != shm::ControlStatus::kOk) {
-      spdlog::warn("client {} (uid {}): open tenant '{}': {}", c.id, c.cred.uid, tenant, text);
+    if (status != shm::ControlStatus::kOk) {  // the name may break the rule: escaped
+      spdlog::warn("client {} (uid {}): open tenant \"{}\": {}", c.id, c.cred.uid,
+                   escapeForDisplay(tenant), text);
     }
     if (!sendReply(c, shm::bytesOf(reply), nullptr, 0)) {
       c.closing = true;
       dropConnection(c.id, "could not send a reply");
     }
   };
-  if (tenant.empty()) return answer(shm::ControlStatus::kBadRequest, "empty tenant name", 0);
+  // Names from a peer are checked before anything stores, matches or prints them.
+  if (auto err = nameError(tenant)) {
+    return answer(shm::ControlStatus::kBadRequest, "tenant name refused: " + *err, 0);
+  }
+  if (!tier.empty()) {
+    if (auto err = nameError(tier)) {
+      return answer(shm::ControlStatus::kBadRequest, "tier name refused: " + *err, 0);
+    }
+  }
   if (!c.rule) {  // a reload removed the rule that admitted this client
     return answer(shm::ControlStatus::kUnauthorized,
                   "uid " + std::to_string(c.cred.uid) + " matches no [[clients]] rule any more", 0);
@@ -660,7 +688,15 @@ bool Server::poll() {
   }
   bool worked = collect(now);
   for (auto& [id, c] : conns_) {
-    if (c->segment && !c->closing) worked = ingest(*c, now) || worked;
+    if (!c->segment || c->closing) continue;
+    try {
+      worked = ingest(*c, now) || worked;
+    } catch (const std::exception& e) {  // costs this client its connection, not the daemon
+      spdlog::error("client {} (pid {}): internal error in ingest: {}", id, c->cred.pid,
+                    escapeForDisplay(e.what()));
+      c->closing = true;
+      drop_later_.push_back(id);
+    }
   }
   for (const std::uint64_t id : drop_later_) dropConnection(id, "broke its submission ring");
   drop_later_.clear();

@@ -162,6 +162,7 @@ class Server {
   void handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m);
   // server_admin.cpp: fairschedctl's commands.
   void handleAdmin(Connection& c, const shm::AdminRequestMessage& m);
+  void serveAdmin(Connection& c, const shm::AdminRequestMessage& m);  // may throw
   void sendAdmin(Connection& c, std::uint32_t seq, shm::ControlStatus status,
                  const std::string& json);
   void pumpOutbox(Connection& c);

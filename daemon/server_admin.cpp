@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/server.hpp"
+#include "fairsched/name.hpp"
 
 #ifndef FAIRSCHED_VERSION
 #define FAIRSCHED_VERSION "0.1.0"
@@ -24,6 +25,12 @@ namespace fairsched::daemon {
 namespace {
 
 using nlohmann::json;
+
+// JSON text of `j`; never throws: a string that is not UTF-8 (none should
+// reach here: names follow fairsched/name.hpp) is written with U+FFFD.
+std::string dumpJson(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 double seconds(TimeNs ns) {
   return static_cast<double>(ns) / static_cast<double>(kNsPerSec);
@@ -55,28 +62,48 @@ void Server::handleAdmin(Connection& c, const shm::AdminRequestMessage& m) {
                             " is not allowed admin commands (no [[clients]] rule with admin = true "
                             "names it)";
     spdlog::warn("admin {} refused: {}", commandName(m.command), why);
-    sendAdmin(c, seq, shm::ControlStatus::kUnauthorized, json{{"error", why}}.dump());
+    sendAdmin(c, seq, shm::ControlStatus::kUnauthorized, dumpJson(json{{"error", why}}));
     return;
   }
   spdlog::info("admin {} from uid {} pid {}", commandName(m.command), c.cred.uid, c.cred.pid);
+  // A failure serving one command answers that command; the daemon goes on.
+  try {
+    serveAdmin(c, m);
+  } catch (const std::exception& e) {
+    spdlog::error("admin {} failed: {}", commandName(m.command), escapeForDisplay(e.what()));
+    sendAdmin(c, seq, shm::ControlStatus::kFailed,
+              dumpJson(json{{"error", std::string("internal error: ") + e.what()}}));
+  }
+}
+
+void Server::serveAdmin(Connection& c, const shm::AdminRequestMessage& m) {
+  const std::uint32_t seq = m.header.seq;
   switch (static_cast<shm::AdminCommand>(m.command)) {
     case shm::AdminCommand::kStatus:
       sendAdmin(c, seq, shm::ControlStatus::kOk, statusJson());
       return;
-    case shm::AdminCommand::kTenants:
-      sendAdmin(c, seq, shm::ControlStatus::kOk, tenantsJson(m.limit, *shm::getString(m.tenant)));
+    case shm::AdminCommand::kTenants: {
+      const std::string_view only = *shm::getString(m.tenant);
+      if (!only.empty()) {
+        if (auto err = nameError(only)) {
+          sendAdmin(c, seq, shm::ControlStatus::kBadRequest, dumpJson(json{{"error", *err}}));
+          return;
+        }
+      }
+      sendAdmin(c, seq, shm::ControlStatus::kOk, tenantsJson(m.limit, only));
       return;
+    }
     case shm::AdminCommand::kReload: {
       if (shutting_down_) {
         sendAdmin(c, seq, shm::ControlStatus::kShuttingDown,
-                  json{{"error", "the daemon is stopping"}}.dump());
+                  dumpJson(json{{"error", "the daemon is stopping"}}));
         return;
       }
       const ReloadResult r = reload();
       json j = r.ok ? json{{"reloaded", true}, {"message", r.message}}
                     : json{{"reloaded", false}, {"error", r.message}};
       j["config"] = cfg_.source_path;
-      sendAdmin(c, seq, r.ok ? shm::ControlStatus::kOk : shm::ControlStatus::kFailed, j.dump());
+      sendAdmin(c, seq, r.ok ? shm::ControlStatus::kOk : shm::ControlStatus::kFailed, dumpJson(j));
       return;
     }
     case shm::AdminCommand::kDrain:
@@ -195,7 +222,7 @@ std::string Server::statusJson() const {
                    {"completions_dropped", stats_.completions_dropped},
                    {"bad_slots", stats_.bad_slots},
                    {"batches", stats_.batches}};
-  return j.dump();
+  return dumpJson(j);
 }
 
 std::string Server::tenantsJson(std::uint32_t limit, std::string_view only) {
@@ -283,8 +310,8 @@ std::string Server::tenantsJson(std::uint32_t limit, std::string_view only) {
          {"tokens_served", st.tokens_served},
          {"limits", std::move(limits)}});
   }
-  return json{{"total_rows", total}, {"truncated", keep < total}, {"tenants", std::move(out)}}
-      .dump();
+  return dumpJson(
+      json{{"total_rows", total}, {"truncated", keep < total}, {"tenants", std::move(out)}});
 }
 
 }  // namespace fairsched::daemon

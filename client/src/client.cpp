@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "fairsched/name.hpp"
 #include "pending_table.hpp"
 #include "session.hpp"
 #include "shm/completion_ring.hpp"
@@ -35,7 +36,6 @@ using std::chrono::nanoseconds;
 
 namespace {
 
-constexpr std::size_t kMaxNameBytes = shm::kNameBytes - 1;
 // poll() looks at the control socket at most this often when it finds
 // nothing; wait() and prepareToBlock() look every time before they block.
 constexpr nanoseconds kLivenessInterval = std::chrono::milliseconds(1);
@@ -367,13 +367,10 @@ class client_detail::ClientCore {
   // ---- the API ---------------------------------------------------------
 
   Result<Tenant> openTenant(std::string_view name, std::optional<std::string_view> tier) {
-    if (name.empty() || name.size() > kMaxNameBytes) {
-      return Error{ErrorCode::kInvalidArgument, 0,
-                   "tenant name must be 1 to " + std::to_string(kMaxNameBytes) + " bytes"};
-    }
-    if (tier && tier->size() > kMaxNameBytes) {
-      return Error{ErrorCode::kInvalidArgument, 0,
-                   "tier name must be at most " + std::to_string(kMaxNameBytes) + " bytes"};
+    // The daemon refuses a name that breaks the rule; say so before asking it.
+    if (auto err = nameError(name)) return Error{ErrorCode::kInvalidArgument, 0, "tenant " + *err};
+    if (tier && !tier->empty()) {
+      if (auto err = nameError(*tier)) return Error{ErrorCode::kInvalidArgument, 0, "tier " + *err};
     }
     std::lock_guard lk(control_mu);
     std::optional<std::uint32_t> index;
@@ -723,9 +720,10 @@ class client_detail::ClientCore {
 using Impl = client_detail::ClientCore;
 
 Result<Client> Client::connect(ClientOptions options) {
-  if (options.client_name.size() > kMaxNameBytes) {
-    return Error{ErrorCode::kInvalidArgument, 0,
-                 "client name must be at most " + std::to_string(kMaxNameBytes) + " bytes"};
+  if (!options.client_name.empty()) {
+    if (auto err = nameError(options.client_name)) {
+      return Error{ErrorCode::kInvalidArgument, 0, "client " + *err};
+    }
   }
   if (options.spin.count() < 0) options.spin = nanoseconds(0);
   shm::Result<shm::EventFd> notify = shm::EventFd::create();

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "daemon/config/config.hpp"
+#include "fairsched/name.hpp"
 
 namespace fairsched::config {
 namespace {
@@ -361,18 +362,13 @@ class Parser {
     return t;
   }
 
-  // Names of tiers, endpoints, tenants and clients appear in logs, metrics
-  // and fairschedctl output, and "*" means "every" in client rules.
-  bool checkName(std::uint32_t line, const std::string& path, std::string_view name) {
-    if (name.empty()) return fail(line, path, "name must not be empty");
+  // Names of tiers, endpoints, tenants and clients follow fairsched/name.hpp's
+  // rule (they appear in logs, metrics and fairschedctl output), and "*"
+  // means "every" in client rules.
+  bool checkName(std::uint32_t line, const std::string& path, std::string_view name,
+                 std::size_t max_bytes = kMaxNameBytes) {
     if (name == kWildcard) return fail(line, path, "'*' is reserved (it means 'every')");
-    for (char c : name) {
-      const auto u = static_cast<unsigned char>(c);
-      if (u <= 0x20 || u == 0x7f) {
-        return fail(line, path,
-                    "name " + quote(name) + " must not contain white space or control characters");
-      }
-    }
+    if (auto err = nameError(name, max_bytes)) return fail(line, path, *err);
     return true;
   }
 
@@ -818,7 +814,7 @@ class Parser {
     for (const Entry& e : inFileOrder(*t)) {
       const std::string name(e.key->str());
       const std::string path = join("endpoints", name);
-      if (!checkName(lineOf(e.key->source()), path, name)) return false;
+      if (!checkName(lineOf(e.key->source()), path, name, kMaxEndpointNameBytes)) return false;
       const toml::table* et = readTable(*e.node, path);
       if (et == nullptr) return false;
       EndpointConfig ep;

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "daemon/admin_client.hpp"
+#include "fairsched/name.hpp"
 
 namespace {
 
@@ -80,6 +81,12 @@ Call call(const Options& o, AdminCommand cmd, std::uint32_t limit = 0,
   return c;
 }
 
+// A string field of the daemon's reply, safe to print: whatever the daemon
+// (of any version) sends, no control byte reaches the operator's terminal.
+std::string text(const json& j, const char* key, const char* fallback = "") {
+  return fairsched::escapeForDisplay(j.value(key, std::string(fallback)));
+}
+
 std::string pct(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * x);
@@ -97,16 +104,16 @@ std::string duration(double s) {
 }
 
 void printStatus(const json& s) {
-  std::cout << "fairschedd " << s.value("version", "?") << " (pid " << s.value("pid", 0) << ") "
-            << s.value("state", "?") << " on " << s.value("socket", "?") << ", up "
+  std::cout << "fairschedd " << text(s, "version", "?") << " (pid " << s.value("pid", 0) << ") "
+            << text(s, "state", "?") << " on " << text(s, "socket", "?") << ", up "
             << duration(s.value("uptime_s", 0.0)) << "\n";
   const json& rl = s["reloads"];
   std::cout << "config    "
-            << (s.value("config", "").empty() ? "<embedded>" : s.value("config", "")) << " (policy "
-            << s.value("policy", "?") << "; reloads " << rl.value("ok", 0) << " ok, "
+            << (text(s, "config", "").empty() ? "<embedded>" : text(s, "config", "")) << " (policy "
+            << text(s, "policy", "?") << "; reloads " << rl.value("ok", 0) << " ok, "
             << rl.value("failed", 0) << " failed";
-  if (!rl.value("last_error", "").empty())
-    std::cout << "; last error: " << rl.value("last_error", "");
+  if (!text(rl, "last_error", "").empty())
+    std::cout << "; last error: " << text(rl, "last_error", "");
   std::cout << ")\n";
   std::cout << "clients   " << s.value("clients", 0) << "   tenants " << s.value("tenants", 0)
             << "   queued " << s.value("queued", 0) << "   in flight " << s.value("in_flight", 0)
@@ -114,14 +121,14 @@ void printStatus(const json& s) {
   std::printf("%-16s %-8s %10s %14s %10s %14s\n", "ENDPOINT", "EXECUTOR", "QUEUED", "QUEUED_TOKENS",
               "FREE_SLOTS", "TOKENS_10S");
   for (const json& e : s["endpoints"]) {
-    std::printf("%-16s %-8s %10llu %14llu %10llu %14llu\n", e.value("name", "").c_str(),
-                e.value("executor", "").c_str(), e.value("queued", 0ull),
+    std::printf("%-16s %-8s %10llu %14llu %10llu %14llu\n", text(e, "name").c_str(),
+                text(e, "executor").c_str(), e.value("queued", 0ull),
                 e.value("queued_tokens", 0ull), e.value("free_executor_slots", 0ull),
                 e.value("tokens_last_10s", 0ull));
   }
   if (s.contains("fleet")) {
     const json& f = s["fleet"];
-    std::cout << "\nfleet     " << f.value("backend", "") << ": breaker " << f.value("breaker", "?")
+    std::cout << "\nfleet     " << text(f, "backend", "") << ": breaker " << text(f, "breaker", "?")
               << (f.value("degraded", false) ? " (DEGRADED: on_backend_error applies)" : "") << ", "
               << f.value("limits", 0ull) << " limits, " << f.value("leases_held", 0ull)
               << " held in leases, " << f.value("round_trips", 0ull) << " round trips, "
@@ -140,7 +147,7 @@ std::string limitsText(const json& limits) {
   std::string out;
   for (const json& l : limits) {
     if (!out.empty()) out += "; ";
-    out += l.value("limit", "") + ": " + std::to_string(l.value("used", 0ull)) + " used, " +
+    out += text(l, "limit", "") + ": " + std::to_string(l.value("used", 0ull)) + " used, " +
            std::to_string(l.value("remaining", 0ull)) + " left";
   }
   return out.empty() ? "-" : out;
@@ -156,8 +163,8 @@ void printTenants(const json& t) {
                                         rej.value("overloaded", 0ull) +
                                         rej.value("queue_full", 0ull) + rej.value("invalid", 0ull);
     std::printf("%-20s %-10s %-8s %6.2g %7llu %8llu %9s %10llu %9llu %10llu  %s\n",
-                r.value("tenant", "").c_str(), r.value("endpoint", "").c_str(),
-                r.value("tier", "").c_str(), r.value("weight", 0.0), r.value("queued", 0ull),
+                text(r, "tenant").c_str(), text(r, "endpoint").c_str(),
+                text(r, "tier").c_str(), r.value("weight", 0.0), r.value("queued", 0ull),
                 r.value("in_flight", 0ull), pct(r.value("share_last_10s", 0.0)).c_str(),
                 r.value("admitted", 0ull), rejected, r.value("completed", 0ull),
                 limitsText(r["limits"]).c_str());
@@ -173,7 +180,7 @@ int finish(const Options& o, const Call& c, void (*print)(const json&)) {
   if (o.json) {
     std::cout << c.body.dump(2) << "\n";
   } else if (c.rc != kExitOk) {
-    std::cerr << "fairschedctl: " << c.body.value("error", "failed") << "\n";
+    std::cerr << "fairschedctl: " << text(c.body, "error", "failed") << "\n";
   } else {
     print(c.body);
   }
@@ -232,13 +239,16 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-ms", o.timeout_ms, "how long to wait for a reply")
       ->capture_default_str();
   app.require_subcommand(1, 1);
+  // Global options are accepted after the subcommand too (`tenants --json`).
+  app.fallthrough();
 
   auto* status = app.add_subcommand("status", "daemon state, queues, counters, config in use");
   auto* tenants = app.add_subcommand(
       "tenants", "per tenant and endpoint: tier, weight, queue, share, counters, limit usage");
   tenants->add_option("--limit", o.limit, "at most N rows, busiest first (0 = all)")
       ->capture_default_str();
-  tenants->add_option("--tenant", o.tenant, "only this tenant");
+  tenants->add_option("--tenant", o.tenant, "only this tenant")
+      ->check([](const std::string& name) { return fairsched::nameError(name).value_or(""); });
   auto* top = app.add_subcommand("top", "status and tenants, refreshed");
   top->add_option("--interval", o.interval_s, "seconds between refreshes")->capture_default_str();
   top->add_option("--iterations", o.iterations, "stop after N refreshes (0 = never)");
