@@ -11,7 +11,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "daemon/forked_daemon.hpp"
+#include "tests/support/forked_daemon.hpp"
 #include "fairsched/client.hpp"
 
 namespace fairsched::bench {

@@ -1,4 +1,4 @@
-// One run of a real fairschedd (forked, daemon/forked_daemon.hpp) with one
+// One run of a real fairschedd (forked, tests/support/forked_daemon.hpp) with one
 // client process per tenant (libfairsched). Each client follows its plan of
 // requests from a common start instant and records what it saw; the records
 // come back to the parent through a file per tenant. Used by every scenario

@@ -28,7 +28,7 @@
 #include "bench/property_report.hpp"
 #include "bench/property_scenarios.hpp"
 #include "bench/stats.hpp"
-#include "daemon/forked_daemon.hpp"
+#include "tests/support/forked_daemon.hpp"
 #include "fairsched/client.hpp"
 #include "fairsched/retry.hpp"
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "daemon/config/config.hpp"
-#include "daemon/forked_daemon.hpp"
+#include "tests/support/forked_daemon.hpp"
 #include "fairsched/client.hpp"
 
 namespace fairsched::bench {

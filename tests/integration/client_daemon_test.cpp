@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "daemon/config/config.hpp"
-#include "daemon/forked_daemon.hpp"
+#include "tests/support/forked_daemon.hpp"
 #if FAIRSCHED_HAVE_CUDA
 #include "daemon/cuda_executor.hpp"
 #endif

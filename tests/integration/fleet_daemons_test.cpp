@@ -23,7 +23,7 @@
 #include "bench/stats.hpp"
 #include "daemon/admin_client.hpp"
 #include "daemon/config/config.hpp"
-#include "daemon/forked_daemon.hpp"
+#include "tests/support/forked_daemon.hpp"
 #include "fairsched/client.hpp"
 #include "tests/support/redis_server.hpp"
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "daemon/config/config.hpp"
-#include "daemon/forked_daemon.hpp"
+#include "tests/support/forked_daemon.hpp"
 #include "fairsched/client.hpp"
 
 namespace fairsched {

@@ -22,7 +22,8 @@
 
 #include "daemon/admin_client.hpp"
 #include "daemon/config/config.hpp"
-#include "daemon/forked_daemon.hpp"
+#include "tests/support/forked_daemon.hpp"
+#include "tests/support/run_command.hpp"
 #include "fairsched/client.hpp"
 #include "kernels/workload_reference.hpp"
 
@@ -380,15 +381,7 @@ TEST_F(Reload, DrainFinishesTheQueueAndRefusesNewWorkUntilResumed) {
 
 // fairschedctl itself: its exit codes and --json output.
 int runCtl(const std::string& args, std::string* out = nullptr) {
-  const std::string cmd = std::string(FAIRSCHED_BINARY_DIR) + "/bin/fairschedctl " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return -1;
-  std::string text;
-  char buf[4096];
-  while (const std::size_t n = fread(buf, 1, sizeof buf, f)) text.append(buf, n);
-  const int st = pclose(f);
-  if (out) *out = text;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return testing::runFairschedctl(args, out);
 }
 
 TEST_F(Reload, FairschedctlExitCodesAndJson) {

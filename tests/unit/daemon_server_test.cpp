@@ -22,7 +22,9 @@
 #include <variant>
 
 #include "daemon/config/config.hpp"
-#include "daemon/forked_daemon.hpp"
+#include "tests/support/forked_daemon.hpp"
+#include "tests/support/raw_client.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "kernels/workload_reference.hpp"
 #include "shm/control_protocol.hpp"
 #include "shm/segment.hpp"
@@ -71,136 +73,12 @@ class DaemonProcess {
   std::optional<daemon::ForkedDaemon> daemon_;
 };
 
-// The client side of the protocol, written directly against shm/.
-class RawClient {
- public:
-  shm::ControlStatus connect(const std::string& path, std::string* why = nullptr) {
-    fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      return shm::ControlStatus::kInternal;
-    }
-    auto hello = shm::makeMessage<shm::HelloMessage>(1);
-    hello.layout_version = shm::kLayoutVersion;
-    shm::setString(hello.client_name, "test");
-    EXPECT_EQ(send(fd_, &hello, sizeof hello, 0), static_cast<ssize_t>(sizeof hello));
-    shm::HelloReplyMessage reply;
-    int fds[shm::kHelloReplyFds] = {-1, -1, -1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
-    iovec iov{&reply, sizeof reply};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
-    if (n <= 0) return shm::ControlStatus::kInternal;
-    EXPECT_EQ(shm::decode(std::span(reinterpret_cast<const std::byte*>(&reply),
-                                    static_cast<std::size_t>(n)),
-                          reply),
-              shm::DecodeError::kNone);
-    if (why) *why = std::string(*shm::getString(reply.message));
-    const auto status = static_cast<shm::ControlStatus>(reply.status);
-    if (status != shm::ControlStatus::kOk) return status;
-    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-    EXPECT_NE(cm, nullptr);
-    std::memcpy(fds, CMSG_DATA(cm), sizeof fds);
-    auto seg = shm::Segment::attach(fds[shm::kFdSegment]);
-    close(fds[shm::kFdSegment]);
-    EXPECT_TRUE(std::holds_alternative<shm::Segment>(seg));
-    segment_.emplace(std::move(std::get<shm::Segment>(seg)));
-    doorbell_ = fds[shm::kFdDaemonDoorbell];
-    bell_ = fds[shm::kFdCompletionBell];
-    consumer_.emplace(segment_->completionRing());
-    endpoint_ = reply.endpoints[0].id;
-    return status;
-  }
-  ~RawClient() {
-    for (int fd : {fd_, doorbell_, bell_}) {
-      if (fd >= 0) close(fd);
-    }
-  }
-
-  std::pair<shm::ControlStatus, std::uint32_t> open(const std::string& tenant,
-                                                    std::string* why = nullptr) {
-    auto m = shm::makeMessage<shm::OpenTenantMessage>(2);
-    shm::setString(m.tenant, tenant);
-    send(fd_, &m, sizeof m, 0);
-    shm::OpenTenantReplyMessage reply{};
-    const ssize_t n = recv(fd_, &reply, sizeof reply, 0);
-    if (n != static_cast<ssize_t>(sizeof reply)) return {shm::ControlStatus::kInternal, 0};
-    if (why) *why = std::string(*shm::getString(reply.message));
-    if (reply.status == 0)
-      producers_.emplace(reply.ring, shm::SubmissionProducer(segment_->submissionRing(reply.ring)));
-    return {static_cast<shm::ControlStatus>(reply.status), reply.ring};
-  }
-
-  bool submit(std::uint32_t ring, std::uint64_t id, const std::vector<std::uint32_t>& prompt,
-              std::uint32_t max_out = 8, std::int64_t deadline_ns = 0) {
-    shm::SubmissionSlot s;
-    s.request_id = id;
-    s.tag = id * 3;
-    s.endpoint = endpoint_;
-    s.max_output_tokens = max_out;
-    s.deadline_ns = deadline_ns;
-    if (producers_.at(ring).tryPushPrompt(s, prompt) != shm::PushResult::kOk) return false;
-    if (segment_->peerSleepFlag().sleeping()) {
-      const std::uint64_t one = 1;
-      EXPECT_EQ(write(doorbell_, &one, sizeof one), 8);
-    }
-    return true;
-  }
-
-  // Completions until `count` arrived or 20 s passed.
-  std::vector<shm::CompletionSlot> collect(std::size_t count) {
-    std::vector<shm::CompletionSlot> out;
-    const auto until = std::chrono::steady_clock::now() + 20s;
-    while (out.size() < count && std::chrono::steady_clock::now() < until) {
-      shm::CompletionSlot s;
-      if (consumer_->tryPop(s)) {
-        out.push_back(s);
-      } else {
-        std::this_thread::sleep_for(100us);
-      }
-    }
-    return out;
-  }
-  shm::SubmissionRingMemory ringMemory(std::uint32_t ring) {
-    return segment_->submissionRing(ring);
-  }
-  // Random bytes over the whole client-writable part, with the doorbell rung.
-  void scribble(std::mt19937_64& rng) {
-    auto* words = reinterpret_cast<std::uint64_t*>(segment_->writablePart());
-    const std::size_t n = segment_->layout().writable_size / sizeof(std::uint64_t);
-    for (int i = 0; i < 4096; ++i) {
-      shm::sharedStore(words[rng() % n], static_cast<std::uint64_t>(rng()),
-                       std::memory_order_relaxed);
-    }
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const ssize_t w = write(doorbell_, &one, sizeof one);
-  }
-  std::uint16_t endpoint() const { return endpoint_; }
-
- private:
-  int fd_ = -1, doorbell_ = -1, bell_ = -1;
-  std::optional<shm::Segment> segment_;
-  std::optional<shm::CompletionConsumer> consumer_;
-  std::map<std::uint32_t, shm::SubmissionProducer> producers_;
-  std::uint16_t endpoint_ = 0;
-};
+using testing::RawClient;
 
 class DaemonServer : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/fairsched-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    chmod(tmpl, 0755);  // other uids reach the socket (its own mode decides)
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string dir_;
+  fairsched::testing::TempDir tmp_;
+  const std::string dir_ = tmp_.path();
 };
 
 std::vector<std::uint32_t> promptFor(std::uint64_t id) {

@@ -1,4 +1,4 @@
-#include "daemon/forked_daemon.hpp"
+#include "tests/support/forked_daemon.hpp"
 
 #include <signal.h>
 #include <sys/socket.h>

@@ -1,0 +1,59 @@
+// The client side of fairschedd's protocol written directly against shm/ —
+// no libfairsched — so a test can send what a hostile or broken peer would:
+// any client name, any tenant name, hand-made slots, scribbled memory.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shm/control_protocol.hpp"
+#include "shm/segment.hpp"
+
+namespace fairsched::testing {
+
+class RawClient {
+ public:
+  RawClient() = default;
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+  ~RawClient();
+
+  // Connects and says Hello with `client_name` (copied as bytes, truncated to
+  // the field). The daemon's status; `why` gets its message. kInternal when
+  // the socket could not be reached or the reply was malformed.
+  shm::ControlStatus connect(const std::string& path, std::string* why = nullptr,
+                             const std::string& client_name = "test");
+  // Opens `tenant` (bytes as given) with an optional tier hint: the status
+  // and the ring.
+  std::pair<shm::ControlStatus, std::uint32_t> open(const std::string& tenant,
+                                                    std::string* why = nullptr,
+                                                    const std::string& tier = "");
+  // Publishes one request on `ring`; false when the ring is full.
+  bool submit(std::uint32_t ring, std::uint64_t id, const std::vector<std::uint32_t>& prompt,
+              std::uint32_t max_out = 8, std::int64_t deadline_ns = 0);
+  // Completions until `count` arrived or 20 s passed.
+  std::vector<shm::CompletionSlot> collect(std::size_t count);
+  shm::SubmissionRingMemory ringMemory(std::uint32_t ring) {
+    return segment_->submissionRing(ring);
+  }
+  // Random bytes over the whole client-writable part, with the doorbell rung.
+  void scribble(std::mt19937_64& rng);
+  std::uint16_t endpoint() const { return endpoint_; }
+  // True while the daemon keeps the control connection open.
+  bool connected() const;
+
+ private:
+  int fd_ = -1, doorbell_ = -1, bell_ = -1;
+  std::optional<shm::Segment> segment_;
+  std::optional<shm::CompletionConsumer> consumer_;
+  std::map<std::uint32_t, shm::SubmissionProducer> producers_;
+  std::uint16_t endpoint_ = 0;
+  std::uint32_t seq_ = 1;
+};
+
+}  // namespace fairsched::testing
