@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "daemon/core/scheduler.hpp"
-#include "daemon/server.hpp"
+#include "daemon/server_stats.hpp"
 
 #ifndef FAIRSCHED_VERSION
 #define FAIRSCHED_VERSION "unknown"

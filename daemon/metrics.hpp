@@ -37,6 +37,7 @@
 
 #include "daemon/config/config.hpp"
 #include "daemon/core/types.hpp"
+#include "daemon/server_stats.hpp"
 
 namespace prometheus {
 class Exposer;
@@ -53,7 +54,6 @@ class FleetLimiter;
 
 namespace fairsched::daemon {
 
-struct ServerStats;
 
 // Bucket upper bounds of the latency histograms, in seconds (+Inf implied).
 inline constexpr double kLatencyBuckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,

@@ -18,6 +18,12 @@
 // an executor. A client never has more requests outstanding than its
 // completion ring holds (ingest pauses for it), so a completion always has
 // somewhere to go.
+//
+// The class is split by job: server.cpp (lifecycle: create, poll/sleep,
+// signals, reload, graceful stop), server_control.cpp (accept, Hello,
+// OpenTenant, replies, dropping a peer), server_requests.cpp (ingest, admit,
+// dispatch, collect, completions), server_admin.cpp (fairschedctl's commands
+// and their JSON). Executors come from executor_factory.hpp or the caller.
 #pragma once
 
 #include <sys/types.h>
@@ -36,29 +42,27 @@
 #include "daemon/core/scheduler.hpp"
 #include "daemon/event_loop.hpp"
 #include "daemon/executor.hpp"
+#include "daemon/executor_factory.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/fleet/fleet_limiter.hpp"
 #include "daemon/notifier.hpp"
+#include "daemon/server_stats.hpp"
 #include "shm/control_protocol.hpp"
 #include "shm/doorbell.hpp"
 #include "shm/segment.hpp"
 
 namespace fairsched::daemon {
 
-struct ServerStats {
-  std::uint64_t connections_accepted = 0;
-  std::uint64_t connections_refused = 0;
-  std::uint64_t submissions = 0;
-  std::uint64_t completions_delivered = 0;
-  std::uint64_t completions_dropped = 0;  // their client was gone
-  std::uint64_t bad_slots = 0;
-  std::uint64_t batches = 0;
-};
-
 class Server {
  public:
-  // Binds the socket and starts the executors. The error says what failed.
+  // Binds the socket and starts the executors (makeExecutors). The error says
+  // what failed.
   static std::variant<std::unique_ptr<Server>, std::string> create(const config::Config& cfg);
+  // The same with the executors from `make_executors`, called once after the
+  // daemon's signals are blocked (tests inject failing executors this way).
+  // It must return one executor per endpoint, in config order.
+  static std::variant<std::unique_ptr<Server>, std::string> create(
+      const config::Config& cfg, const MakeExecutors& make_executors);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -153,6 +157,8 @@ class Server {
   };
 
   Server(const config::Config& cfg, core::SchedulerSpec spec);
+  static shm::CompletionSlot completionFor(std::uint64_t request_id, std::uint64_t tag,
+                                           Status status);
   std::optional<std::string> listen();
   void acceptNext();
   void onAccept(int fd);
@@ -203,7 +209,6 @@ class Server {
   core::Scheduler sched_;
   std::unique_ptr<EventLoop> loop_;
   std::vector<std::unique_ptr<Executor>> executors_;  // per endpoint
-  std::vector<std::uint64_t> executor_buf_;
   std::string socket_path_;
   int listen_fd_ = -1;
   int signal_fd_ = -1;
@@ -228,6 +233,8 @@ class Server {
   std::unordered_map<std::uint64_t, RunningBatch> batches_;  // by batch id
   // Ends the requests of batches past batch_timeout_ms (EXECUTOR_FAILED).
   void expireBatches(TimeNs now);
+  // Ends each still-pending request of `ids` EXECUTOR_FAILED, charged as run.
+  void failRequests(const std::vector<std::uint64_t>& ids, TimeNs now);
   TimeNs next_batch_check_ = 0;
   std::uint64_t next_conn_ = 1;
   std::uint64_t next_batch_ = 1;

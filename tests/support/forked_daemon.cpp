@@ -45,12 +45,18 @@ int reap(pid_t pid, std::chrono::milliseconds timeout) {
 
 std::variant<ForkedDaemon, std::string> ForkedDaemon::start(
     const config::Config& cfg, std::chrono::milliseconds ready_timeout) {
+  return start(cfg, makeExecutors, ready_timeout);
+}
+
+std::variant<ForkedDaemon, std::string> ForkedDaemon::start(
+    const config::Config& cfg, const MakeExecutors& make_executors,
+    std::chrono::milliseconds ready_timeout) {
   const pid_t pid = fork();
   if (pid < 0) return std::string("fork: ") + std::strerror(errno);
   if (pid == 0) {
     signal(SIGPIPE, SIG_IGN);
     setupLogging(cfg.daemon.log_level, nullptr);
-    auto server = Server::create(cfg);
+    auto server = Server::create(cfg, make_executors);
     if (auto* err = std::get_if<std::string>(&server)) {
       std::fprintf(stderr, "fairschedd (forked): %s\n", err->c_str());
       _exit(3);

@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "daemon/config/config.hpp"
+#include "daemon/executor_factory.hpp"
 
 namespace fairsched::daemon {
 
@@ -20,6 +21,10 @@ class ForkedDaemon {
   // or the reason it did not within `ready_timeout`.
   static std::variant<ForkedDaemon, std::string> start(
       const config::Config& cfg,
+      std::chrono::milliseconds ready_timeout = std::chrono::seconds(10));
+  // The same with the executors `make_executors` builds (in the child).
+  static std::variant<ForkedDaemon, std::string> start(
+      const config::Config& cfg, const MakeExecutors& make_executors,
       std::chrono::milliseconds ready_timeout = std::chrono::seconds(10));
 
   ForkedDaemon(ForkedDaemon&& o) noexcept : pid_(o.pid_), socket_(std::move(o.socket_)) {

@@ -1,0 +1,25 @@
+// The executors of a daemon, one per endpoint in config order, built from
+// the config (design.md §5). Server::create calls it after the daemon's
+// signals are blocked, so executor threads inherit the mask; tests pass a
+// function of their own (a fault-injecting executor) instead.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "daemon/config/config.hpp"
+#include "daemon/executor.hpp"
+
+namespace fairsched::daemon {
+
+using Executors = std::vector<std::unique_ptr<Executor>>;
+using MakeExecutors = std::function<std::variant<Executors, std::string>(const config::Config&)>;
+
+// cuda where configured and available (else the endpoint's fallback, or an
+// error naming the endpoint), cpu otherwise.
+std::variant<Executors, std::string> makeExecutors(const config::Config& cfg);
+
+}  // namespace fairsched::daemon

@@ -1,0 +1,351 @@
+// fairschedd's control plane: accepting connections, SO_PEERCRED against the
+// [[clients]] rules, Hello (a segment and two eventfds for a client),
+// OpenTenant (a ring for a tenant), replies, and dropping a connection. Every
+// name a peer sends is checked against fairsched/name.hpp before it is
+// stored, matched or printed. The worker role will be a second kind of peer
+// here: Hello says which role, and a worker gets its own segment.
+#include "daemon/server.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "fairsched/name.hpp"
+
+namespace fairsched::daemon {
+namespace {
+
+constexpr std::uint32_t kCompletionCapacity = 16384;  // 1 MiB of completion ring per client
+
+}  // namespace
+
+void Server::acceptNext() {
+  if (listen_fd_ < 0) return;
+  loop_->accept(listen_fd_, [this](int fd) {
+    if (fd >= 0) onAccept(fd);
+    if (!shutting_down_) acceptNext();
+  });
+}
+
+void Server::onAccept(int fd) {
+  auto c = std::make_unique<Connection>();
+  c->id = next_conn_++;
+  c->fd = fd;
+  socklen_t len = sizeof c->cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) != 0) {
+    spdlog::warn("connection refused: SO_PEERCRED: {}", std::strerror(errno));
+    close(fd);
+    ++stats_.connections_refused;
+    return;
+  }
+  c->rule = rules_.match(c->cred.uid, c->cred.gid);
+  ++stats_.connections_accepted;
+  Connection& ref = *c;
+  conns_.emplace(c->id, std::move(c));
+  receiveNext(ref);
+}
+
+void Server::receiveNext(Connection& c) {
+  c.iov = {c.buf, sizeof c.buf};
+  c.msg = {};
+  c.msg.msg_iov = &c.iov;
+  c.msg.msg_iovlen = 1;
+  const std::uint64_t id = c.id;
+  ++c.ops;
+  loop_->recvmsg(c.fd, &c.msg, [this, id](int res) {
+    if (opDone(id)) onMessage(id, res);
+  });
+}
+
+Server::Connection* Server::opDone(std::uint64_t id) {
+  if (auto it = conns_.find(id); it != conns_.end()) {
+    --it->second->ops;
+    return it->second->closing ? nullptr : it->second.get();
+  }
+  if (auto it = closed_.find(id); it != closed_.end()) {
+    if (--it->second->ops <= 0) closed_.erase(it);
+  }
+  return nullptr;
+}
+
+void Server::onMessage(std::uint64_t conn_id, int bytes) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end()) return;
+  Connection& c = *it->second;
+  if (bytes <= 0) {
+    dropConnection(conn_id, bytes == 0 ? "closed" : "receive failed");
+    return;
+  }
+  if (c.msg.msg_flags & MSG_TRUNC) {
+    dropConnection(conn_id, "message larger than any the protocol has");
+    return;
+  }
+  const std::span<const std::byte> data(c.buf, static_cast<std::size_t>(bytes));
+  shm::MessageHeader h;
+  if (const auto e = shm::peekHeader(data, h); e != shm::DecodeError::kNone) {
+    spdlog::warn("client {} (pid {}): {}", conn_id, c.cred.pid, shm::toString(e));
+    dropConnection(conn_id, "malformed control message");
+    return;
+  }
+  // Whatever goes wrong serving one peer's message costs that peer its
+  // connection, never the daemon. (A handler may free `c`: keep the pid.)
+  const pid_t pid = c.cred.pid;
+  try {
+    if (h.type == static_cast<std::uint16_t>(shm::MessageType::kHello)) {
+      shm::HelloMessage m;
+      if (shm::decode(data, m) != shm::DecodeError::kNone || c.segment) {
+        dropConnection(conn_id, "malformed or repeated hello");
+        return;
+      }
+      handleHello(c, m);
+    } else if (h.type == static_cast<std::uint16_t>(shm::MessageType::kOpenTenant)) {
+      shm::OpenTenantMessage m;
+      if (shm::decode(data, m) != shm::DecodeError::kNone || !c.segment) {
+        dropConnection(conn_id, "malformed open-tenant or one before hello");
+        return;
+      }
+      handleOpenTenant(c, m);
+    } else if (h.type == static_cast<std::uint16_t>(shm::MessageType::kAdminRequest)) {
+      shm::AdminRequestMessage m;
+      if (shm::decode(data, m) != shm::DecodeError::kNone || c.segment) {
+        dropConnection(conn_id, "malformed admin request or one after hello");
+        return;
+      }
+      handleAdmin(c, m);
+    } else {
+      dropConnection(conn_id, "unknown control message");
+      return;
+    }
+  } catch (const std::exception& e) {
+    spdlog::error("client {} (pid {}): internal error serving a control message: {}", conn_id,
+                  pid, escapeForDisplay(e.what()));
+    dropConnection(conn_id, "internal error");
+    return;
+  }
+  // A handler may have closed the connection (and freed it).
+  if (auto again = conns_.find(conn_id); again != conns_.end() && !again->second->closing) {
+    receiveNext(*again->second);
+  }
+}
+
+bool Server::sendReply(Connection& c, std::span<const std::byte> bytes, const int* fds, int nfds) {
+  iovec iov{const_cast<std::byte*>(bytes.data()), bytes.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * shm::kHelloReplyFds)] = {};
+  if (nfds > 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * static_cast<std::size_t>(nfds));
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * static_cast<std::size_t>(nfds));
+    std::memcpy(CMSG_DATA(cm), fds, sizeof(int) * static_cast<std::size_t>(nfds));
+  }
+  // Never block the loop on a peer that does not read its socket.
+  return sendmsg(c.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+}
+
+void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
+  auto reply = shm::makeMessage<shm::HelloReplyMessage>(m.header.seq);
+  auto refuse = [&](shm::ControlStatus status, const std::string& why) {
+    reply.status = static_cast<std::uint32_t>(status);
+    shm::setString(reply.message, why);
+    spdlog::warn("client uid {} gid {} pid {} refused: {}", c.cred.uid, c.cred.gid, c.cred.pid,
+                 why);
+    ++stats_.connections_refused;
+    sendReply(c, shm::bytesOf(reply), nullptr, 0);
+    c.closing = true;
+    dropConnection(c.id, "refused");
+  };
+  if (shutting_down_) return refuse(shm::ControlStatus::kShuttingDown, "the daemon is stopping");
+  if (draining_) return refuse(shm::ControlStatus::kShuttingDown, "the daemon is draining");
+  if (!c.rule) {
+    return refuse(shm::ControlStatus::kUnauthorized, "uid " + std::to_string(c.cred.uid) + " gid " +
+                                                         std::to_string(c.cred.gid) +
+                                                         " matches no [[clients]] rule");
+  }
+  // The client's name is informational but goes into the log: it follows the
+  // name rule or the client is refused (empty means "no name").
+  const std::string_view client_name = *shm::getString(m.client_name);
+  if (!client_name.empty()) {
+    if (auto err = nameError(client_name)) {
+      return refuse(shm::ControlStatus::kBadRequest, "client name refused: " + *err);
+    }
+  }
+  if (m.layout_version != shm::kLayoutVersion) {
+    return refuse(shm::ControlStatus::kVersionMismatch,
+                  "shared-memory layout " + std::to_string(m.layout_version) + ", daemon has " +
+                      std::to_string(shm::kLayoutVersion));
+  }
+  shm::Geometry geometry;
+  // Room for a burst: a client may have this many requests outstanding.
+  geometry.completion_capacity = kCompletionCapacity;
+  auto seg = shm::Segment::create(geometry);
+  auto bell_in = shm::EventFd::create();
+  auto bell_out = shm::EventFd::create();
+  for (const shm::Error* err : {std::get_if<shm::Error>(&seg), std::get_if<shm::Error>(&bell_in),
+                                std::get_if<shm::Error>(&bell_out)}) {
+    if (err) {
+      spdlog::error("client {}: {}", c.id, err->toString());
+      return refuse(shm::ControlStatus::kInternal,
+                    "could not create the shared segment or eventfds");
+    }
+  }
+  c.segment.emplace(std::move(std::get<shm::Segment>(seg)));
+  ++clients_;  // dropConnection counts it down for every connection with a segment
+  c.doorbell.emplace(std::move(std::get<shm::EventFd>(bell_in)));
+  c.completion_bell.emplace(std::move(std::get<shm::EventFd>(bell_out)));
+  c.producer.emplace(c.segment->completionRing(), 0);
+  const std::uint32_t rings = c.segment->layout().geometry.ring_count;
+  c.rings.resize(rings);
+  c.ring_pending.assign(rings, false);
+
+  reply.status = static_cast<std::uint32_t>(shm::ControlStatus::kOk);
+  reply.client_id = c.id;
+  reply.ring_count = rings;
+  c.endpoint_allowed.assign(cfg_.endpoints.size(), false);
+  for (std::size_t e = 0; e < cfg_.endpoints.size() && e < shm::kMaxEndpointsInReply; ++e) {
+    const auto& ec = cfg_.endpoints[e];
+    c.endpoint_allowed[e] = ClientRules::allowsEndpoint(*c.rule, ec.name);
+    shm::EndpointInfo& info = reply.endpoints[reply.endpoint_count++];
+    shm::setString(info.name, ec.name);
+    info.id = static_cast<std::uint16_t>(e);
+    info.max_output_tokens = ec.max_output_tokens;
+    info.max_batch_tokens = ec.max_batch_tokens;
+  }
+  shm::setString(reply.message, "welcome");
+  int fds[shm::kHelloReplyFds];
+  fds[shm::kFdSegment] = c.segment->fd();
+  fds[shm::kFdDaemonDoorbell] = c.doorbell->fd();
+  fds[shm::kFdCompletionBell] = c.completion_bell->fd();
+  if (!sendReply(c, shm::bytesOf(reply), fds, shm::kHelloReplyFds)) {
+    c.closing = true;
+    dropConnection(c.id, "could not send the hello reply");
+    return;
+  }
+  c.segment->closeFd();  // the client holds it now; our mappings stay
+  armDoorbell(c);
+  spdlog::info("client {} connected: uid {} pid {} rule '{}' name '{}'", c.id, c.cred.uid,
+               c.cred.pid, c.rule->name, client_name);
+}
+
+void Server::handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m) {
+  auto reply = shm::makeMessage<shm::OpenTenantReplyMessage>(m.header.seq);
+  const std::string_view tenant = *shm::getString(m.tenant);
+  const std::string_view tier = *shm::getString(m.tier);
+  auto answer = [&](shm::ControlStatus status, const std::string& text, std::uint32_t ring) {
+    reply.status = static_cast<std::uint32_t>(status);
+    reply.ring = ring;
+    shm::setString(reply.message, text);
+    if (status != shm::ControlStatus::kOk) {  // the name may break the rule: escaped
+      spdlog::warn("client {} (uid {}): open tenant \"{}\": {}", c.id, c.cred.uid,
+                   escapeForDisplay(tenant), text);
+    }
+    if (!sendReply(c, shm::bytesOf(reply), nullptr, 0)) {
+      c.closing = true;
+      dropConnection(c.id, "could not send a reply");
+    }
+  };
+  // Names from a peer are checked before anything stores, matches or prints them.
+  if (auto err = nameError(tenant)) {
+    return answer(shm::ControlStatus::kBadRequest, "tenant name refused: " + *err, 0);
+  }
+  if (!tier.empty()) {
+    if (auto err = nameError(tier)) {
+      return answer(shm::ControlStatus::kBadRequest, "tier name refused: " + *err, 0);
+    }
+  }
+  if (!c.rule) {  // a reload removed the rule that admitted this client
+    return answer(shm::ControlStatus::kUnauthorized,
+                  "uid " + std::to_string(c.cred.uid) + " matches no [[clients]] rule any more", 0);
+  }
+  if (!ClientRules::allowsTenant(*c.rule, tenant)) {
+    return answer(shm::ControlStatus::kUnauthorized,
+                  "rule '" + c.rule->name + "' does not allow tenant '" + std::string(tenant) + "'",
+                  0);
+  }
+  std::optional<TierId> hint;
+  if (!tier.empty()) {
+    if (!ClientRules::allowsTier(*c.rule, tier)) {
+      return answer(shm::ControlStatus::kUnauthorized,
+                    "rule '" + c.rule->name + "' may not assign tier '" + std::string(tier) + "'",
+                    0);
+    }
+    for (std::size_t t = 0; t < cfg_.tiers.size(); ++t) {
+      if (cfg_.tiers[t].name == tier) hint = static_cast<TierId>(t);
+    }
+    if (!hint)
+      return answer(shm::ControlStatus::kBadRequest, "no tier '" + std::string(tier) + "'", 0);
+  }
+  for (std::uint32_t r = 0; r < c.rings.size(); ++r) {
+    Ring& ring = c.rings[r];
+    if (!ring.consumer || ring.name != tenant) continue;
+    return answer(shm::ControlStatus::kOk, "open", r);
+  }
+  for (std::uint32_t r = 0; r < c.rings.size(); ++r) {
+    if (c.rings[r].consumer) continue;
+    const TenantId id = sched_.tenants().acquire(tenant, hint);
+    if (id == kNoTenant) return answer(shm::ControlStatus::kInternal, "tenant table refused", 0);
+    if (metrics_) metrics_->tenantOpened(id, tenant);
+    c.rings[r].tenant = id;
+    c.rings[r].name = std::string(tenant);
+    c.rings[r].tier_hint = std::string(tier);
+    c.rings[r].consumer.emplace(c.segment->submissionRing(r), 0);
+    return answer(shm::ControlStatus::kOk, "open", r);
+  }
+  answer(shm::ControlStatus::kNoCapacity,
+         "all " + std::to_string(c.rings.size()) + " rings of this connection are in use", 0);
+}
+
+void Server::armDoorbell(Connection& c) {
+  const std::uint64_t id = c.id;
+  ++c.ops;
+  c.doorbell_op =
+      loop_->read(c.doorbell->fd(), &c.doorbell_buf, sizeof c.doorbell_buf, [this, id](int res) {
+        Connection* live = opDone(id);
+        if (live && (res > 0 || res == -EAGAIN)) armDoorbell(*live);
+      });
+}
+
+void Server::dropConnection(std::uint64_t conn_id, const char* why) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end()) return;
+  Connection& c = *it->second;
+  c.closing = true;
+  const std::size_t cancelled = sched_.cancelOwner(conn_id, Status::kCancelled, done_);
+  // Their completions would go to a client that is gone.
+  stats_.completions_dropped += cancelled;
+  for (const core::Done& d : done_) {
+    if (metrics_) metrics_->ended(d.tenant, d.endpoint, d.status);
+    if (findPending(d.id)) releasePending(d.id);
+  }
+  done_.clear();
+  for (Ring& r : c.rings) {
+    if (!r.consumer || r.revoked) continue;
+    if (metrics_) metrics_->tenantClosed(r.tenant);
+    sched_.tenants().release(r.tenant);
+  }
+  if (c.segment) {
+    --clients_;
+    spdlog::info("client {} (pid {}) {}: {} queued requests cancelled", conn_id, c.cred.pid, why,
+                 cancelled);
+  }
+  // Queued io_uring operations hold the files and write into this object's
+  // buffers: end them (shutdown completes the recvmsg, cancel the doorbell
+  // read) and free the object only after the last one has completed.
+  shutdown(c.fd, SHUT_RDWR);
+  close(c.fd);
+  c.fd = -1;
+  if (c.doorbell_op != 0) loop_->cancel(c.doorbell_op);
+  auto owned = std::move(it->second);
+  conns_.erase(it);
+  if (owned->ops > 0) closed_.emplace(conn_id, std::move(owned));
+}
+
+}  // namespace fairsched::daemon

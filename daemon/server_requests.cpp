@@ -1,0 +1,304 @@
+// fairschedd's request path: ingest from the submission rings (copy out,
+// validate, admit through the core), dispatch batches to the executors
+// (late binding), collect finished batches, and deliver every request's one
+// completion back through its client's completion ring. A second source of
+// completions (workers streaming tokens) joins collect() and complete().
+#include "daemon/server.hpp"
+
+#include <cerrno>
+
+#include <spdlog/spdlog.h>
+
+#include "fairsched/name.hpp"
+
+namespace fairsched::daemon {
+namespace {
+
+constexpr std::size_t kRingBudget = 64;  // slots drained from one ring per pass
+
+}  // namespace
+
+shm::CompletionSlot Server::completionFor(std::uint64_t request_id, std::uint64_t tag,
+                                          Status status) {
+  shm::CompletionSlot s;
+  s.request_id = request_id;
+  s.tag = tag;
+  s.status = encodeStatus(status);
+  return s;
+}
+
+void Server::armExecutorWatch(std::size_t e) {
+  loop_->pollIn(executors_[e]->completionFd(), [this, e](int res) {
+    if (res >= 0 || res == -EINTR) armExecutorWatch(e);
+  });
+}
+
+bool Server::ingest(Connection& c, TimeNs now) {
+  const std::uint64_t capacity = c.segment->layout().geometry.completion_capacity;
+  c.segment->readyBitmap().takeEach([&](std::uint32_t ring) {
+    if (ring < c.rings.size() && !c.ring_pending[ring]) {
+      c.ring_pending[ring] = true;
+      c.pending_rings.push_back(ring);
+    }
+  });
+  bool worked = false;
+  for (std::size_t i = 0; i < c.pending_rings.size();) {
+    const std::uint32_t ring = c.pending_rings[i];
+    Ring& r = c.rings[ring];
+    const std::uint64_t used = c.outstanding + c.backlog.size();
+    if (used >= capacity) break;  // no room for more completions: wait for the client
+    if (!r.consumer) {            // published into a ring it never opened: nothing to answer
+      c.ring_pending[ring] = false;
+      c.pending_rings[i] = c.pending_rings.back();
+      c.pending_rings.pop_back();
+      continue;
+    }
+    const std::size_t budget = std::min<std::uint64_t>(kRingBudget, capacity - used);
+    const shm::DrainResult d = r.consumer->drain(
+        budget, [&](const shm::SubmissionSlot& slot, std::span<const std::uint32_t> prompt) {
+          admit(c, ring, slot, prompt, now);
+        });
+    worked = worked || d.popped > 0;
+    if (d.stop == shm::PopResult::kCorrupt) {
+      if (r.consumer->corruption() == shm::Corruption::kBadSlot) {
+        shm::SubmissionSlot bad;
+        r.consumer->peek(bad);
+        ++stats_.bad_slots;
+        spdlog::warn("client {} tenant '{}': request {} rejected: {}", c.id, r.name, bad.request_id,
+                     shm::toString(r.consumer->slotCheck()));
+        complete(c.id, completionFor(bad.request_id, bad.tag, Status::kInvalid), false);
+        r.consumer->skipBadSlot();
+        worked = true;
+        continue;  // the same ring again
+      }
+      spdlog::warn("client {} tenant '{}': submission ring broken (bad sequence {}); dropping it",
+                   c.id, r.name, r.consumer->badSequence());
+      c.closing = true;  // dropped after this pass over the connections
+      drop_later_.push_back(c.id);
+      return true;
+    }
+    if (d.stop == shm::PopResult::kEmpty) {
+      c.ring_pending[ring] = false;
+      c.pending_rings[i] = c.pending_rings.back();
+      c.pending_rings.pop_back();
+    } else {
+      ++i;  // budget used up: come back next pass, after the other rings
+    }
+  }
+  return worked;
+}
+
+void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot& slot,
+                   std::span<const std::uint32_t> prompt, TimeNs now) {
+  ++stats_.submissions;
+  auto reject = [&](Status s, TimeNs retry_after = 0) {
+    if (metrics_) metrics_->rejected(c.rings[ring].tenant, slot.endpoint, s);
+    shm::CompletionSlot out = completionFor(slot.request_id, slot.tag, s);
+    out.retry_after_ns = retry_after;
+    complete(c.id, out, false);
+  };
+  if (shutting_down_ || draining_) return reject(Status::kShuttingDown);
+  if (c.rings[ring].revoked) return reject(Status::kUnauthorized);
+  if (slot.endpoint >= executors_.size() || slot.deadline_ns < 0) return reject(Status::kInvalid);
+  if (!c.endpoint_allowed[slot.endpoint]) return reject(Status::kUnauthorized);
+  std::uint64_t id;
+  if (!free_pending_.empty()) {
+    id = free_pending_.back();
+    free_pending_.pop_back();
+  } else {
+    id = pending_.size();
+    pending_.emplace_back();
+  }
+  core::Request r;
+  r.id = id;
+  r.tenant = c.rings[ring].tenant;
+  r.endpoint = slot.endpoint;
+  r.input_tokens = slot.prompt_tokens;
+  r.max_output_tokens = slot.max_output_tokens;
+  r.priority = slot.priority;
+  r.deadline = slot.deadline_ns == 0 ? kNever : slot.deadline_ns;
+  r.owner = c.id;
+  const core::Admission a = sched_.submit(r, now);
+  if (a.status != Status::kOk) {
+    free_pending_.push_back(id);
+    return reject(a.status, a.retry_after);
+  }
+  if (metrics_) metrics_->admitted(r.tenant, r.endpoint);
+  Pending& p = pending_[id];
+  p.live = true;
+  p.conn = c.id;
+  p.request_id = slot.request_id;
+  p.tag = slot.tag;
+  p.handle = a.handle;
+  p.endpoint = slot.endpoint;
+  p.tenant = r.tenant;
+  p.admitted = now;
+  p.prompt.assign(prompt.begin(), prompt.end());
+  ++c.outstanding;
+}
+
+bool Server::dispatch(TimeNs now) {
+  bool worked = false;
+  for (std::size_t e = 0; e < executors_.size(); ++e) {
+    Executor& ex = *executors_[e];
+    while (ex.freeSlots() > 0 && sched_.nextBatch(static_cast<EndpointId>(e), now, batch_, done_)) {
+      ExecBatch eb;
+      eb.id = next_batch_++;
+      eb.endpoint = static_cast<EndpointId>(e);
+      RunningBatch& running = batches_[eb.id];
+      running.endpoint = eb.endpoint;
+      const std::uint64_t timeout_ms = cfg_.endpoints[e].batch_timeout_ms;
+      running.deadline =
+          timeout_ms == 0 ? kNever : now + static_cast<TimeNs>(timeout_ms) * kNsPerMs;
+      std::vector<std::uint64_t>& ids = running.ids;
+      for (const core::Dispatched& d : batch_.requests) {
+        Pending& p = pending_[d.id];
+        p.dispatched = now;
+        eb.requests.push_back({d.id, d.input_tokens, d.max_output_tokens});
+        eb.tokens.insert(eb.tokens.end(), p.prompt.begin(), p.prompt.end());
+        ids.push_back(d.id);
+      }
+      const std::uint64_t batch_id = eb.id;
+      worked = true;
+      try {
+        ex.submit(std::move(eb));
+      } catch (const std::exception& err) {  // the batch fails, the daemon goes on
+        spdlog::error("endpoint {}: the {} executor refused batch {}: {}; its {} requests end "
+                      "EXECUTOR_FAILED",
+                      cfg_.endpoints[e].name, ex.name(), batch_id, escapeForDisplay(err.what()),
+                      ids.size());
+        failRequests(ids, now);
+        batches_.erase(batch_id);
+        continue;
+      }
+      ++in_flight_batches_;
+      ++stats_.batches;
+    }
+    finishDone(done_);
+  }
+  return worked;
+}
+
+bool Server::collect(TimeNs now) {
+  bool worked = false;
+  for (std::size_t e = 0; e < executors_.size(); ++e) {
+    finished_.clear();
+    executors_[e]->drain(finished_);
+    for (BatchDone& b : finished_) {
+      worked = true;
+      --in_flight_batches_;
+      auto bit = batches_.find(b.id);
+      if (bit == batches_.end()) continue;
+      std::uint64_t tokens = 0;
+      if (!b.ok)
+        spdlog::error("endpoint {}: batch {} failed: {}", cfg_.endpoints[e].name, b.id, b.error);
+      const std::vector<std::uint64_t>& ids = bit->second.ids;
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const std::uint64_t key = ids[i];
+        Pending* pp = findPending(key);
+        if (!pp) continue;
+        Pending& p = *pp;
+        const bool ok = b.ok && i < b.results.size() && b.results[i].key == key;
+        const std::uint32_t out_tokens = ok ? b.results[i].output_tokens : 0;
+        sched_.complete(p.handle, out_tokens, now);
+        tokens += p.prompt.size() + out_tokens;
+        shm::CompletionSlot s =
+            completionFor(p.request_id, p.tag, ok ? Status::kOk : Status::kExecutorFailed);
+        s.queue_wait_ns = static_cast<std::uint64_t>(p.dispatched - p.admitted);
+        s.service_ns = static_cast<std::uint64_t>(now - p.dispatched);
+        s.output_tokens = out_tokens;
+        s.checksum = ok ? b.results[i].checksum : 0;
+        if (metrics_) {
+          metrics_->completed(p.tenant, p.endpoint, ok ? Status::kOk : Status::kExecutorFailed,
+                              p.admitted, p.dispatched, now, p.prompt.size() + out_tokens);
+        }
+        const std::uint64_t conn = p.conn;
+        releasePending(key);
+        complete(conn, s, true);
+      }
+      sched_.batchServed(static_cast<EndpointId>(e), tokens, b.service_ns);
+      batches_.erase(bit);
+    }
+  }
+  return worked;
+}
+
+void Server::expireBatches(TimeNs now) {
+  // Batches are few (executor slots): a scan now and then is enough.
+  if (now < next_batch_check_) return;
+  next_batch_check_ = now + 10 * kNsPerMs;
+  for (auto it = batches_.begin(); it != batches_.end();) {
+    RunningBatch& b = it->second;
+    if (now < b.deadline) {
+      ++it;
+      continue;
+    }
+    const config::EndpointConfig& ec = cfg_.endpoints[b.endpoint];
+    spdlog::error(
+        "endpoint {}: batch {} still running after batch_timeout_ms = {}: its {} requests end "
+        "EXECUTOR_FAILED; the executor slot stays taken until the batch returns",
+        ec.name, it->first, ec.batch_timeout_ms, b.ids.size());
+    failRequests(b.ids, now);
+    it = batches_.erase(it);  // a late result finds no batch and is dropped
+  }
+}
+
+void Server::failRequests(const std::vector<std::uint64_t>& ids, TimeNs now) {
+  for (const std::uint64_t key : ids) {
+    Pending* p = findPending(key);
+    if (!p) continue;
+    sched_.complete(p->handle, 0, now);
+    if (metrics_) {
+      metrics_->completed(p->tenant, p->endpoint, Status::kExecutorFailed, p->admitted,
+                          p->dispatched, now, p->prompt.size());
+    }
+    const shm::CompletionSlot slot = completionFor(p->request_id, p->tag, Status::kExecutorFailed);
+    const std::uint64_t conn = p->conn;
+    releasePending(key);
+    complete(conn, slot, true);
+  }
+}
+
+void Server::finishDone(std::vector<core::Done>& done) {
+  for (const core::Done& d : done) {
+    Pending* p = findPending(d.id);
+    if (!p) continue;
+    if (metrics_) metrics_->ended(d.tenant, d.endpoint, d.status);
+    const shm::CompletionSlot slot = completionFor(p->request_id, p->tag, d.status);
+    const std::uint64_t conn = p->conn;
+    releasePending(d.id);
+    complete(conn, slot, true);
+  }
+  done.clear();
+}
+
+void Server::complete(std::uint64_t conn_id, shm::CompletionSlot slot, bool was_admitted) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end()) {
+    ++stats_.completions_dropped;
+    return;
+  }
+  Connection& c = *it->second;
+  if (was_admitted && c.outstanding > 0) --c.outstanding;
+  c.backlog.push_back(slot);
+}
+
+bool Server::flush() {
+  bool worked = false;
+  for (auto& [id, cp] : conns_) {
+    Connection& c = *cp;
+    if (c.backlog.empty() || !c.producer) continue;
+    flush_buf_.assign(c.backlog.begin(), c.backlog.end());
+    const std::size_t n = c.producer->tryPushBatch(flush_buf_);
+    if (n == 0) continue;
+    c.backlog.erase(c.backlog.begin(), c.backlog.begin() + static_cast<std::ptrdiff_t>(n));
+    stats_.completions_delivered += n;
+    worked = true;
+    if (c.segment->peerSleepFlag().sleeping()) {
+      loop_->write(c.completion_bell->fd(), &bell_value_, sizeof bell_value_, nullptr);
+    }
+  }
+  return worked;
+}
+
+}  // namespace fairsched::daemon

@@ -1,0 +1,20 @@
+// Counters of the serving side, kept by the Server on its loop thread and
+// read by the metrics and `fairschedctl status`. Plain values: a header of
+// its own so metrics need not see the Server.
+#pragma once
+
+#include <cstdint>
+
+namespace fairsched::daemon {
+
+struct ServerStats {
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_refused = 0;
+  std::uint64_t submissions = 0;
+  std::uint64_t completions_delivered = 0;
+  std::uint64_t completions_dropped = 0;  // their client was gone
+  std::uint64_t bad_slots = 0;
+  std::uint64_t batches = 0;
+};
+
+}  // namespace fairsched::daemon

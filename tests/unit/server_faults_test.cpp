@@ -1,0 +1,191 @@
+// The Server with executors injected (Server::create's MakeExecutors): an
+// executor that throws on submit and one that reports failed batches. Every
+// request still ends exactly once — OK with its own checksum, or
+// EXECUTOR_FAILED — and the daemon keeps serving and stops cleanly.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "daemon/config/config.hpp"
+#include "daemon/cpu_executor.hpp"
+#include "daemon/executor_factory.hpp"
+#include "daemon/server.hpp"
+#include "kernels/workload_reference.hpp"
+#include "tests/support/forked_daemon.hpp"
+#include "tests/support/raw_client.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace fairsched {
+namespace {
+
+using daemon::BatchDone;
+using daemon::ExecBatch;
+using daemon::Executor;
+
+// Wraps a CPU executor: the batches whose number (1, 2, ...) is a multiple
+// of `throw_every` throw from submit(); of the others, those whose number is
+// a multiple of `fail_every` come back !ok.
+class FaultyExecutor final : public Executor {
+ public:
+  FaultyExecutor(std::unique_ptr<Executor> inner, std::uint64_t throw_every,
+                 std::uint64_t fail_every)
+      : inner_(std::move(inner)), throw_every_(throw_every), fail_every_(fail_every) {}
+  std::string_view name() const override { return "faulty"; }
+  std::uint32_t slots() const override { return inner_->slots(); }
+  std::uint32_t freeSlots() const override { return inner_->freeSlots(); }
+  void submit(ExecBatch&& batch) override {
+    ++count_;
+    if (throw_every_ != 0 && count_ % throw_every_ == 0) {
+      throw std::runtime_error("injected: device lost");
+    }
+    if (fail_every_ != 0 && count_ % fail_every_ == 0) failing_.push_back(batch.id);
+    inner_->submit(std::move(batch));
+  }
+  void drain(std::vector<BatchDone>& out) override {
+    const std::size_t first = out.size();
+    inner_->drain(out);
+    for (std::size_t i = first; i < out.size(); ++i) {
+      for (const std::uint64_t id : failing_) {
+        if (out[i].id != id) continue;
+        out[i].ok = false;
+        out[i].error = "injected: kernel fault";
+        out[i].results.clear();
+      }
+    }
+  }
+  int completionFd() const override { return inner_->completionFd(); }
+
+ private:
+  std::unique_ptr<Executor> inner_;
+  std::uint64_t throw_every_ = 0;
+  std::uint64_t fail_every_ = 0;
+  std::uint64_t count_ = 0;
+  std::vector<std::uint64_t> failing_;
+};
+
+config::Config makeConfig(const std::string& socket) {
+  const std::string text =
+      "[daemon]\nsocket = \"" + socket +
+      "\"\nsocket_mode = \"0600\"\nlog_level = \"critical\"\n"
+      "[[tiers]]\nname = \"paid\"\n"
+      "[endpoints.chat]\nmax_batch_requests = 4\nmax_batch_tokens = 4096\nmax_wait_us = 50\n"
+      "max_output_tokens = 64\n"
+      "[endpoints.chat.cpu]\nper_batch_us = 20.0\nper_token_us = 0.0\nthreads = 2\n"
+      "[[clients]]\nname = \"tests\"\nuids = [" +
+      std::to_string(getuid()) + "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\n";
+  auto parsed = config::parseConfig(text, "test");
+  EXPECT_TRUE(std::holds_alternative<config::Config>(parsed));
+  return std::get<config::Config>(parsed);
+}
+
+daemon::MakeExecutors faulty(std::uint64_t throw_every, std::uint64_t fail_every) {
+  return [=](const config::Config& cfg) -> std::variant<daemon::Executors, std::string> {
+    auto real = daemon::makeExecutors(cfg);
+    if (auto* err = std::get_if<std::string>(&real)) return *err;
+    daemon::Executors out;
+    for (auto& ex : std::get<daemon::Executors>(real)) {
+      out.push_back(std::make_unique<FaultyExecutor>(std::move(ex), throw_every, fail_every));
+    }
+    return out;
+  };
+}
+
+std::vector<std::uint32_t> promptFor(std::uint64_t id) {
+  std::vector<std::uint32_t> p(1 + id % 13);
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<std::uint32_t>(id * 7919 + i);
+  return p;
+}
+
+struct Outcome {
+  std::size_t ok = 0;
+  std::size_t failed = 0;
+};
+
+// Submits `n` requests on one ring and checks each ends exactly once.
+Outcome submitAndCheck(testing::RawClient& c, std::uint32_t ring, std::uint64_t first,
+                       std::uint64_t n) {
+  std::map<std::uint64_t, std::uint64_t> expected;
+  for (std::uint64_t id = first; id < first + n; ++id) {
+    const auto prompt = promptFor(id);
+    EXPECT_TRUE(c.submit(ring, id, prompt));
+    expected[id] = kernels::workloadChecksum(prompt);
+  }
+  Outcome o;
+  const auto got = c.collect(n);
+  EXPECT_EQ(got.size(), n);
+  std::map<std::uint64_t, int> seen;
+  for (const auto& s : got) {
+    EXPECT_EQ(++seen[s.request_id], 1) << "request " << s.request_id << " ended twice";
+    if (!expected.count(s.request_id)) {
+      ADD_FAILURE() << "unknown request " << s.request_id;
+      continue;
+    }
+    if (s.status == encodeStatus(Status::kOk)) {
+      EXPECT_EQ(s.checksum, expected.at(s.request_id)) << "request " << s.request_id;
+      ++o.ok;
+    } else {
+      EXPECT_EQ(s.status, encodeStatus(Status::kExecutorFailed)) << "request " << s.request_id;
+      ++o.failed;
+    }
+  }
+  return o;
+}
+
+// 500 requests through executors from `make`: each ends once; some fail,
+// some are served.
+void serveThroughFaults(const daemon::MakeExecutors& make) {
+  testing::TempDir tmp;
+  auto started = daemon::ForkedDaemon::start(makeConfig(tmp.file("s.sock")), make);
+  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
+      << std::get<std::string>(started);
+  auto& d = std::get<daemon::ForkedDaemon>(started);
+  testing::RawClient c;
+  ASSERT_EQ(c.connect(d.socket()), shm::ControlStatus::kOk);
+  const auto [status, ring] = c.open("acme");
+  ASSERT_EQ(status, shm::ControlStatus::kOk);
+  Outcome total;
+  for (std::uint64_t round = 0; round < 10; ++round) {
+    const Outcome o = submitAndCheck(c, ring, 1 + round * 50, 50);
+    total.ok += o.ok;
+    total.failed += o.failed;
+  }
+  EXPECT_GT(total.failed, 0u) << "the injected faults reached no request";
+  EXPECT_GT(total.ok, 0u) << "nothing was served between the faults";
+  EXPECT_EQ(total.ok + total.failed, 500u);
+  EXPECT_EQ(d.terminate(), 0) << "the daemon did not stop cleanly after the faults";
+}
+
+TEST(ServerFaults, AnExecutorThatThrowsOnSubmitEndsThatBatchExecutorFailedAndServingGoesOn) {
+  serveThroughFaults(faulty(3, 0));
+}
+
+TEST(ServerFaults, AnExecutorReportingFailedBatchesEndsThemExecutorFailedAndServingGoesOn) {
+  serveThroughFaults(faulty(0, 4));
+}
+
+TEST(ServerFaults, ExecutorsThatCannotBeBuiltAreAnErrorNotACrash) {
+  testing::TempDir tmp;
+  const config::Config cfg = makeConfig(tmp.file("s.sock"));
+  auto none = [](const config::Config&) -> std::variant<daemon::Executors, std::string> {
+    return std::string("no device");
+  };
+  auto s = daemon::Server::create(cfg, none);
+  ASSERT_TRUE(std::holds_alternative<std::string>(s));
+  EXPECT_EQ(std::get<std::string>(s), "no device");
+  auto too_few = [](const config::Config&) -> std::variant<daemon::Executors, std::string> {
+    return daemon::Executors{};
+  };
+  auto s2 = daemon::Server::create(cfg, too_few);
+  ASSERT_TRUE(std::holds_alternative<std::string>(s2));
+  EXPECT_NE(std::get<std::string>(s2).find("0 executors for 1 endpoints"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fairsched
