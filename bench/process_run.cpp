@@ -109,18 +109,6 @@ int tenantProcess(const std::string& socket, const TenantPlan& plan, Clock::time
 
 }  // namespace
 
-TempDir::TempDir(const char* prefix) {
-  std::string tmpl = std::string("/tmp/") + prefix + "-XXXXXX";
-  if (mkdtemp(tmpl.data())) path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  if (!path_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-}
-
 void prepareBenchConfig(config::Config& cfg, const std::string& dir) {
   cfg.daemon.socket = dir + "/fairsched.sock";
   cfg.daemon.log_level = "error";

@@ -14,6 +14,7 @@
 
 #include "bench/noisy_neighbor_report.hpp"
 #include "daemon/config/config.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace fairsched::bench {
 
@@ -30,18 +31,7 @@ struct TenantPlan {
 };
 
 // A temporary directory removed with everything in it when this goes away.
-class TempDir {
- public:
-  // "" on failure.
-  explicit TempDir(const char* prefix);
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;  // tests/support/temp_dir.hpp
 
 // Points the daemon's socket into `dir`, quiets its log and lets this uid
 // submit for every tenant and endpoint.

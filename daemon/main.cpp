@@ -3,6 +3,8 @@
 // serve (socket, io_uring, executor) or the event loop failed.
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
+
 #include <csignal>
 #include <cstring>
 #include <iostream>
@@ -29,64 +31,52 @@ constexpr int kExitBadConfig = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitCannotServe = 3;
 
-constexpr std::string_view kUsage =
-    "usage: fairschedd --config FILE [--log-level LEVEL]\n"
-    "       fairschedd --check-config FILE\n"
-    "\n"
-    "  --config FILE        load FILE and serve until SIGTERM/SIGINT; SIGHUP reloads FILE\n"
-    "  --check-config FILE  validate FILE; exit 0 if it is valid, 1 with the reason if not\n"
-    "  --log-level LEVEL    trace|debug|info|warn|error|critical|off (overrides daemon.log_level)\n"
-    "  --help               show this help\n"
-    "  --version            show the version\n";
-
 struct Options {
   std::string config_path;
   bool check_only = false;
   std::optional<std::string> log_level;
-  bool help = false;
-  bool version = false;
 };
 
-// Accepts "--flag VALUE" and "--flag=VALUE". Returns the options or a usage error.
-std::variant<Options, std::string> parseArgs(int argc, char** argv) {
-  Options opts;
-  bool haveConfig = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    std::optional<std::string> inlineValue;
-    if (const auto eq = arg.find('='); arg.substr(0, 2) == "--" && eq != std::string_view::npos) {
-      inlineValue = std::string(arg.substr(eq + 1));
-      arg = arg.substr(0, eq);
+// The options, or the exit status when there is nothing to run (--help and
+// --version print and exit 0; a usage error prints and exits 2).
+std::variant<Options, int> parseArgs(int argc, char** argv) {
+  CLI::App app{"fairschedd: fair scheduling of LLM inference requests on a shared GPU host"};
+  app.set_version_flag("--version", std::string("fairschedd ") + FAIRSCHED_VERSION);
+  std::string config, check;
+  std::string level;
+  auto* cfg_opt = app.add_option("--config", config,
+                                 "load FILE and serve until SIGTERM/SIGINT; SIGHUP reloads FILE")
+                      ->type_name("FILE");
+  auto* check_opt =
+      app.add_option("--check-config", check,
+                     "validate FILE; exit 0 if it is valid, 1 with the reason if not")
+          ->type_name("FILE");
+  cfg_opt->excludes(check_opt);
+  auto* level_opt =
+      app.add_option("--log-level", level,
+                     "trace|debug|info|warn|error|critical|off (overrides daemon.log_level)")
+          ->type_name("LEVEL")
+          ->check([](const std::string& v) -> std::string {
+            if (fairsched::parseLogLevel(v)) return "";
+            return "unknown log level '" + v +
+                   "' (expected trace|debug|info|warn|error|critical|off)";
+          });
+  app.footer(
+      "Exit status: 0 stopped cleanly, 1 bad configuration, 2 usage, 3 could not serve.");
+  try {
+    app.parse(argc, argv);
+    if (config.empty() && check.empty()) {
+      throw CLI::RequiredError("--config FILE (or --check-config FILE)");
     }
-    auto value = [&]() -> std::optional<std::string> {
-      if (inlineValue) return inlineValue;
-      if (i + 1 < argc) return std::string(argv[++i]);
-      return std::nullopt;
-    };
-    if (arg == "--help" || arg == "-h") {
-      opts.help = true;
-    } else if (arg == "--version") {
-      opts.version = true;
-    } else if (arg == "--config" || arg == "--check-config") {
-      auto v = value();
-      if (!v || v->empty()) return std::string(arg) + " needs a file";
-      if (haveConfig) return std::string("give one of --config or --check-config, once");
-      haveConfig = true;
-      opts.config_path = *v;
-      opts.check_only = arg == "--check-config";
-    } else if (arg == "--log-level") {
-      auto v = value();
-      if (!v) return std::string("--log-level needs a level");
-      if (!fairsched::parseLogLevel(*v)) {
-        return "unknown log level '" + *v + "' (expected trace|debug|info|warn|error|critical|off)";
-      }
-      opts.log_level = *v;
-    } else {
-      return "unknown argument '" + std::string(argv[i]) + "'";
-    }
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
   }
-  if (!opts.help && !opts.version && !haveConfig) return std::string("--config FILE is required");
-  return opts;
+  Options o;
+  o.check_only = !check.empty();
+  o.config_path = o.check_only ? check : config;
+  if (level_opt->count() > 0) o.log_level = level;
+  return o;
 }
 
 std::string summary(const Config& cfg) {
@@ -99,19 +89,8 @@ std::string summary(const Config& cfg) {
 
 int main(int argc, char** argv) {
   auto parsed = parseArgs(argc, argv);
-  if (auto* err = std::get_if<std::string>(&parsed)) {
-    std::cerr << "fairschedd: " << *err << "\n" << kUsage;
-    return kExitUsage;
-  }
+  if (const int* rc = std::get_if<int>(&parsed)) return *rc;
   const Options& opts = std::get<Options>(parsed);
-  if (opts.help) {
-    std::cout << kUsage;
-    return kExitOk;
-  }
-  if (opts.version) {
-    std::cout << "fairschedd " << FAIRSCHED_VERSION << "\n";
-    return kExitOk;
-  }
 
   auto loaded = fairsched::config::loadConfigFile(opts.config_path);
   if (auto* err = std::get_if<ConfigError>(&loaded)) {

@@ -13,23 +13,12 @@
 
 #include "fairsched/client.hpp"
 #include "fake_daemon.hpp"
+#include "tests/support/seeded_rng.hpp"
 
 namespace fairsched::testing {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-// FAIRSCHED_SEED from the environment, or a fresh one; printed either way.
-inline std::uint64_t testSeed() {
-  std::uint64_t seed = 0;
-  if (const char* env = std::getenv("FAIRSCHED_SEED")) {
-    seed = std::strtoull(env, nullptr, 10);
-  } else {
-    seed = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-  }
-  std::cout << "[ seed     ] FAIRSCHED_SEED=" << seed << "\n";
-  return seed;
-}
 
 inline ClientOptions optionsFor(const FakeDaemon& fake) {
   ClientOptions o;

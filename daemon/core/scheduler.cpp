@@ -304,12 +304,6 @@ TimeNs Scheduler::batchDueAt(EndpointId e) const {
   return ep.pending_since + ep.spec.max_wait;
 }
 
-std::span<const bool> Scheduler::backloggedTiers(EndpointId e) {
-  EndpointState& ep = endpoints_[e];
-  for (std::size_t t = 0; t < ep.drr.size(); ++t) ep.backlogged[t] = ep.drr[t].anyBacklogged();
-  return {ep.backlogged.get(), ep.drr.size()};
-}
-
 void Scheduler::unqueue(EndpointState& ep, TenantState& ts, std::uint64_t tokens) {
   ts.queued--;
   ts.queued_tokens -= tokens;

@@ -158,9 +158,6 @@ class Scheduler {
   // is due, kNever when nothing is queued.
   TimeNs batchDueAt(EndpointId e) const;
 
-  // The tiers with requests waiting on endpoint `e` (fair policy).
-  std::span<const bool> backloggedTiers(EndpointId e);
-
   // Form the next batch of endpoint `e` into `out` (cleared first). Returns
   // false when no batch is due (see batchDueAt) or nothing could be taken.
   // `force` forms a batch from whatever is queued, due or not. Requests found

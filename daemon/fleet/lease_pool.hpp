@@ -121,7 +121,6 @@ class LeasePool {
     old.debt_ = 0;
     denied_until_ = std::max(denied_until_, old.denied_until_);
   }
-  bool fetchPending() const { return fetching_; }
   TimeNs deniedUntil() const { return denied_until_; }
   std::uint64_t wantSize() const;
   const LeasePoolCounters& counters() const { return counters_; }

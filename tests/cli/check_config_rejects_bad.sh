@@ -58,7 +58,17 @@ run --bogus
 [[ $rc -eq 2 ]] || fail "unknown flag: exit $rc, want 2"
 
 run --help
-[[ $rc -eq 0 && "$out" == usage:* ]] || fail "--help: exit $rc, stdout '$out'"
+[[ $rc -eq 0 && "$out" == *"Usage:"* && "$out" == *"--check-config FILE"* ]] ||
+  fail "--help: exit $rc, stdout '$out'"
+
+run --config "$dir/good.toml" --check-config "$dir/good.toml"
+[[ $rc -eq 2 && "$err" == *"excludes"* ]] || fail "--config with --check-config: exit $rc, stderr '$err'"
+
+run --config
+[[ $rc -eq 2 ]] || fail "--config without a file: exit $rc, want 2"
+
+run --log-level loud --config "$dir/good.toml"
+[[ $rc -eq 2 && "$err" == *"unknown log level 'loud'"* ]] || fail "bad --log-level: stderr '$err'"
 
 run --version
 [[ $rc -eq 0 && "$out" == "fairschedd "* ]] || fail "--version: exit $rc, stdout '$out'"

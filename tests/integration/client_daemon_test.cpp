@@ -23,6 +23,7 @@
 #endif
 #include "fairsched/client.hpp"
 #include "kernels/workload_reference.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace fairsched {
 namespace {
@@ -79,12 +80,11 @@ ClientOptions options(const std::string& socket) {
 class ClientDaemon : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/fairsched-it-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = tmp_.path();
+    ASSERT_FALSE(dir_.empty()) << "no temporary directory";
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string socket() const { return dir_ + "/fairsched.sock"; }
+  testing::TempDir tmp_{"fairsched-it"};
   std::string dir_;
 };
 
@@ -160,7 +160,7 @@ void runClientProcesses(const std::string& socket, const std::string& prefix, in
   }
 }
 
-TEST_F(ClientDaemon, ManyProcessesAndTenantsEachRequestCompletesOnce) {
+TEST_F(ClientDaemon, StressManyProcessesAndTenantsEachRequestCompletesOnce) {
   auto started = daemon::ForkedDaemon::start(makeConfig(socket(), 20.0));
   ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
       << std::get<std::string>(started);

@@ -26,6 +26,7 @@
 #include "tests/support/forked_daemon.hpp"
 #include "fairsched/client.hpp"
 #include "tests/support/redis_server.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace fairsched {
 namespace {
@@ -136,14 +137,14 @@ std::string hammer(const std::string& socket, const std::string& out,
   return f ? "" : "cannot write " + out;
 }
 
-TEST(FleetDaemons, TwoDaemonsSharingRedisStayWithinTheFleetBound) {
+TEST(FleetDaemons, StressTwoDaemonsSharingRedisStayWithinTheFleetBound) {
   auto started = testing::RedisServer::start();
   if (auto* why = std::get_if<std::string>(&started)) GTEST_SKIP() << "no redis-server: " << *why;
   auto redis = std::move(std::get<std::unique_ptr<testing::RedisServer>>(started));
 
-  char tmpl[] = "/tmp/fairsched-fleet-it-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  testing::TempDir tmp("fairsched-fleet-it");
+  const std::string dir = tmp.path();
+  ASSERT_FALSE(dir.empty()) << "no temporary directory";
   std::vector<daemon::ForkedDaemon> daemons;
   for (int d = 0; d < kDaemons; ++d) {
     auto fd = daemon::ForkedDaemon::start(
@@ -197,7 +198,6 @@ TEST(FleetDaemons, TwoDaemonsSharingRedisStayWithinTheFleetBound) {
     }
     per_daemon.push_back(n);
   }
-  std::filesystem::remove_all(dir);
 
   // An admission lies between its submit and its completion, so completions
   // within (window - latency) were all admitted within one window.

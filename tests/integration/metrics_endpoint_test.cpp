@@ -20,6 +20,7 @@
 #include "daemon/config/config.hpp"
 #include "tests/support/forked_daemon.hpp"
 #include "fairsched/client.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace fairsched {
 namespace {
@@ -143,11 +144,10 @@ config::Config makeConfig(const std::string& socket, int port) {
 class MetricsEndpoint : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/fairsched-metrics-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = tmp_.path();
+    ASSERT_FALSE(dir_.empty()) << "no temporary directory";
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  testing::TempDir tmp_{"fairsched-metrics"};
   std::string dir_;
 };
 

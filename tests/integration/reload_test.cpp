@@ -26,6 +26,7 @@
 #include "tests/support/run_command.hpp"
 #include "fairsched/client.hpp"
 #include "kernels/workload_reference.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace fairsched {
 namespace {
@@ -73,11 +74,9 @@ std::string configText(const std::string& socket, const Variant& v) {
 class Reload : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/fairsched-reload-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = tmp_.path();
+    ASSERT_FALSE(dir_.empty()) << "no temporary directory";
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string socket() const { return dir_ + "/fairsched.sock"; }
   std::string path() const { return dir_ + "/fairsched.toml"; }
 
@@ -114,6 +113,18 @@ class Reload : public ::testing::Test {
     EXPECT_EQ(r.status, ControlStatus::kOk) << r.json;
     return json::parse(r.json, nullptr, false);
   }
+  // Waits (at most 10 s) until the daemon has taken `n` submissions off the
+  // rings: they are queued, running or done, no longer in shared memory.
+  bool waitForSubmissions(std::uint64_t n) {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < until) {
+      const json s = status();
+      if (!s.is_discarded() && s["counters"].value("submissions", 0ull) >= n) return true;
+      std::this_thread::sleep_for(1ms);
+    }
+    return false;
+  }
+  testing::TempDir tmp_{"fairsched-reload"};
   std::string dir_;
 };
 
@@ -205,7 +216,7 @@ int clientProcess(const std::string& socket, int p, int n) {
   return bad == 0 ? 0 : 15;
 }
 
-TEST_F(Reload, HundredReloadsUnderLoadEveryRequestAccountedFor) {
+TEST_F(Reload, StressHundredReloadsUnderLoadEveryRequestAccountedFor) {
   auto d = start(Variant{});
   ASSERT_TRUE(d);
   std::vector<pid_t> children;
@@ -280,7 +291,7 @@ TEST_F(Reload, ATenantTakenFromAClientEndsItsQueuedRequestsUnauthorized) {
     who[*a] = "gone";
     who[*b] = "keep";
   }
-  std::this_thread::sleep_for(30ms);
+  ASSERT_TRUE(waitForSubmissions(20)) << "the daemon did not take the 20 submissions";
   v.tenants = "[\"keep\"]";
   write(v);
   const AdminResponse r = admin(AdminCommand::kReload);
@@ -360,7 +371,7 @@ TEST_F(Reload, DrainFinishesTheQueueAndRefusesNewWorkUntilResumed) {
   auto t = client->openTenant("acme");
   ASSERT_TRUE(t);
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(submitTo(*client, *t, promptFor(i), i));
-  std::this_thread::sleep_for(2ms);
+  ASSERT_TRUE(waitForSubmissions(10)) << "the daemon did not take the 10 submissions";
   const AdminResponse r = admin(AdminCommand::kDrain);
   ASSERT_EQ(r.status, ControlStatus::kOk);
   EXPECT_EQ(json::parse(r.json)["state"], "draining");

@@ -1,32 +1,24 @@
-// The random generator of a randomised test: seeded from FAIRSCHED_SEED when
-// it is set (to replay a failure), else from the clock; the seed is printed
-// so any run can be replayed with FAIRSCHED_SEED=<seed>.
+// The seed of a randomised test: FAIRSCHED_SEED from the environment (to
+// replay a failure), or a fresh one; printed either way, so any run can be
+// replayed with FAIRSCHED_SEED=<seed>.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <random>
 
 namespace fairsched::testing {
 
-inline std::uint64_t testSeed(const char* what) {
+inline std::uint64_t testSeed() {
   std::uint64_t seed = 0;
   if (const char* env = std::getenv("FAIRSCHED_SEED"); env && *env) {
     seed = std::strtoull(env, nullptr, 10);
   } else {
-    seed = static_cast<std::uint64_t>(
-        std::chrono::steady_clock::now().time_since_epoch().count());
+    seed = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   }
-  std::printf("%s: seed %llu (replay with FAIRSCHED_SEED=%llu)\n", what,
-              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
-  std::fflush(stdout);
+  std::cout << "[ seed     ] FAIRSCHED_SEED=" << seed << "\n";
   return seed;
-}
-
-inline std::mt19937_64 seededRng(const char* what) {
-  return std::mt19937_64(testSeed(what));
 }
 
 }  // namespace fairsched::testing

@@ -24,6 +24,7 @@
 #include "daemon/config/config.hpp"
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/raw_client.hpp"
+#include "tests/support/seeded_rng.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "kernels/workload_reference.hpp"
 #include "shm/control_protocol.hpp"
@@ -179,9 +180,7 @@ TEST_F(DaemonServer, PeerWithoutARuleIsRefused) {
 
 TEST_F(DaemonServer, KilledClientDoesNotDisturbOthers) {
   DaemonProcess d(dir_);
-  const unsigned seed = static_cast<unsigned>(std::random_device{}());
-  std::printf("seed %u\n", seed);
-  std::mt19937 rng(seed);
+  std::mt19937 rng(static_cast<unsigned>(testing::testSeed()));
   for (int victim_round = 0; victim_round < 5; ++victim_round) {
     const pid_t child = fork();
     if (child == 0) {
@@ -206,10 +205,9 @@ TEST_F(DaemonServer, KilledClientDoesNotDisturbOthers) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
-TEST_F(DaemonServer, HostileClientScribblingOverItsSegmentHurtsOnlyItself) {
+TEST_F(DaemonServer, StressHostileClientScribblingOverItsSegmentHurtsOnlyItself) {
   DaemonProcess d(dir_);
-  const std::uint64_t seed = std::random_device{}();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const std::uint64_t seed = testing::testSeed();
   const pid_t hostile = fork();
   if (hostile == 0) {
     RawClient c;

@@ -89,7 +89,7 @@ TEST(EventLoop, WakeFromAnotherThreadEndsASleep) {
   auto loop = makeLoop();
   REQUIRE_LOOP(loop);
   std::atomic<bool> flag{false};
-  int sleeps = 0;
+  std::atomic<int> sleeps{0};
   EventLoop::Hooks hooks;
   hooks.spin_iterations = 10;
   hooks.poll = [&] {
@@ -101,14 +101,18 @@ TEST(EventLoop, WakeFromAnotherThreadEndsASleep) {
     return flag.load();
   };
   loop->setHooks(hooks);
+  // Wakes the loop once it has gone to sleep (waiting at most 10 s for that).
   std::thread t([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (sleeps.load() == 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     flag = true;
     loop->wake();
   });
   EXPECT_EQ(loop->run(), 0);
   t.join();
-  EXPECT_GE(sleeps, 1) << "the loop slept before the wake";
+  EXPECT_GE(sleeps.load(), 1) << "the loop never went to sleep";
 }
 
 TEST(EventLoop, AcceptsAndReceivesOnAUnixSocket) {

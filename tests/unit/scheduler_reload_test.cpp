@@ -245,7 +245,7 @@ TEST(SchedulerReload, RefusedChangesLeaveEverythingAsItWas) {
 // Random submissions, batches, completions, cancellations and reloads (with
 // tiers, weights and limits changing): every admitted request ends exactly
 // once, as a dispatch-then-complete or a cancellation.
-TEST(SchedulerReload, EveryRequestEndsExactlyOnceUnderRandomReloads) {
+TEST(SchedulerReload, StressEveryRequestEndsExactlyOnceUnderRandomReloads) {
   for (const Policy policy : {Policy::kFair, Policy::kFifo}) {
     std::mt19937 rng(42);
     auto randomSpec = [&] {

@@ -17,22 +17,14 @@
 #include <vector>
 
 #include "shm/shared_word.hpp"
+#include "tests/support/seeded_rng.hpp"
 
 namespace fairsched::shm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::uint64_t testSeed() {
-  std::uint64_t seed = 0;
-  if (const char* env = std::getenv("FAIRSCHED_SEED")) {
-    seed = std::strtoull(env, nullptr, 10);
-  } else {
-    seed = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-  }
-  std::cout << "[ seed     ] FAIRSCHED_SEED=" << seed << "\n";
-  return seed;
-}
+using testing::testSeed;
 
 struct RingFixture {
   std::unique_ptr<CompletionControl> control = std::make_unique<CompletionControl>();
@@ -215,7 +207,7 @@ TEST(CompletionRing, StatusEncodingIsTheLayoutsAndUnknownValuesAreRejected) {
   EXPECT_FALSE(decodeStatus(0xffffffffu).has_value());
 }
 
-TEST(CompletionRing, OneProducerThreadOneConsumerThreadKeepOrder) {
+TEST(CompletionRing, StressOneProducerThreadOneConsumerThreadKeepOrder) {
   const std::uint64_t seed = testSeed();
   RingFixture f(16, (std::uint64_t{1} << 32) - 50);
   CompletionProducer producer(f.mem, (std::uint64_t{1} << 32) - 50);

@@ -1,6 +1,7 @@
 // Eventfd doorbells, the sleep flags and the sleep/wake protocol: no
 // wake-up is lost when both sides go to sleep as eagerly as they can.
 #include "shm/doorbell.hpp"
+#include "tests/support/seeded_rng.hpp"
 
 #include <gtest/gtest.h>
 
@@ -18,16 +19,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::uint64_t testSeed() {
-  std::uint64_t seed = 0;
-  if (const char* env = std::getenv("FAIRSCHED_SEED")) {
-    seed = std::strtoull(env, nullptr, 10);
-  } else {
-    seed = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-  }
-  std::cout << "[ seed     ] FAIRSCHED_SEED=" << seed << "\n";
-  return seed;
-}
+using testing::testSeed;
 
 EventFd makeEventFd() {
   Result<EventFd> r = EventFd::create();

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "shm/shared_word.hpp"
+#include "tests/support/seeded_rng.hpp"
 
 namespace fairsched::shm {
 namespace {
@@ -39,16 +40,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::uint64_t testSeed() {
-  std::uint64_t seed = 0;
-  if (const char* env = std::getenv("FAIRSCHED_SEED")) {
-    seed = std::strtoull(env, nullptr, 10);
-  } else {
-    seed = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-  }
-  std::cout << "[ seed     ] FAIRSCHED_SEED=" << seed << "\n";
-  return seed;
-}
+using testing::testSeed;
 
 const Geometry kSmall{3, 16, 32, 64};
 
@@ -392,7 +384,7 @@ TEST(Segment, ClientKilledMidPushLeavesTheDaemonConsistent) {
 // A client process that writes random bytes over its whole writable part —
 // header, bitmap, rings and arena — while the daemon consumes every ring and
 // completes into a ring whose read index is garbage.
-TEST(Segment, DaemonSurvivesAClientScribblingOverItsWritablePart) {
+TEST(Segment, StressDaemonSurvivesAClientScribblingOverItsWritablePart) {
   const std::uint64_t seed = testSeed();
   Segment daemon = mustCreate();
   const int fd = daemon.fd();

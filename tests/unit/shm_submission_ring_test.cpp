@@ -20,23 +20,14 @@
 #include <vector>
 
 #include "shm/shared_word.hpp"
+#include "tests/support/seeded_rng.hpp"
 
 namespace fairsched::shm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Seed from FAIRSCHED_SEED, else random; printed so a failure can be replayed.
-std::uint64_t testSeed() {
-  std::uint64_t seed = 0;
-  if (const char* env = std::getenv("FAIRSCHED_SEED")) {
-    seed = std::strtoull(env, nullptr, 10);
-  } else {
-    seed = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-  }
-  std::cout << "[ seed     ] FAIRSCHED_SEED=" << seed << "\n";
-  return seed;
-}
+using testing::testSeed;
 
 // One ring over heap memory (so ASan sees any read out of bounds).
 struct RingFixture {
@@ -366,7 +357,7 @@ TEST(SubmissionRing, ClaimedButNeverPublishedSlotWedgesOnlyItsOwnRing) {
 // Many threads of one client push, the daemon's thread drains with random
 // budgets: every item arrives exactly once, each producer's in its order,
 // with its prompt intact.
-TEST(SubmissionRing, ManyProducersOneConsumerDeliverEachItemOnceInProducerOrder) {
+TEST(SubmissionRing, StressManyProducersOneConsumerDeliverEachItemOnceInProducerOrder) {
   const std::uint64_t seed = testSeed();
   constexpr int kProducers = 4;
   constexpr std::uint32_t kTokensPerSlot = 6;

@@ -19,6 +19,7 @@
 
 #include "daemon/config/config.hpp"
 #include "tests/support/forked_daemon.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace fairsched {
 namespace {
@@ -28,9 +29,8 @@ using namespace std::chrono_literals;
 class SystemdNotify : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/fairsched-notify-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = tmp_.path();
+    ASSERT_FALSE(dir_.empty()) << "no temporary directory";
     fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     ASSERT_GE(fd_, 0);
     sockaddr_un addr{};
@@ -48,7 +48,6 @@ class SystemdNotify : public ::testing::Test {
     unsetenv("NOTIFY_SOCKET");
     unsetenv("WATCHDOG_USEC");
     close(fd_);
-    std::filesystem::remove_all(dir_);
   }
   // Datagrams received for `d`.
   std::vector<std::string> receiveFor(std::chrono::milliseconds d) {
@@ -61,6 +60,7 @@ class SystemdNotify : public ::testing::Test {
     }
     return out;
   }
+  testing::TempDir tmp_{"fairsched-notify"};
   std::string dir_;
   int fd_ = -1;
 };
