@@ -86,7 +86,7 @@ class Session {
 
   // Client tenant index → ring on this connection; -1 when not open here.
   std::array<std::atomic<std::int32_t>, kMaxTenants> tenant_ring;
-  // Cleared once, by whoever notices the loss first (Client::Impl::handleLoss).
+  // Cleared once, by whoever notices the loss first (ClientCore::handleLoss).
   std::atomic<bool> alive{true};
 
   std::mutex consumer_mu;

@@ -1,0 +1,108 @@
+// ClientCore::submit(): the hot path. Local checks against what the daemon
+// announced, an entry in the PendingTable (and a mailbox for submitAndWait()),
+// the push into the tenant's ring, and the doorbell when the daemon sleeps.
+// When accepted it has taken one PendingTable shard mutex (and await_mu_ for
+// submitAndWait()) and made no system call but the doorbell's; control_mu_
+// only to reconnect while disconnected, and only if free.
+#include <algorithm>
+#include <optional>
+#include <string>
+
+#include "client_core.hpp"
+
+namespace fairsched::client_detail {
+
+Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventFd* await_efd) {
+  const std::uint32_t index = req.tenant.index;
+  if (index >= tenant_count_.load(std::memory_order_acquire)) {
+    return Error{ErrorCode::kUnknownTenant, 0, "not a tenant handle of this client"};
+  }
+  std::shared_ptr<Session> s = current();
+  if (!live(s)) {
+    if (!tryReconnect()) return notConnected();
+    s = current();
+    if (!live(s)) return notConnected();
+  }
+  const std::int32_t ring = s->tenant_ring[index].load(std::memory_order_acquire);
+  if (ring < 0) {
+    return Error{ErrorCode::kUnknownTenant, 0, "the tenant is not open on this connection"};
+  }
+  const EndpointDescription* ep = s->findEndpoint(req.endpoint);
+  if (ep == nullptr) {
+    return Error{ErrorCode::kUnknownEndpoint, 0,
+                 "the daemon has no endpoint '" + std::string(req.endpoint) + "'"};
+  }
+  if (req.prompt.size() > s->promptTokensPerSlot()) {
+    return Error{ErrorCode::kPromptTooLarge, 0,
+                 std::to_string(req.prompt.size()) + " prompt tokens; a slot holds " +
+                     std::to_string(s->promptTokensPerSlot())};
+  }
+  if (ep->max_output_tokens != 0 && req.max_output_tokens > ep->max_output_tokens) {
+    return Error{ErrorCode::kInvalidArgument, 0,
+                 "max_output_tokens " + std::to_string(req.max_output_tokens) + " above '" +
+                     ep->name + "' limit " + std::to_string(ep->max_output_tokens)};
+  }
+  if (ep->max_batch_tokens != 0 &&
+      req.prompt.size() + std::uint64_t{req.max_output_tokens} > ep->max_batch_tokens) {
+    return Error{ErrorCode::kPromptTooLarge, 0,
+                 "prompt + max_output_tokens exceed '" + ep->name + "' batch limit " +
+                     std::to_string(ep->max_batch_tokens)};
+  }
+
+  std::int64_t deadline_ns = 0;
+  std::optional<Clock::time_point> deadline = req.deadline;
+  if (req.timeout) {
+    const Clock::time_point t = deadlineAfter(*req.timeout);
+    if (!deadline || t < *deadline) deadline = t;
+  }
+  if (deadline && *deadline != Clock::time_point::max()) {
+    deadline_ns = std::max<std::int64_t>(
+        1,
+        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch()).count());
+  }
+
+  const RequestId id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  if (await_efd != nullptr) router_.openMailbox(id, await_efd->fd());
+  pending_.insert(id, Pending{req.tag, s->generation, await_efd != nullptr});
+
+  shm::SubmissionSlot slot;
+  slot.request_id = id;
+  slot.tag = req.tag;
+  slot.deadline_ns = deadline_ns;
+  slot.max_output_tokens = req.max_output_tokens;
+  slot.priority = req.priority;
+  slot.endpoint = ep->id;
+  const shm::PushResult pushed =
+      s->producers[static_cast<std::size_t>(ring)].tryPushPrompt(slot, req.prompt);
+  if (pushed != shm::PushResult::kOk) {
+    withdraw(id, await_efd != nullptr);
+    if (pushed == shm::PushResult::kFull) {
+      bump(counters_.ring_full);
+      return Error{ErrorCode::kRingFull, 0, {}};
+    }
+    if (pushed == shm::PushResult::kPromptTooLarge) {
+      return Error{ErrorCode::kPromptTooLarge, 0, "prompt does not fit a slot"};
+    }
+    return Error{ErrorCode::kInvalidArgument, 0, "slot rejected by the ring"};
+  }
+  // The daemon sleeps only after announcing it; fence, then look (doorbell.hpp).
+  if (s->daemon_sleeping.sleeping()) {
+    s->doorbell.signal();
+    bump(counters_.doorbell_rings);
+  }
+  if (!s->alive.load(std::memory_order_acquire) && withdraw(id, await_efd != nullptr)) {
+    // Lost while we pushed, and the loss handler did not see our entry:
+    // no completion will come, so the caller hears it now.
+    return daemonLost();
+  }
+  bump(counters_.submitted);
+  return id;
+}
+
+bool ClientCore::withdraw(RequestId id, bool awaited) {
+  const bool was_pending = pending_.erase(id).has_value();
+  if (awaited && was_pending) router_.closeMailbox(id);
+  return was_pending;
+}
+
+}  // namespace fairsched::client_detail
