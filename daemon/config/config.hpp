@@ -170,8 +170,16 @@ struct ConfigError {
 
 using ConfigResult = std::variant<Config, ConfigError>;
 
+class AccountLookup;  // daemon/config/account_lookup.hpp
+
 // Parse TOML text. `source_name` appears in errors (a file path or "<string>").
+// The user and group names of [[clients]] rules are resolved through the
+// system's user database.
 ConfigResult parseConfig(std::string_view text, std::string_view source_name = "<string>");
+// The same, resolving user and group names through `accounts` (a test passes
+// a fake).
+ConfigResult parseConfig(std::string_view text, std::string_view source_name,
+                         const AccountLookup& accounts);
 ConfigResult parseConfig(std::istream& in, std::string_view source_name);
 ConfigResult loadConfigFile(const std::string& path);
 

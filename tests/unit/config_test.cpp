@@ -3,9 +3,15 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "daemon/config/account_lookup.hpp"
 
 namespace fairsched::config {
 namespace {
@@ -1006,6 +1012,68 @@ TEST(ConfigClient, UserNameWithANulIsUnknown) {
 TEST(ConfigClient, UsersAsAStringIsRejected) {
   EXPECT_EQ(errorOf(withBase("[[clients]]\nusers = \"root\"\n")),
             "cfg.toml:12: clients[0].users: expected array of strings, got string");
+}
+
+// A user database of a few names; every lookup it is asked is recorded.
+class FakeAccounts final : public AccountLookup {
+ public:
+  std::map<std::string, AccountId, std::less<>> users;
+  std::map<std::string, AccountId, std::less<>> groups;
+  mutable std::vector<std::string> asked;
+
+  AccountId user(std::string_view name) const override { return find(users, name); }
+  AccountId group(std::string_view name) const override { return find(groups, name); }
+
+ private:
+  AccountId find(const std::map<std::string, AccountId, std::less<>>& db,
+                 std::string_view name) const {
+    asked.emplace_back(name);
+    const auto it = db.find(name);
+    return it == db.end() ? AccountId::notFound() : it->second;
+  }
+};
+
+std::string errorWith(const AccountLookup& accounts, std::string_view text) {
+  auto r = parseConfig(text, "cfg.toml", accounts);
+  if (auto* e = std::get_if<ConfigError>(&r)) return e->toString();
+  return "<no error>";
+}
+
+TEST(ConfigClient, UsersAndGroupsResolveThroughTheGivenLookup) {
+  FakeAccounts accounts;
+  accounts.users["alice"] = AccountId::found(1001);
+  accounts.groups["ml-team"] = AccountId::found(2002);
+  auto r = parseConfig(withBase("[[clients]]\nusers = [\"alice\"]\ngroups = [\"ml-team\"]\n"),
+                       "cfg.toml", accounts);
+  ASSERT_TRUE(std::holds_alternative<Config>(r)) << std::get<ConfigError>(r).toString();
+  const Config& cfg = std::get<Config>(r);
+  EXPECT_EQ(cfg.clients[0].uids, (std::vector<std::uint32_t>{1001}));
+  EXPECT_EQ(cfg.clients[0].gids, (std::vector<std::uint32_t>{2002}));
+  EXPECT_EQ(accounts.asked, (std::vector<std::string>{"alice", "ml-team"}));
+}
+
+TEST(ConfigClient, UserTheGivenLookupDoesNotKnowIsRejected) {
+  FakeAccounts accounts;  // knows no one, not even root
+  accounts.users["alice"] = AccountId::found(1001);
+  EXPECT_EQ(errorWith(accounts, withBase("[[clients]]\nusers = [\"alice\",\n  \"root\"]\n")),
+            "cfg.toml:13: clients[0].users: unknown user 'root'");
+  EXPECT_EQ(errorWith(accounts, withBase("[[clients]]\ngroups = [\"alice\"]\n")),
+            "cfg.toml:12: clients[0].groups: unknown group 'alice'");
+}
+
+TEST(ConfigClient, FailedLookupIsRejectedWithItsErrno) {
+  FakeAccounts accounts;
+  accounts.users["bob"] = AccountId::failed(EIO);
+  EXPECT_EQ(errorWith(accounts, withBase("[[clients]]\nusers = [\"bob\"]\n")),
+            "cfg.toml:12: clients[0].users: cannot look up user 'bob': " +
+                std::string(std::strerror(EIO)));
+}
+
+TEST(ConfigClient, EmptyUserNameIsUnknownWithoutALookup) {
+  FakeAccounts accounts;
+  EXPECT_EQ(errorWith(accounts, withBase("[[clients]]\nusers = [\"\"]\n")),
+            "cfg.toml:12: clients[0].users: unknown user ''");
+  EXPECT_TRUE(accounts.asked.empty());
 }
 
 TEST(ConfigClient, TenantsMayNameUnlistedTenantsAndTheWildcard) {

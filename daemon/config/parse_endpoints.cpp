@@ -1,0 +1,82 @@
+// [endpoints.<name>]: batching, cost, default limits and the executor of each
+// endpoint, with its [endpoints.<name>.cpu] and [endpoints.<name>.cuda] tables.
+#include <string>
+#include <utility>
+
+#include "daemon/config/key_table.hpp"
+#include "daemon/config/parse_limits.hpp"
+#include "daemon/config/sections.hpp"
+
+namespace fairsched::config {
+
+namespace {
+
+constexpr EnumName<EndpointKind> kEndpointKinds[] = {{"streaming", EndpointKind::kStreaming},
+                                                     {"batch", EndpointKind::kBatch}};
+constexpr EnumName<CostModel> kCostModels[] = {{"requests", CostModel::kRequests},
+                                               {"tokens", CostModel::kTokens},
+                                               {"adaptive", CostModel::kAdaptive}};
+constexpr EnumName<ExecutorKind> kExecutors[] = {{"cpu", ExecutorKind::kCpu},
+                                                 {"cuda", ExecutorKind::kCuda}};
+// What a cuda endpoint may fall back to.
+constexpr EnumName<ExecutorKind> kFallbackExecutors[] = {{"cpu", ExecutorKind::kCpu}};
+
+constexpr KeyRule<CpuExecutorConfig> kCpuKeys[] = {
+    {"per_batch_us", nonNegativeDoubleKey<&CpuExecutorConfig::per_batch_us>},
+    {"per_token_us", nonNegativeDoubleKey<&CpuExecutorConfig::per_token_us>},
+    {"threads", intKey<&CpuExecutorConfig::threads, 1>},
+};
+
+constexpr KeyRule<CudaExecutorConfig> kCudaKeys[] = {
+    {"device", intKey<&CudaExecutorConfig::device, 0>},
+    {"streams", intKey<&CudaExecutorConfig::streams, 1>},
+    {"staging_bytes", intKey<&CudaExecutorConfig::staging_bytes, 1>},
+    {"fallback", enumKey<&CudaExecutorConfig::fallback, kFallbackExecutors>},
+};
+
+// The endpoint's defaults for every tenant; nothing less specific to inherit.
+bool readLimits(ParseContext& ctx, const toml::node& n, const std::string& path,
+                EndpointConfig& ep) {
+  return readLimitList(ctx, n, path, {}, ep.limits);
+}
+
+constexpr KeyRule<EndpointConfig> kEndpointKeys[] = {
+    {"kind", enumKey<&EndpointConfig::kind, kEndpointKinds>},
+    {"cost", enumKey<&EndpointConfig::cost, kCostModels>},
+    {"quantum", intKey<&EndpointConfig::quantum, 1>},
+    {"max_batch_requests", intKey<&EndpointConfig::max_batch_requests, 1>},
+    {"max_batch_tokens", intKey<&EndpointConfig::max_batch_tokens, 1>},
+    {"max_wait_us", intKey<&EndpointConfig::max_wait_us, 0, kMaxMicros>},
+    {"max_output_tokens", intKey<&EndpointConfig::max_output_tokens, 0>},
+    {"latency_target_ms", intKey<&EndpointConfig::latency_target_ms, 0, kMaxMillis>},
+    {"batch_timeout_ms", intKey<&EndpointConfig::batch_timeout_ms, 0, kMaxMillis>},
+    {"executor", enumKey<&EndpointConfig::executor, kExecutors>},
+    {"limits", readLimits},
+    {"cpu", tableKey<&EndpointConfig::cpu, kCpuKeys>},
+    {"cuda", tableKey<&EndpointConfig::cuda, kCudaKeys>},
+};
+
+}  // namespace
+
+bool parseEndpoints(ParseContext& ctx, const toml::node& n, const std::string& path, Config&) {
+  const toml::table* t = ctx.readTable(n, path);
+  if (t == nullptr) return false;
+  if (entryCount(*t) == 0) return ctx.fail(n, path, "at least one endpoint is required");
+  if (entryCount(*t) > kMaxIds) {
+    return ctx.fail(n, path, "at most " + std::to_string(kMaxIds) + " endpoints are supported");
+  }
+  for (const TomlEntry& e : entriesInFileOrder(*t)) {
+    const std::string name(e.key);
+    const std::string epPath = join(path, name);
+    if (!ctx.checkName(e.key_line, epPath, name, kMaxEndpointNameBytes)) return false;
+    if (ctx.readTable(*e.value, epPath) == nullptr) return false;
+    EndpointConfig ep;
+    ep.name = name;
+    ep.source_line = lineOf(*e.value);
+    if (!readKeys(ctx, *e.value, epPath, kEndpointKeys, ep)) return false;
+    ctx.addEndpoint(std::move(ep));
+  }
+  return true;
+}
+
+}  // namespace fairsched::config
