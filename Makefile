@@ -1,10 +1,11 @@
 # fairsched — entry point. The real build is CMake; this file drives it.
 #   make            build everything into build/ (binaries in build/bin, libraries in build/lib)
-#   make test       build and run every test through ctest
+#   make test       build and run every test through ctest (make stress: only the stress tests)
 #   make demo       run the main job on the embedded default config
 #   make bench      run the benchmarks
 #   make asan|tsan  build and run the tests under ASan+UBSan / TSan (build-asan/, build-tsan/)
 #   make fuzz       build the libFuzzer targets with clang and run each for FUZZ_SECONDS
+#   make format-check   fail when a source is not formatted as .clang-format says
 #   make install    build, then install under PREFIX (default /usr/local), staged under DESTDIR
 #                   if set; the config goes to /etc/fairsched only when none is there yet
 
@@ -15,7 +16,7 @@ CMAKE_FLAGS  ?=
 PREFIX       ?= /usr/local
 DESTDIR      ?=
 
-.PHONY: all deps configure test demo bench install asan tsan fuzz clean format
+.PHONY: all deps configure test stress demo bench install asan tsan fuzz clean format format-check
 
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -31,6 +32,10 @@ configure: $(BUILD)/CMakeCache.txt
 
 test: all
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# Only the stress tests (many processes, threads or random rounds; also part of make test).
+stress: all
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L stress
 
 demo: all
 	scripts/demo $(BUILD)
@@ -62,6 +67,11 @@ fuzz:
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h' '*.cu')
+
+# Fails (and names the files) when any source is not as .clang-format says.
+format-check:
+	@scripts/install-deps --quiet
+	clang-format --dry-run -Werror $$(git ls-files '*.cpp' '*.hpp' '*.h' '*.cu')
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

@@ -11,8 +11,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "tests/support/forked_daemon.hpp"
 #include "fairsched/client.hpp"
+#include "tests/support/forked_daemon.hpp"
 
 namespace fairsched::bench {
 namespace {

@@ -28,9 +28,9 @@
 #include "bench/property_report.hpp"
 #include "bench/property_scenarios.hpp"
 #include "bench/stats.hpp"
-#include "tests/support/forked_daemon.hpp"
 #include "fairsched/client.hpp"
 #include "fairsched/retry.hpp"
+#include "tests/support/forked_daemon.hpp"
 
 namespace fairsched::bench {
 namespace {

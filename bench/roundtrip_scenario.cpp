@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "daemon/config/config.hpp"
-#include "tests/support/forked_daemon.hpp"
 #include "fairsched/client.hpp"
+#include "tests/support/forked_daemon.hpp"
 
 namespace fairsched::bench {
 namespace {

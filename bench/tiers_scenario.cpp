@@ -110,7 +110,8 @@ ScenarioResult runTiers(const ScenarioOptions& options) {
   const double t_share = pb + tb ? static_cast<double>(tb) / static_cast<double>(pb + tb) : 0.0;
   // The window ends at a completion time, which can cut one batch in two:
   // allow that batch's tokens (0.03% of the window's) as slack.
-  const double slack = pb + tb ? static_cast<double>(kBatchTokens) / static_cast<double>(pb + tb) : 0.0;
+  const double slack =
+      pb + tb ? static_cast<double>(kBatchTokens) / static_cast<double>(pb + tb) : 0.0;
   char target[96];
   std::snprintf(target, sizeof target, ">= %.0f%% (min_share %.2f, less one batch at the edge)",
                 100 * kMinShare, kMinShare);

@@ -47,10 +47,9 @@ std::variant<Options, int> parseArgs(int argc, char** argv) {
   auto* cfg_opt = app.add_option("--config", config,
                                  "load FILE and serve until SIGTERM/SIGINT; SIGHUP reloads FILE")
                       ->type_name("FILE");
-  auto* check_opt =
-      app.add_option("--check-config", check,
-                     "validate FILE; exit 0 if it is valid, 1 with the reason if not")
-          ->type_name("FILE");
+  auto* check_opt = app.add_option("--check-config", check,
+                                   "validate FILE; exit 0 if it is valid, 1 with the reason if not")
+                        ->type_name("FILE");
   cfg_opt->excludes(check_opt);
   auto* level_opt =
       app.add_option("--log-level", level,
@@ -61,8 +60,7 @@ std::variant<Options, int> parseArgs(int argc, char** argv) {
             return "unknown log level '" + v +
                    "' (expected trace|debug|info|warn|error|critical|off)";
           });
-  app.footer(
-      "Exit status: 0 stopped cleanly, 1 bad configuration, 2 usage, 3 could not serve.");
+  app.footer("Exit status: 0 stopped cleanly, 1 bad configuration, 2 usage, 3 could not serve.");
   try {
     app.parse(argc, argv);
     if (config.empty() && check.empty()) {

@@ -54,7 +54,6 @@ class FleetLimiter;
 
 namespace fairsched::daemon {
 
-
 // Bucket upper bounds of the latency histograms, in seconds (+Inf implied).
 inline constexpr double kLatencyBuckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                                              0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
@@ -227,8 +226,8 @@ class Metrics {
   std::vector<std::uint32_t> series_of_;    // by TenantId
   std::vector<TenantId> tenant_of_series_;  // the id last bound to a named series
   std::vector<SeriesCounters> counters_;
-  std::vector<std::uint8_t> dirty_;     // by counters_ index: changed since the last publish
-  std::vector<std::uint64_t> clients_;  // open rings per series
+  std::vector<std::uint8_t> dirty_;      // by counters_ index: changed since the last publish
+  std::vector<std::uint64_t> clients_;   // open rings per series
   std::vector<std::uint32_t> rings_of_;  // open rings per TenantId: clients_ again after a remap
   std::uint64_t loop_iterations_ = 0;
   std::size_t last_clients_ = 0;

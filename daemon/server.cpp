@@ -37,8 +37,8 @@ std::variant<std::unique_ptr<Server>, std::string> Server::create(const config::
   return create(cfg, makeExecutors);
 }
 
-std::variant<std::unique_ptr<Server>, std::string> Server::create(const config::Config& cfg,
-                                                                  const MakeExecutors& make_executors) {
+std::variant<std::unique_ptr<Server>, std::string> Server::create(
+    const config::Config& cfg, const MakeExecutors& make_executors) {
   // SIGTERM, SIGINT and SIGHUP arrive through a signalfd read by the loop.
   // Blocked first, so the executor threads started below inherit the mask and
   // the signal can only be taken by the signalfd.

@@ -121,8 +121,8 @@ void Server::onMessage(std::uint64_t conn_id, int bytes) {
       return;
     }
   } catch (const std::exception& e) {
-    spdlog::error("client {} (pid {}): internal error serving a control message: {}", conn_id,
-                  pid, escapeForDisplay(e.what()));
+    spdlog::error("client {} (pid {}): internal error serving a control message: {}", conn_id, pid,
+                  escapeForDisplay(e.what()));
     dropConnection(conn_id, "internal error");
     return;
   }

@@ -163,10 +163,10 @@ bool Server::dispatch(TimeNs now) {
       try {
         ex.submit(std::move(eb));
       } catch (const std::exception& err) {  // the batch fails, the daemon goes on
-        spdlog::error("endpoint {}: the {} executor refused batch {}: {}; its {} requests end "
-                      "EXECUTOR_FAILED",
-                      cfg_.endpoints[e].name, ex.name(), batch_id, escapeForDisplay(err.what()),
-                      ids.size());
+        spdlog::error(
+            "endpoint {}: the {} executor refused batch {}: {}; its {} requests end "
+            "EXECUTOR_FAILED",
+            cfg_.endpoints[e].name, ex.name(), batch_id, escapeForDisplay(err.what()), ids.size());
         failRequests(ids, now);
         batches_.erase(batch_id);
         continue;

@@ -153,8 +153,8 @@ struct OpenTenantReplyMessage {
 
 struct AdminRequestMessage {
   MessageHeader header;
-  std::uint32_t command = 0;  // an AdminCommand
-  std::uint32_t limit = 0;    // kTenants: at most this many rows, busiest first; 0 = all
+  std::uint32_t command = 0;     // an AdminCommand
+  std::uint32_t limit = 0;       // kTenants: at most this many rows, busiest first; 0 = all
   char tenant[kNameBytes] = {};  // kTenants: only this tenant's rows; empty = every tenant
 };
 

@@ -41,6 +41,8 @@ std::string formatError(std::string_view what, const std::string& message, int s
   return out;
 }
 
-std::string Error::toString() const { return formatError(shm::toString(code), message, sys_errno); }
+std::string Error::toString() const {
+  return formatError(shm::toString(code), message, sys_errno);
+}
 
 }  // namespace fairsched::shm

@@ -13,7 +13,6 @@
 #include <cstring>
 #include <string>
 
-
 namespace fairsched::shm {
 namespace {
 

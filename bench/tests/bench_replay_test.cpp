@@ -113,13 +113,16 @@ TEST(TraceParse, ReadsRequiredAndOptionalFields) {
   EXPECT_FALSE(trace[1].deadline_ms.has_value());
 }
 
-TEST(TraceParse, EmptyTraceHasNoRequests) { EXPECT_TRUE(parseOk("").empty()); }
+TEST(TraceParse, EmptyTraceHasNoRequests) {
+  EXPECT_TRUE(parseOk("").empty());
+}
 
 TEST(TraceParse, ErrorsNameTheLineAndField) {
   const std::string ok =
       "{\"t\":0,\"tenant\":\"a\",\"endpoint\":\"chat\",\"input_tokens\":1,\"output_tokens\":1}\n";
-  EXPECT_EQ(parseError(ok + "{\"t\":0,\"tenant\":\"a\",\"endpoint\":\"chat\",\"output_tokens\":1}\n"),
-            "line 2: input_tokens: missing");
+  EXPECT_EQ(
+      parseError(ok + "{\"t\":0,\"tenant\":\"a\",\"endpoint\":\"chat\",\"output_tokens\":1}\n"),
+      "line 2: input_tokens: missing");
   EXPECT_EQ(parseError(ok + ok +
                        "{\"t\":0,\"tenant\":\"a\",\"endpoint\":\"chat\",\"input_tokens\":-1,"
                        "\"output_tokens\":1}\n"),
@@ -226,7 +229,8 @@ TEST(Replay, FairServesTheLightTenantBeforeFifoDoes) {
   const TimeNs fifo_latency = light_fifo.completion - light_fifo.arrival;
   EXPECT_LT(fair_latency * 4, fifo_latency);
   std::size_t heavy_before = 0;
-  for (std::size_t i = 0; i < 40; ++i) heavy_before += fair.events[i].dispatch < light_fair.dispatch;
+  for (std::size_t i = 0; i < 40; ++i)
+    heavy_before += fair.events[i].dispatch < light_fair.dispatch;
   EXPECT_LE(heavy_before, 8u);
   EXPECT_LT(maxServiceDifference(fair.events, fair.weights, CostWeights{}).value,
             maxServiceDifference(fifo.events, fifo.weights, CostWeights{}).value);
@@ -234,7 +238,8 @@ TEST(Replay, FairServesTheLightTenantBeforeFifoDoes) {
 
 TEST(Replay, DeadlinePassedRequestIsNeverDispatched) {
   std::string text = burstTrace();
-  text += R"({"t":0.0002,"tenant":"light","endpoint":"chat","input_tokens":100,"output_tokens":100,"deadline_ms":0.5})";
+  text +=
+      R"({"t":0.0002,"tenant":"light","endpoint":"chat","input_tokens":100,"output_tokens":100,"deadline_ms":0.5})";
   text += "\n";
   const ReplayRun run = replayOk(parseOk(text), Policy::kFifo);
   const RequestEvent& late = run.events.back();

@@ -62,8 +62,8 @@ std::vector<std::string> reloadBlockers(const Config& running, const Config& nex
     const FleetConfig& f = *c.fleet;
     return f.url + '|' + std::to_string(f.connect_timeout_ms) + '|' +
            std::to_string(f.command_timeout_ms) + '|' + std::to_string(f.lease) + '|' +
-           std::to_string(f.hosts) + '|' +
-           std::to_string(static_cast<int>(f.on_backend_error)) + '|' + f.key_prefix;
+           std::to_string(f.hosts) + '|' + std::to_string(static_cast<int>(f.on_backend_error)) +
+           '|' + f.key_prefix;
   };
   differs(fleetKey(running) != fleetKey(next), "fleet (the table and every key in it)");
   differs(running.metrics.listen != next.metrics.listen ||

@@ -73,8 +73,8 @@ struct EndpointLimits {
 
 struct TierConfig {
   std::string name;
-  double min_share = 0.0;              // 0 = strict priority only
-  double default_weight = 1.0;         // for tenants not listed in [tenants]
+  double min_share = 0.0;       // 0 = strict priority only
+  double default_weight = 1.0;  // for tenants not listed in [tenants]
   std::uint32_t default_queue_limit = 10000;
   // A batch that takes this tier's requests holds at most this many tokens
   // (or one request); 0 = only the endpoint's max_batch_tokens.
@@ -85,31 +85,32 @@ struct TierConfig {
 
 struct TenantConfig {
   std::string name;
-  std::string tier;                      // must name a tier
-  std::optional<double> weight;          // default: the tier's default_weight
+  std::string tier;              // must name a tier
+  std::optional<double> weight;  // default: the tier's default_weight
   std::optional<std::uint32_t> queue_limit;
-  std::vector<EndpointLimits> limits;    // override tier and endpoint defaults
+  std::vector<EndpointLimits> limits;  // override tier and endpoint defaults
   std::uint32_t source_line = 0;
 };
 
 struct ClientRule {
   std::string name;
-  std::vector<std::uint32_t> uids;       // numeric, and `users` resolved at load
-  std::vector<std::uint32_t> gids;       // numeric, and `groups` resolved at load
-  std::vector<std::string> tenants;      // "*" = every tenant
-  std::vector<std::string> endpoints;    // "*" = every endpoint
-  std::vector<std::string> assign_tiers; // tiers it may give unlisted tenants
-  bool admin = false;                    // may use fairschedctl reload/drain
+  std::vector<std::uint32_t> uids;        // numeric, and `users` resolved at load
+  std::vector<std::uint32_t> gids;        // numeric, and `groups` resolved at load
+  std::vector<std::string> tenants;       // "*" = every tenant
+  std::vector<std::string> endpoints;     // "*" = every endpoint
+  std::vector<std::string> assign_tiers;  // tiers it may give unlisted tenants
+  bool admin = false;                     // may use fairschedctl reload/drain
   std::uint32_t source_line = 0;
 };
 
 struct DaemonConfig {
   std::string socket = "/run/fairsched/fairsched.sock";
   std::uint32_t socket_mode = 0660;
-  std::string socket_group;              // empty = the daemon's group
-  std::string log_level = "info";        // trace|debug|info|warn|error|critical|off
+  std::string socket_group;        // empty = the daemon's group
+  std::string log_level = "info";  // trace|debug|info|warn|error|critical|off
   Policy policy = Policy::kFair;
-  std::uint64_t tenant_idle_timeout_s = 600;  // idle state dropped after this (limit windows permitting)
+  std::uint64_t tenant_idle_timeout_s =
+      600;  // idle state dropped after this (limit windows permitting)
   std::uint64_t shutdown_grace_ms = 5000;
 };
 
@@ -147,13 +148,13 @@ struct FleetConfig {
 struct Config {
   DaemonConfig daemon;
   MetricsConfig metrics;
-  std::optional<FleetConfig> fleet;      // required when any limit has scope = "fleet"
-  std::vector<TierConfig> tiers;         // in priority order, highest first
+  std::optional<FleetConfig> fleet;  // required when any limit has scope = "fleet"
+  std::vector<TierConfig> tiers;     // in priority order, highest first
   std::vector<EndpointConfig> endpoints;
   std::vector<TenantConfig> tenants;
   std::vector<ClientRule> clients;
-  std::string default_tier;              // tier of unlisted tenants without a tier hint; default: the last tier
-  std::string source_path;  // the file it was loaded from; empty for text or the embedded default
+  std::string default_tier;  // tier of unlisted tenants without a tier hint; default: the last tier
+  std::string source_path;   // the file it was loaded from; empty for text or the embedded default
 
   const TierConfig* findTier(std::string_view name) const;
   const EndpointConfig* findEndpoint(std::string_view name) const;

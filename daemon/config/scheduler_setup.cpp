@@ -18,10 +18,14 @@ core::LimitTable limitTable(const Config& cfg, const core::LimitTable& base,
 
 }  // namespace
 
-void mergeLimits(std::vector<core::LimitSpec>& base, const std::vector<core::LimitSpec>& overrides) {
+void mergeLimits(std::vector<core::LimitSpec>& base,
+                 const std::vector<core::LimitSpec>& overrides) {
   for (const core::LimitSpec& o : overrides) {
     auto it = std::find_if(base.begin(), base.end(), [&](const auto& b) { return b.sameSlot(o); });
-    if (it != base.end()) *it = o; else base.push_back(o);
+    if (it != base.end())
+      *it = o;
+    else
+      base.push_back(o);
   }
 }
 

@@ -19,14 +19,23 @@ void DrrScheduler::pushBack(List& l, FlowId f) {
   Flow& fl = flows_[f];
   fl.prev = l.tail;
   fl.next = kNone;
-  if (l.tail != kNone) flows_[l.tail].next = f; else l.head = f;
+  if (l.tail != kNone)
+    flows_[l.tail].next = f;
+  else
+    l.head = f;
   l.tail = f;
 }
 
 void DrrScheduler::unlink(List& l, FlowId f) {
   Flow& fl = flows_[f];
-  if (fl.prev != kNone) flows_[fl.prev].next = fl.next; else l.head = fl.next;
-  if (fl.next != kNone) flows_[fl.next].prev = fl.prev; else l.tail = fl.prev;
+  if (fl.prev != kNone)
+    flows_[fl.prev].next = fl.next;
+  else
+    l.head = fl.next;
+  if (fl.next != kNone)
+    flows_[fl.next].prev = fl.prev;
+  else
+    l.tail = fl.prev;
   fl.prev = fl.next = kNone;
 }
 
@@ -173,9 +182,14 @@ DrrScheduler::FlowId DrrScheduler::select() {
 void DrrScheduler::detach(FlowId f) {
   Flow& fl = flows_[f];
   switch (fl.where) {
-    case Where::kIdle: return;
-    case Where::kActive: active_ = kNone; break;
-    case Where::kListed: unlink(listOf(fl), f); break;
+    case Where::kIdle:
+      return;
+    case Where::kActive:
+      active_ = kNone;
+      break;
+    case Where::kListed:
+      unlink(listOf(fl), f);
+      break;
     case Where::kLater:
       if (fl.wheeled) {
         const auto b = static_cast<std::size_t>(fl.turn_round & kWheelMask);
@@ -192,7 +206,8 @@ void DrrScheduler::detach(FlowId f) {
   --backlogged_;
 }
 
-void DrrScheduler::consume(FlowId f, std::int64_t cost, bool has_next, std::int64_t next_head_cost) {
+void DrrScheduler::consume(FlowId f, std::int64_t cost, bool has_next,
+                           std::int64_t next_head_cost) {
   assert(f == active_);
   Flow& fl = flows_[f];
   fl.deficit -= cost;

@@ -91,9 +91,9 @@ class DrrScheduler {
     std::int64_t granted_round = -1;  // last round whose quantum was added
     std::int64_t turn_round = 0;      // round of the next turn, while kListed
     std::uint32_t prev = kNone, next = kNone;
-    std::uint32_t epoch = 0;          // invalidates stale heap entries
+    std::uint32_t epoch = 0;  // invalidates stale heap entries
     Where where = Where::kIdle;
-    bool wheeled = false;             // kLater: in wheel_[turn_round & kWheelMask], else in overflow_
+    bool wheeled = false;  // kLater: in wheel_[turn_round & kWheelMask], else in overflow_
   };
   struct List {
     FlowId head = kNone, tail = kNone;
@@ -104,7 +104,9 @@ class DrrScheduler {
     std::uint64_t seq;
     FlowId flow;
     std::uint32_t epoch;
-    bool operator>(const Later& o) const { return round != o.round ? round > o.round : seq > o.seq; }
+    bool operator>(const Later& o) const {
+      return round != o.round ? round > o.round : seq > o.seq;
+    }
   };
 
   Flow& flow(FlowId f);
@@ -121,14 +123,14 @@ class DrrScheduler {
   List next_;     // flows whose turn is in round_ + 1
   static constexpr std::int64_t kWheel = 256;
   static constexpr std::int64_t kWheelMask = kWheel - 1;
-  std::array<List, kWheel> wheel_{};           // flows whose turn is round r in (round_+1, round_+kWheel)
+  std::array<List, kWheel> wheel_{};  // flows whose turn is round r in (round_+1, round_+kWheel)
   std::array<std::uint64_t, kWheel / 64> occupied_{};
   std::size_t wheeled_ = 0;
   std::vector<Later> later_;  // min-heap: flows whose turn is kWheel or more rounds ahead
   void toWheel(FlowId f, std::int64_t turn);
   void refillWheel();
   std::int64_t nextWheelRound() const;  // earliest round with a wheeled flow; REQUIRES wheeled_ > 0
-  FlowId active_ = kNone;     // the flow having its turn
+  FlowId active_ = kNone;               // the flow having its turn
   std::int64_t round_ = 0;
   std::uint64_t seq_ = 0;
   std::size_t backlogged_ = 0;

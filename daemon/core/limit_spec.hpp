@@ -13,7 +13,7 @@ namespace fairsched::core {
 
 enum class LimitUnit : std::uint8_t {
   kRequests,  // each request costs 1
-  kTokens,    // each request costs input + max output tokens (refunded down to actual at completion)
+  kTokens,  // each request costs input + max output tokens (refunded down to actual at completion)
 };
 
 // Where a limit is counted: by this daemon alone, or across every daemon that

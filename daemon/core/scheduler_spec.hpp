@@ -20,8 +20,8 @@ struct EndpointSpec {
   std::uint32_t max_batch_tokens = 16384;  // input + max output tokens of a batch
   TimeNs max_wait = 2 * kNsPerMs;          // longest a partial batch is held back
   std::uint32_t max_output_tokens = 4096;
-  TimeNs latency_target = 0;               // backlog throttle; 0 = off
-  std::uint32_t parallelism = 1;           // executor slots (streams, threads)
+  TimeNs latency_target = 0;      // backlog throttle; 0 = off
+  std::uint32_t parallelism = 1;  // executor slots (streams, threads)
 };
 
 struct TierSpec {
@@ -50,10 +50,11 @@ struct TenantSpec {
 struct SchedulerSpec {
   Policy policy = Policy::kFair;
   std::vector<EndpointSpec> endpoints;
-  std::vector<TierSpec> tiers;         // highest priority first
-  std::vector<LimitTable> tier_limits; // per tier: endpoint defaults merged with the tier's overrides
-  std::vector<TenantSpec> tenants;     // listed in the config
-  TierId default_tier = 0;             // for unlisted tenants without a tier hint
+  std::vector<TierSpec> tiers;  // highest priority first
+  std::vector<LimitTable>
+      tier_limits;                  // per tier: endpoint defaults merged with the tier's overrides
+  std::vector<TenantSpec> tenants;  // listed in the config
+  TierId default_tier = 0;          // for unlisted tenants without a tier hint
   TimeNs idle_timeout = 600 * kNsPerSec;
 };
 

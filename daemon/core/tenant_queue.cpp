@@ -4,7 +4,9 @@
 
 namespace fairsched::core {
 
-TenantQueue::TenantQueue(const TenantQueue& o) { *this = o; }
+TenantQueue::TenantQueue(const TenantQueue& o) {
+  *this = o;
+}
 
 TenantQueue& TenantQueue::operator=(const TenantQueue& o) {
   if (this == &o) return *this;
@@ -38,7 +40,9 @@ void TenantQueue::push(const QueueEntry& e) {
   }
 }
 
-const QueueEntry& TenantQueue::top() const { return heapFirst() ? heap_.front() : front(); }
+const QueueEntry& TenantQueue::top() const {
+  return heapFirst() ? heap_.front() : front();
+}
 
 void TenantQueue::pop() {
   if (heapFirst()) {

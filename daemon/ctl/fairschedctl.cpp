@@ -163,11 +163,10 @@ void printTenants(const json& t) {
                                         rej.value("overloaded", 0ull) +
                                         rej.value("queue_full", 0ull) + rej.value("invalid", 0ull);
     std::printf("%-20s %-10s %-8s %6.2g %7llu %8llu %9s %10llu %9llu %10llu  %s\n",
-                text(r, "tenant").c_str(), text(r, "endpoint").c_str(),
-                text(r, "tier").c_str(), r.value("weight", 0.0), r.value("queued", 0ull),
-                r.value("in_flight", 0ull), pct(r.value("share_last_10s", 0.0)).c_str(),
-                r.value("admitted", 0ull), rejected, r.value("completed", 0ull),
-                limitsText(r["limits"]).c_str());
+                text(r, "tenant").c_str(), text(r, "endpoint").c_str(), text(r, "tier").c_str(),
+                r.value("weight", 0.0), r.value("queued", 0ull), r.value("in_flight", 0ull),
+                pct(r.value("share_last_10s", 0.0)).c_str(), r.value("admitted", 0ull), rejected,
+                r.value("completed", 0ull), limitsText(r["limits"]).c_str());
   }
   if (t.value("truncated", false)) {
     std::cout << "(" << t["tenants"].size() << " of " << t.value("total_rows", 0)
@@ -247,8 +246,9 @@ int main(int argc, char** argv) {
       "tenants", "per tenant and endpoint: tier, weight, queue, share, counters, limit usage");
   tenants->add_option("--limit", o.limit, "at most N rows, busiest first (0 = all)")
       ->capture_default_str();
-  tenants->add_option("--tenant", o.tenant, "only this tenant")
-      ->check([](const std::string& name) { return fairsched::nameError(name).value_or(""); });
+  tenants->add_option("--tenant", o.tenant, "only this tenant")->check([](const std::string& name) {
+    return fairsched::nameError(name).value_or("");
+  });
   auto* top = app.add_subcommand("top", "status and tenants, refreshed");
   top->add_option("--interval", o.interval_s, "seconds between refreshes")->capture_default_str();
   top->add_option("--iterations", o.iterations, "stop after N refreshes (0 = never)");

@@ -25,8 +25,8 @@ inline constexpr std::string_view kNameRule =
 
 // True for the bytes a name may hold.
 constexpr bool isNameChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '.' || c == '_' || c == '-' || c == ':' || c == '@' || c == '/' || c == '+';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-' || c == ':' || c == '@' || c == '/' || c == '+';
 }
 
 // `s` made safe to print whatever a peer sent: printable ASCII is kept

@@ -25,16 +25,26 @@ enum class Status : std::uint8_t {
 // The status as the docs, logs and metrics spell it ("RATE_LIMITED").
 constexpr std::string_view toString(Status s) {
   switch (s) {
-    case Status::kOk: return "OK";
-    case Status::kRateLimited: return "RATE_LIMITED";
-    case Status::kOverloaded: return "OVERLOADED";
-    case Status::kQueueFull: return "QUEUE_FULL";
-    case Status::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case Status::kInvalid: return "INVALID";
-    case Status::kUnauthorized: return "UNAUTHORIZED";
-    case Status::kCancelled: return "CANCELLED";
-    case Status::kShuttingDown: return "SHUTTING_DOWN";
-    case Status::kExecutorFailed: return "EXECUTOR_FAILED";
+    case Status::kOk:
+      return "OK";
+    case Status::kRateLimited:
+      return "RATE_LIMITED";
+    case Status::kOverloaded:
+      return "OVERLOADED";
+    case Status::kQueueFull:
+      return "QUEUE_FULL";
+    case Status::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case Status::kInvalid:
+      return "INVALID";
+    case Status::kUnauthorized:
+      return "UNAUTHORIZED";
+    case Status::kCancelled:
+      return "CANCELLED";
+    case Status::kShuttingDown:
+      return "SHUTTING_DOWN";
+    case Status::kExecutorFailed:
+      return "EXECUTOR_FAILED";
   }
   return "UNKNOWN";
 }

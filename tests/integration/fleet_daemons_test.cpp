@@ -23,8 +23,8 @@
 #include "bench/stats.hpp"
 #include "daemon/admin_client.hpp"
 #include "daemon/config/config.hpp"
-#include "tests/support/forked_daemon.hpp"
 #include "fairsched/client.hpp"
+#include "tests/support/forked_daemon.hpp"
 #include "tests/support/redis_server.hpp"
 #include "tests/support/temp_dir.hpp"
 

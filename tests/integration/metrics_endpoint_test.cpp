@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "daemon/config/config.hpp"
-#include "tests/support/forked_daemon.hpp"
 #include "fairsched/client.hpp"
+#include "tests/support/forked_daemon.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace fairsched {

@@ -22,10 +22,10 @@
 
 #include "daemon/admin_client.hpp"
 #include "daemon/config/config.hpp"
-#include "tests/support/forked_daemon.hpp"
-#include "tests/support/run_command.hpp"
 #include "fairsched/client.hpp"
 #include "kernels/workload_reference.hpp"
+#include "tests/support/forked_daemon.hpp"
+#include "tests/support/run_command.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace fairsched {

@@ -35,9 +35,11 @@ using testing::RawClient;
 
 // What a hostile peer sends as names, from the reproductions.
 const std::vector<std::string> kBadNames = {
-    "\xff\xfe",                                            // not UTF-8 at all
-    "bad\xc3" "(utf8",                                      // truncated multibyte sequence
-    "ov\xc0\xaf" "er",                                  // overlong encoding of '/'
+    "\xff\xfe",  // not UTF-8 at all
+    "bad\xc3"
+    "(utf8",  // truncated multibyte sequence
+    "ov\xc0\xaf"
+    "er",                                                  // overlong encoding of '/'
     "evil\x1b[2J",                                         // clears the operator's terminal
     "row\nforged  chat  paid",                             // forges a table row
     "cl'\n2026-01-01 00:00:00.000 info FORGED\x1b[31m\r",  // forges a log line
@@ -221,8 +223,8 @@ TEST_F(UntrustedNames, FairschedctlPrintsNoControlBytesAndTakesJsonAfterTheSubco
   EXPECT_NE(out.find("org-7"), std::string::npos) << out;
   EXPECT_TRUE(printable(out)) << escapeForDisplay(out);
   // --json after the subcommand, as operators type it, and before it.
-  for (const std::string& args : {sock + " tenants --json", "--json " + sock + " tenants",
-                                  "status --json " + sock}) {
+  for (const std::string& args :
+       {sock + " tenants --json", "--json " + sock + " tenants", "status --json " + sock}) {
     ASSERT_EQ(testing::runFairschedctl(args, &out), 0) << args << ": " << out;
     EXPECT_FALSE(nlohmann::json::parse(out, nullptr, false).is_discarded()) << args << ": " << out;
   }

@@ -401,9 +401,10 @@ TEST(ConfigEndpoint, WildcardNameIsRejected) {
 }
 
 TEST(ConfigEndpoint, NameWithWhiteSpaceIsRejected) {
-  EXPECT_EQ(errorOf(withBase("[endpoints.\"a b\"]\n")),
-            "cfg.toml:11: endpoints.\"a b\": name \"a b\": ' ' at byte 1 is not allowed "
-            "(a name is 1 to 63 characters, each an ASCII letter, a digit or one of . _ - : @ / +)");
+  EXPECT_EQ(
+      errorOf(withBase("[endpoints.\"a b\"]\n")),
+      "cfg.toml:11: endpoints.\"a b\": name \"a b\": ' ' at byte 1 is not allowed "
+      "(a name is 1 to 63 characters, each an ASCII letter, a digit or one of . _ - : @ / +)");
 }
 
 TEST(ConfigEndpoint, EmptyNameIsRejected) {
@@ -414,8 +415,9 @@ TEST(ConfigEndpoint, EmptyNameIsRejected) {
 TEST(ConfigEndpoint, NameLongerThan31BytesIsRejected) {
   const std::string name(32, 'e');
   EXPECT_EQ(errorOf(withBase("[endpoints." + name + "]\n")),
-            "cfg.toml:11: endpoints." + name + ": name \"eeeeeeeeeeeeeeee...\" is 32 bytes, longer "
-            "than 31");
+            "cfg.toml:11: endpoints." + name +
+                ": name \"eeeeeeeeeeeeeeee...\" is 32 bytes, longer "
+                "than 31");
 }
 
 TEST(ConfigTenant, NamesWithInvalidUtf8OrEscapesAreRejectedAndShownEscaped) {
@@ -423,10 +425,11 @@ TEST(ConfigTenant, NamesWithInvalidUtf8OrEscapesAreRejectedAndShownEscaped) {
             "cfg.toml:11: tenants.\"\u00e9t\u00e9\": name \"\\xc3\\xa9t\\xc3\\xa9\": '\\xc3' at "
             "byte 0 is not allowed (a name is 1 to 63 characters, each an ASCII letter, a digit or "
             "one of . _ - : @ / +)");
-  EXPECT_EQ(errorOf(withBase("[[clients]]\nuids = [0]\ntenants = [\"evil\\u001b[2J\"]\n")),
-            "cfg.toml:13: clients[0].tenants: name \"evil\\x1b[2J\": '\\x1b' at byte 4 is not "
-            "allowed (a name is 1 to 63 characters, each an ASCII letter, a digit or one of . _ - : "
-            "@ / +)");
+  EXPECT_EQ(
+      errorOf(withBase("[[clients]]\nuids = [0]\ntenants = [\"evil\\u001b[2J\"]\n")),
+      "cfg.toml:13: clients[0].tenants: name \"evil\\x1b[2J\": '\\x1b' at byte 4 is not "
+      "allowed (a name is 1 to 63 characters, each an ASCII letter, a digit or one of . _ - : "
+      "@ / +)");
 }
 
 TEST(ConfigEndpoint, UnknownKindIsRejected) {
@@ -907,9 +910,10 @@ TEST(ConfigTenant, WildcardTenantNameIsRejected) {
 }
 
 TEST(ConfigTenant, ControlCharacterInANameIsEscapedInTheMessage) {
-  EXPECT_EQ(errorOf(withBase("[tenants.\"a\\u0001\"]\n")),
-            "cfg.toml:11: tenants.\"a\\x01\": name \"a\\x01\": '\\x01' at byte 1 is not allowed "
-            "(a name is 1 to 63 characters, each an ASCII letter, a digit or one of . _ - : @ / +)");
+  EXPECT_EQ(
+      errorOf(withBase("[tenants.\"a\\u0001\"]\n")),
+      "cfg.toml:11: tenants.\"a\\x01\": name \"a\\x01\": '\\x01' at byte 1 is not allowed "
+      "(a name is 1 to 63 characters, each an ASCII letter, a digit or one of . _ - : @ / +)");
 }
 
 TEST(ConfigTenant, DottedNamesAreQuotedInKeyPaths) {
@@ -1083,9 +1087,10 @@ TEST(ConfigClient, TenantsMayNameUnlistedTenantsAndTheWildcard) {
 }
 
 TEST(ConfigClient, TenantNameWithWhiteSpaceIsRejected) {
-  EXPECT_EQ(errorOf(withBase("[[clients]]\nuids = [0]\ntenants = [\"a b\"]\n")),
-            "cfg.toml:13: clients[0].tenants: name \"a b\": ' ' at byte 1 is not allowed "
-            "(a name is 1 to 63 characters, each an ASCII letter, a digit or one of . _ - : @ / +)");
+  EXPECT_EQ(
+      errorOf(withBase("[[clients]]\nuids = [0]\ntenants = [\"a b\"]\n")),
+      "cfg.toml:13: clients[0].tenants: name \"a b\": ' ' at byte 1 is not allowed "
+      "(a name is 1 to 63 characters, each an ASCII letter, a digit or one of . _ - : @ / +)");
 }
 
 TEST(ConfigClient, UnknownEndpointIsRejected) {

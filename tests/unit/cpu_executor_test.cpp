@@ -106,7 +106,8 @@ TEST(CpuExecutor, ZeroModelledTimeRunsInlineWithOneSlot) {
   std::vector<BatchDone> out;
   ex->drain(out);
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].results[0].checksum, kernels::workloadChecksum(std::vector<std::uint32_t>{4, 5}));
+  EXPECT_EQ(out[0].results[0].checksum,
+            kernels::workloadChecksum(std::vector<std::uint32_t>{4, 5}));
   EXPECT_EQ(ex->freeSlots(), 1u);
 }
 
@@ -119,7 +120,8 @@ TEST(WorkloadReference, ChecksumDependsOnEveryTokenAndItsPosition) {
   EXPECT_EQ(kernels::workloadChecksum(a), kernels::workloadChecksum(a));
   EXPECT_NE(kernels::workloadChecksum(a), kernels::workloadChecksum(b));
   EXPECT_NE(kernels::workloadChecksum(a), kernels::workloadChecksum(c));
-  EXPECT_NE(kernels::workloadChecksum(empty), kernels::workloadChecksum(std::vector<std::uint32_t>{0}));
+  EXPECT_NE(kernels::workloadChecksum(empty),
+            kernels::workloadChecksum(std::vector<std::uint32_t>{0}));
 }
 
 }  // namespace

@@ -22,13 +22,13 @@
 #include <variant>
 
 #include "daemon/config/config.hpp"
+#include "kernels/workload_reference.hpp"
+#include "shm/control_protocol.hpp"
+#include "shm/segment.hpp"
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/raw_client.hpp"
 #include "tests/support/seeded_rng.hpp"
 #include "tests/support/temp_dir.hpp"
-#include "kernels/workload_reference.hpp"
-#include "shm/control_protocol.hpp"
-#include "shm/segment.hpp"
 
 namespace fairsched {
 namespace {

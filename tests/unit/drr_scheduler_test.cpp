@@ -201,7 +201,7 @@ RC_GTEST_PROP(DrrSchedulerProperty, ServiceDifferenceStaysWithinTheStatedBound, 
   // RapidCheck picks the seed (and prints it on failure); the run itself is
   // long enough to matter regardless of RapidCheck's size parameter.
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
-    std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(seed);
   auto uniform = [&](std::int64_t lo, std::int64_t hi) {
     return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
   };

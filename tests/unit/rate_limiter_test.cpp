@@ -13,8 +13,12 @@ namespace {
 
 constexpr TimeNs kMinute = 60 * kNsPerSec;
 
-LimitSpec requestsPer(std::uint64_t n, TimeNs window) { return {LimitUnit::kRequests, n, window}; }
-LimitSpec tokensPer(std::uint64_t n, TimeNs window) { return {LimitUnit::kTokens, n, window}; }
+LimitSpec requestsPer(std::uint64_t n, TimeNs window) {
+  return {LimitUnit::kRequests, n, window};
+}
+LimitSpec tokensPer(std::uint64_t n, TimeNs window) {
+  return {LimitUnit::kTokens, n, window};
+}
 
 TEST(RateLimiter, NoLimitsAdmitsEverything) {
   KeyLimiter l;
@@ -102,7 +106,7 @@ TEST(RateLimiter, RefundAfterItsBucketLeftTheWindowIsIgnored) {
   KeyLimiter l(specs);
   ASSERT_TRUE(l.tryAdmit(1000, 0).admitted);
   ASSERT_TRUE(l.tryAdmit(1000, kMinute).admitted);  // the first left the window
-  l.refundTokens(1000, 0);  // belongs to a bucket that no longer counts
+  l.refundTokens(1000, 0);                          // belongs to a bucket that no longer counts
   EXPECT_FALSE(l.tryAdmit(1, kMinute + 1).admitted);
 }
 

@@ -92,10 +92,10 @@ TEST(Scheduler, UnknownTenantOrEndpointIsInvalid) {
 TEST(Scheduler, RequestsThatCanNeverRunAreInvalid) {
   Fixture f(baseSpec());
   const TenantId a = f.tenant("a");
-  EXPECT_EQ(f.submit(a, 0, 0, 0).status, Status::kInvalid);       // nothing to do
-  EXPECT_EQ(f.submit(a, 0, 4000, 97).status, Status::kInvalid);   // larger than any batch
-  EXPECT_EQ(f.submit(a, 0, 10, 2049).status, Status::kInvalid);   // above max_output_tokens
-  EXPECT_EQ(f.submit(a, 0, 4000, 96).status, Status::kOk);        // exactly a batch
+  EXPECT_EQ(f.submit(a, 0, 0, 0).status, Status::kInvalid);      // nothing to do
+  EXPECT_EQ(f.submit(a, 0, 4000, 97).status, Status::kInvalid);  // larger than any batch
+  EXPECT_EQ(f.submit(a, 0, 10, 2049).status, Status::kInvalid);  // above max_output_tokens
+  EXPECT_EQ(f.submit(a, 0, 4000, 96).status, Status::kOk);       // exactly a batch
   EXPECT_EQ(f.sched.view(a, 0)->stats.rejected_invalid, 3u);
 }
 
@@ -247,11 +247,12 @@ TEST(Scheduler, CancelledHeadLetsTheTenantsNextRequestThrough) {
 
 TEST(Scheduler, RateLimitRejectsWithExactRetryAfterAndRefundsUnusedTokens) {
   SchedulerSpec spec = baseSpec();
-  spec.tier_limits[1][0] = {{LimitUnit::kRequests, 3, kMinute}, {LimitUnit::kTokens, 1000, kMinute}};
+  spec.tier_limits[1][0] = {{LimitUnit::kRequests, 3, kMinute},
+                            {LimitUnit::kTokens, 1000, kMinute}};
   Fixture f(std::move(spec));
   const TenantId a = f.tenant("a");
   ASSERT_EQ(f.submit(a, 0, 100, 400).status, Status::kOk);  // reserves 500
-  const Admission over = f.submit(a, 1, 100, 500);           // 600 more would exceed 1000
+  const Admission over = f.submit(a, 1, 100, 500);          // 600 more would exceed 1000
   ASSERT_EQ(over.status, Status::kRateLimited);
   EXPECT_EQ(over.retry_after, kMinute - 1);
   f.runBatch(2, 100);  // used 200 of 500: 300 come back
@@ -525,7 +526,10 @@ RC_GTEST_PROP(SchedulerProperty, EveryRequestEndsExactlyOnce, ()) {
   for (std::int64_t i = 0; i < steps; ++i) {
     now += uniform(0, 3 * kMs);
     switch (uniform(0, 9)) {
-      case 0: case 1: case 2: case 3: {
+      case 0:
+      case 1:
+      case 2:
+      case 3: {
         const std::uint64_t id = f.next_id;
         TenantId t = f.sched.tenants().acquire("t" + std::to_string(uniform(0, 5)));
         const TimeNs deadline = uniform(0, 3) == 0 ? now + uniform(0, 20 * kMs) : kNever;
@@ -535,17 +539,22 @@ RC_GTEST_PROP(SchedulerProperty, EveryRequestEndsExactlyOnce, ()) {
                                      static_cast<std::uint64_t>(uniform(0, 2)));
         f.sched.tenants().release(t);
         endings[id] += 0;
-        if (a.status == Status::kOk) queued_or_running[a.handle] = id; else endings[id]++;
+        if (a.status == Status::kOk)
+          queued_or_running[a.handle] = id;
+        else
+          endings[id]++;
         break;
       }
-      case 4: case 5: {
+      case 4:
+      case 5: {
         f.sched.nextBatch(0, now, f.batch, f.done, uniform(0, 1) == 1);
         RC_ASSERT(f.batch.requests.size() <= 4u);
         RC_ASSERT(f.batch.tokens <= 4096u);
         for (const auto& d : f.batch.requests) running.push_back(d);
         break;
       }
-      case 6: case 7: {
+      case 6:
+      case 7: {
         for (const auto& d : running) {
           RC_ASSERT(f.sched.complete(d.handle, static_cast<std::uint32_t>(uniform(0, 400)), now));
           endings[queued_or_running.at(d.handle)]++;
@@ -555,13 +564,21 @@ RC_GTEST_PROP(SchedulerProperty, EveryRequestEndsExactlyOnce, ()) {
         running.clear();
         break;
       }
-      case 8: f.sched.cancelOwner(static_cast<std::uint64_t>(uniform(0, 2)), Status::kCancelled, f.done); break;
-      case 9: f.sched.expireDeadlines(now, f.done); f.sched.collectIdle(now, 4); break;
+      case 8:
+        f.sched.cancelOwner(static_cast<std::uint64_t>(uniform(0, 2)), Status::kCancelled, f.done);
+        break;
+      case 9:
+        f.sched.expireDeadlines(now, f.done);
+        f.sched.collectIdle(now, 4);
+        break;
     }
     for (const Done& d : f.done) endings[d.id]++;
     for (const Done& d : f.done) {
       for (auto it = queued_or_running.begin(); it != queued_or_running.end(); ++it) {
-        if (it->second == d.id) { queued_or_running.erase(it); break; }
+        if (it->second == d.id) {
+          queued_or_running.erase(it);
+          break;
+        }
       }
     }
     f.done.clear();
