@@ -7,7 +7,11 @@
 // no control byte. Regressions for a daemon that aborted on the first
 // `fairschedctl tenants` after a client opened tenant "\xff\xfe".
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -231,6 +235,81 @@ TEST_F(UntrustedNames, FairschedctlPrintsNoControlBytesAndTakesJsonAfterTheSubco
   // A bad --tenant filter is a usage error, before the daemon is asked.
   EXPECT_EQ(testing::runFairschedctl(sock + " tenants --tenant 'a b'", &out), 2) << out;
   EXPECT_EQ(daemon_->terminate(), 0);
+}
+
+// The real fairschedd binary with its log in a file: what a hostile peer
+// sends never forges a log line or puts a control byte into the journal.
+TEST(UntrustedNamesLog, NothingAPeerSendsForgesALogLine) {
+  testing::TempDir tmp("fairsched-names-log");
+  ASSERT_FALSE(tmp.path().empty());
+  const std::string sock = tmp.file("fairsched.sock");
+  const std::string cfg = tmp.file("fairsched.toml");
+  const std::string log = tmp.file("fairschedd.log");
+  {
+    std::FILE* f = std::fopen(cfg.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f,
+                 "[daemon]\nsocket = \"%s\"\nsocket_mode = \"0600\"\nlog_level = \"info\"\n"
+                 "[[tiers]]\nname = \"paid\"\n[endpoints.chat]\n"
+                 "[endpoints.chat.cpu]\nper_batch_us = 10.0\nper_token_us = 0.0\n"
+                 "[[clients]]\nname = \"tests\"\nuids = [%u]\ntenants = [\"*\"]\n"
+                 "endpoints = [\"*\"]\nassign_tiers = [\"*\"]\nadmin = true\n",
+                 sock.c_str(), static_cast<unsigned>(getuid()));
+    std::fclose(f);
+  }
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::freopen(log.c_str(), "w", stderr);
+    std::freopen(log.c_str(), "a", stdout);
+    const std::string bin = std::string(FAIRSCHED_BINARY_DIR) + "/bin/fairschedd";
+    execl(bin.c_str(), bin.c_str(), "--config", cfg.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Serving once the socket accepts (bounded).
+  bool up = false;
+  for (int i = 0; i < 5000 && !up; ++i) {
+    RawClient probe;
+    up = probe.connect(sock) == ControlStatus::kOk;
+    if (!up) usleep(2000);
+  }
+  ASSERT_TRUE(up) << "fairschedd did not come up";
+  {
+    RawClient c;
+    std::string why;
+    EXPECT_EQ(c.connect(sock, &why, kBadNames[5]), ControlStatus::kBadRequest) << why;
+  }
+  {
+    RawClient c;
+    ASSERT_EQ(c.connect(sock), ControlStatus::kOk);
+    for (const std::string& name : kBadNames) c.open(name);
+    c.open("globex", nullptr, "\x1b[31m");
+  }
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+
+  std::FILE* f = std::fopen(log.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string text;
+  char buf[4096];
+  while (const std::size_t n = std::fread(buf, 1, sizeof buf, f)) text.append(buf, n);
+  std::fclose(f);
+  EXPECT_TRUE(printable(text)) << "a control byte reached the log: " << escapeForDisplay(text);
+  EXPECT_NE(text.find("client name refused"), std::string::npos) << text;
+  EXPECT_NE(text.find("tenant name refused"), std::string::npos) << text;
+  // Every line is one of the daemon's: it starts with a timestamp.
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t end = text.find('\n', start);
+    const std::string line = text.substr(start, end - start);
+    EXPECT_TRUE(line.size() > 20 && line.compare(0, 2, "20") == 0 && line[4] == '-')
+        << "not a log line of the daemon: " << escapeForDisplay(line);
+    EXPECT_NE(line.compare(0, 10, "2026-01-01"), 0) << "a forged line: " << escapeForDisplay(line);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
 }
 
 }  // namespace
