@@ -1,0 +1,17 @@
+// The physical limit of a round trip between two processes on this machine:
+// a bare shared-memory ping-pong (two 64-bit words in an anonymous shared
+// mapping, each side busy-polling the other's), measured in the same run as
+// the path it is compared with, since absolute figures differ several times
+// between machines of one kind while ratios measured together hold.
+#pragma once
+
+#include <vector>
+
+namespace fairsched::bench {
+
+// `iterations` round-trip times in nanoseconds (after a warm-up), the
+// parent on CPU `parent_cpu` and a forked child on `child_cpu` where the
+// machine has two CPUs. Empty if the child could not be started.
+std::vector<double> rawPingPong(int iterations, int parent_cpu = 0, int child_cpu = 1);
+
+}  // namespace fairsched::bench
