@@ -57,6 +57,7 @@ std::vector<std::string> reloadBlockers(const Config& running, const Config& nex
   differs(running.daemon.socket_mode != next.daemon.socket_mode, "daemon.socket_mode");
   differs(running.daemon.socket_group != next.daemon.socket_group, "daemon.socket_group");
   differs(running.daemon.policy != next.daemon.policy, "daemon.policy");
+  differs(running.daemon.event_loop != next.daemon.event_loop, "daemon.event_loop");
   const auto fleetKey = [](const Config& c) {
     if (!c.fleet) return std::string();
     const FleetConfig& f = *c.fleet;

@@ -103,6 +103,13 @@ struct ClientRule {
   std::uint32_t source_line = 0;
 };
 
+// Which kernel interface the daemon's event loop uses (docs/operations.md).
+enum class EventLoopKind : std::uint8_t {
+  kAuto,     // io_uring, else epoll (with one warning naming why io_uring was refused)
+  kIoUring,  // io_uring or fail to start
+  kEpoll,    // epoll: for kernels, seccomp profiles and sandboxes that refuse io_uring
+};
+
 struct DaemonConfig {
   std::string socket = "/run/fairsched/fairsched.sock";
   std::uint32_t socket_mode = 0660;
@@ -112,6 +119,7 @@ struct DaemonConfig {
   std::uint64_t tenant_idle_timeout_s =
       600;  // idle state dropped after this (limit windows permitting)
   std::uint64_t shutdown_grace_ms = 5000;
+  EventLoopKind event_loop = EventLoopKind::kAuto;
 };
 
 // The Prometheus endpoint (docs/operations.md, "Metrics"). Tenant names are

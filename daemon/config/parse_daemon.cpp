@@ -57,6 +57,9 @@ bool readLogLevel(ParseContext& ctx, const toml::node& n, const std::string& pat
 }
 
 constexpr EnumName<Policy> kPolicies[] = {{"fair", Policy::kFair}, {"fifo", Policy::kFifo}};
+constexpr EnumName<EventLoopKind> kEventLoops[] = {{"auto", EventLoopKind::kAuto},
+                                                   {"io_uring", EventLoopKind::kIoUring},
+                                                   {"epoll", EventLoopKind::kEpoll}};
 
 constexpr KeyRule<DaemonConfig> kDaemonKeys[] = {
     {"socket", readSocket},
@@ -66,6 +69,7 @@ constexpr KeyRule<DaemonConfig> kDaemonKeys[] = {
     {"policy", enumKey<&DaemonConfig::policy, kPolicies>},
     {"tenant_idle_timeout_s", intKey<&DaemonConfig::tenant_idle_timeout_s, 0, kMaxSeconds>},
     {"shutdown_grace_ms", intKey<&DaemonConfig::shutdown_grace_ms, 0, kMaxMillis>},
+    {"event_loop", enumKey<&DaemonConfig::event_loop, kEventLoops>},
 };
 
 }  // namespace

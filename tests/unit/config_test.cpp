@@ -343,6 +343,16 @@ TEST(ConfigDaemon, UnknownPolicyIsRejected) {
             "cfg.toml:12: daemon.policy: expected one of fair|fifo, got 'round-robin'");
 }
 
+TEST(ConfigDaemon, EventLoopDefaultsToAutoAndTakesIoUringOrEpoll) {
+  EXPECT_EQ(parsedOk(withBase("")).daemon.event_loop, EventLoopKind::kAuto);
+  EXPECT_EQ(parsedOk(withBase("[daemon]\nevent_loop = \"epoll\"\n")).daemon.event_loop,
+            EventLoopKind::kEpoll);
+  EXPECT_EQ(parsedOk(withBase("[daemon]\nevent_loop = \"io_uring\"\n")).daemon.event_loop,
+            EventLoopKind::kIoUring);
+  EXPECT_EQ(errorOf(withBase("[daemon]\nevent_loop = \"select\"\n")),
+            "cfg.toml:12: daemon.event_loop: expected one of auto|io_uring|epoll, got 'select'");
+}
+
 TEST(ConfigDaemon, PolicyOfTheWrongTypeIsRejected) {
   EXPECT_EQ(errorOf(withBase("[daemon]\npolicy = true\n")),
             "cfg.toml:12: daemon.policy: expected string, got boolean");
@@ -1539,6 +1549,10 @@ TEST(ConfigReload, BlockersNameWhatOnlyARestartCanChange) {
   ASSERT_EQ(blockers.size(), 1u);
   EXPECT_NE(blockers[0].find(".max_batch_tokens/max_batch_requests"), std::string::npos)
       << blockers[0];
+
+  Config loop = base;
+  loop.daemon.event_loop = EventLoopKind::kEpoll;
+  EXPECT_EQ(reloadBlockers(base, loop), std::vector<std::string>{"daemon.event_loop"});
 
   Config fewer = base;
   fewer.endpoints.pop_back();
