@@ -125,8 +125,8 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
                                                       const std::string& dir,
                                                       std::chrono::seconds timeout) {
   auto started = daemon::ForkedDaemon::start(cfg);
-  if (auto* err = std::get_if<std::string>(&started)) return *err;
-  daemon::ForkedDaemon& d = std::get<daemon::ForkedDaemon>(started);
+  if (!started) return started.error().message;
+  daemon::ForkedDaemon& d = started.value();
   const auto start = Clock::now() + kConnectTime;
   struct Child {
     const TenantPlan* plan;

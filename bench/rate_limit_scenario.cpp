@@ -194,8 +194,8 @@ ScenarioResult runRateLimit(const ScenarioOptions& options) {
   prepareBenchConfig(cfg, tmp.path());
 
   auto started = daemon::ForkedDaemon::start(cfg);
-  if (auto* err = std::get_if<std::string>(&started)) return ScenarioError{*err};
-  daemon::ForkedDaemon& d = std::get<daemon::ForkedDaemon>(started);
+  if (!started) return ScenarioError{started.error().message};
+  daemon::ForkedDaemon& d = started.value();
   const auto start = Clock::now() + 300ms;
   std::vector<std::pair<pid_t, std::string>> children;
   for (std::size_t i = 0; i < s.size(); ++i) {

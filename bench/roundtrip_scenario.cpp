@@ -136,8 +136,8 @@ ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
   pinTo(1);  // the daemon inherits this CPU
   auto started = daemon::ForkedDaemon::start(std::get<config::Config>(cfg));
   pinTo(0);
-  if (auto* err = std::get_if<std::string>(&started)) return ScenarioError{*err};
-  daemon::ForkedDaemon& d = std::get<daemon::ForkedDaemon>(started);
+  if (!started) return ScenarioError{started.error().message};
+  daemon::ForkedDaemon& d = started.value();
 
   ClientOptions copts;
   copts.socket_path = d.socket();

@@ -6,8 +6,8 @@
 #include <chrono>
 #include <string>
 #include <string_view>
-#include <variant>
 
+#include "daemon/error.hpp"
 #include "shm/control_protocol.hpp"
 
 namespace fairsched::daemon {
@@ -18,10 +18,12 @@ struct AdminResponse {
 };
 
 // Connects to `socket_path`, sends `command` and waits up to `timeout` for
-// the whole reply. The string is the reason when there is no reply (cannot
-// connect, timed out, malformed reply).
-std::variant<AdminResponse, std::string> adminCommand(
-    const std::string& socket_path, shm::AdminCommand command, std::uint32_t limit = 0,
-    std::chrono::milliseconds timeout = std::chrono::seconds(10), std::string_view tenant = {});
+// the whole reply. The error is why there is no reply: kInvalidArgument (path
+// or tenant name too long), kSystem (cannot connect, send or receive),
+// kTimedOut, kProtocol (malformed reply, or the daemon hung up first).
+Result<AdminResponse> adminCommand(const std::string& socket_path, shm::AdminCommand command,
+                                   std::uint32_t limit = 0,
+                                   std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                                   std::string_view tenant = {});
 
 }  // namespace fairsched::daemon

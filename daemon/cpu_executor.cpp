@@ -31,17 +31,16 @@ void sleepUntil(TimeNs deadline) {
 
 }  // namespace
 
-std::variant<std::unique_ptr<CpuExecutor>, std::string> CpuExecutor::create(
-    const Options& options) {
-  if (options.threads == 0) return std::string("cpu executor: threads must be >= 1");
+Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Options& options) {
+  if (options.threads == 0) return Error{Errc::kConfig, "cpu executor: threads must be >= 1"};
   if (!(options.per_batch_us >= 0) || !(options.per_token_us >= 0)) {
-    return std::string("cpu executor: per_batch_us and per_token_us must be >= 0");
+    return Error{Errc::kConfig, "cpu executor: per_batch_us and per_token_us must be >= 0"};
   }
   std::unique_ptr<CpuExecutor> ex(new CpuExecutor(options));
   // Build the reference workload's table now, not inside the first batch.
   (void)kernels::workloadChecksum(std::span<const std::uint32_t>{});
   ex->done_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (ex->done_fd_ < 0) return std::string("cpu executor: eventfd: ") + std::strerror(errno);
+  if (ex->done_fd_ < 0) return systemError("cpu executor: eventfd");
   if (options.per_batch_us == 0 && options.per_token_us == 0) {
     ex->inline_ = true;
     return ex;
@@ -49,7 +48,7 @@ std::variant<std::unique_ptr<CpuExecutor>, std::string> CpuExecutor::create(
   for (std::uint32_t i = 0; i < options.threads; ++i) {
     auto w = std::make_unique<Worker>();
     w->wake_fd = eventfd(0, EFD_CLOEXEC);
-    if (w->wake_fd < 0) return std::string("cpu executor: eventfd: ") + std::strerror(errno);
+    if (w->wake_fd < 0) return systemError("cpu executor: eventfd");
     ex->workers_.push_back(std::move(w));
   }
   for (auto& w : ex->workers_) {

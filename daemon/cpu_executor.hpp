@@ -17,9 +17,9 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <variant>
 #include <vector>
 
+#include "daemon/error.hpp"
 #include "daemon/executor.hpp"
 #include "daemon/spsc_queue.hpp"
 
@@ -33,7 +33,8 @@ class CpuExecutor final : public Executor {
     std::uint32_t threads = 1;
   };
 
-  static std::variant<std::unique_ptr<CpuExecutor>, std::string> create(const Options& options);
+  // kConfig for invalid options, kSystem when an eventfd cannot be made.
+  static Result<std::unique_ptr<CpuExecutor>> create(const Options& options);
   ~CpuExecutor() override;
 
   std::string_view name() const override { return "cpu"; }

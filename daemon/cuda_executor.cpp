@@ -19,12 +19,14 @@ std::string callError(const char* call, cudaError_t e) {
          cudaGetErrorName(e) + ")";
 }
 
-// On failure returns, from the enclosing function (which returns
-// std::optional<std::string>), the call's text and the CUDA error string.
-#define FAIRSCHED_CUDA_TRY(expr)                                            \
-  do {                                                                      \
-    const cudaError_t fairsched_e_ = (expr);                                \
-    if (fairsched_e_ != cudaSuccess) return callError(#expr, fairsched_e_); \
+// On failure returns, from the enclosing function (which returns a
+// Result<>), kDevice with the call's text and the CUDA error string.
+#define FAIRSCHED_CUDA_TRY(expr)                                   \
+  do {                                                             \
+    const cudaError_t fairsched_e_ = (expr);                       \
+    if (fairsched_e_ != cudaSuccess) {                             \
+      return Error{Errc::kDevice, callError(#expr, fairsched_e_)}; \
+    }                                                              \
   } while (0)
 
 void signalFd(int fd) {
@@ -72,45 +74,49 @@ struct CudaExecutor::Slot {
 
 CudaExecutor::CudaExecutor(const Options& options) : options_(options) {}
 
-std::optional<std::string> CudaExecutor::unavailable(int device) {
+Result<> CudaExecutor::checkDevice(int device) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) return "cudaGetDeviceCount: " + std::string(cudaGetErrorString(e));
-  if (count == 0) return std::string("cudaGetDeviceCount: 0 devices");
-  if (device < 0 || device >= count) {
-    return "device " + std::to_string(device) + " not present (" + std::to_string(count) +
-           " devices)";
+  if (e != cudaSuccess) {
+    return Error{Errc::kUnavailable, "cudaGetDeviceCount: " + std::string(cudaGetErrorString(e))};
   }
-  return std::nullopt;
+  if (count == 0) return Error{Errc::kUnavailable, "cudaGetDeviceCount: 0 devices"};
+  if (device < 0 || device >= count) {
+    return Error{Errc::kUnavailable, "device " + std::to_string(device) + " not present (" +
+                                         std::to_string(count) + " devices)"};
+  }
+  return {};
 }
 
-std::variant<std::unique_ptr<CudaExecutor>, std::string> CudaExecutor::create(
-    const Options& options) {
-  if (options.streams == 0) return std::string("cuda executor: streams must be >= 1");
+Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Options& options) {
+  if (options.streams == 0) return Error{Errc::kConfig, "cuda executor: streams must be >= 1"};
   if (options.max_batch_requests == 0) {
-    return std::string("cuda executor: max_batch_requests must be >= 1");
+    return Error{Errc::kConfig, "cuda executor: max_batch_requests must be >= 1"};
   }
   if (options.shape.vocab == 0 || options.shape.dim == 0 || options.shape.dim > kernels::kMaxDim) {
-    return "cuda executor: workload shape needs vocab >= 1 and 1 <= dim <= " +
-           std::to_string(kernels::kMaxDim);
+    return Error{Errc::kConfig, "cuda executor: workload shape needs vocab >= 1 and 1 <= dim <= " +
+                                    std::to_string(kernels::kMaxDim)};
   }
   const std::uint64_t slot_bytes = options.staging_bytes / kDepth;
   const std::uint64_t fixed = 12ull * options.max_batch_requests;  // lengths + checksums
   if (slot_bytes < fixed + 4) {
-    return "cuda executor: staging_bytes " + std::to_string(options.staging_bytes) +
-           " too small for " + std::to_string(options.max_batch_requests) +
-           " requests per batch (double-buffered)";
+    return Error{Errc::kConfig, "cuda executor: staging_bytes " +
+                                    std::to_string(options.staging_bytes) + " too small for " +
+                                    std::to_string(options.max_batch_requests) +
+                                    " requests per batch (double-buffered)"};
   }
-  if (auto why = unavailable(options.device)) return "cuda executor: no CUDA device: " + *why;
+  if (Result<> device = checkDevice(options.device); !device) {
+    return withContext("cuda executor: no CUDA device", std::move(device).error());
+  }
   std::unique_ptr<CudaExecutor> ex(new CudaExecutor(options));
   ex->token_capacity_ = std::min<std::uint64_t>((slot_bytes - fixed) / 4, UINT32_MAX);
-  if (auto err = ex->init()) return *err;
+  if (Result<> r = ex->init(); !r) return std::move(r).error();
   return ex;
 }
 
-std::optional<std::string> CudaExecutor::init() {
+Result<> CudaExecutor::init() {
   done_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (done_fd_ < 0) return std::string("cuda executor: eventfd: ") + std::strerror(errno);
+  if (done_fd_ < 0) return systemError("cuda executor: eventfd");
   FAIRSCHED_CUDA_TRY(cudaSetDevice(options_.device));
   const std::uint64_t max_req = options_.max_batch_requests;
   const std::uint64_t cap = token_capacity_;
@@ -156,7 +162,7 @@ std::optional<std::string> CudaExecutor::init() {
   FAIRSCHED_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&table_), 4ull * shape.vocab * shape.dim));
   FAIRSCHED_CUDA_TRY(kernels::launchFillTable(table_, shape, lanes_[0]->compute));
   FAIRSCHED_CUDA_TRY(cudaStreamSynchronize(lanes_[0]->compute));
-  return std::nullopt;
+  return {};
 }
 
 CudaExecutor::~CudaExecutor() {
@@ -191,7 +197,7 @@ void CudaExecutor::onBatchDone(void* p) {
   signalFd(ex->done_fd_);
 }
 
-std::optional<std::string> CudaExecutor::enqueue(Slot& s, std::uint32_t n, std::uint32_t total) {
+Result<> CudaExecutor::enqueue(Slot& s, std::uint32_t n, std::uint32_t total) {
   Lane& lane = *lanes_[s.lane];
   FAIRSCHED_CUDA_TRY(cudaSetDevice(options_.device));
   FAIRSCHED_CUDA_TRY(cudaEventRecord(s.start, lane.copy));
@@ -210,7 +216,7 @@ std::optional<std::string> CudaExecutor::enqueue(Slot& s, std::uint32_t n, std::
                                      lane.compute));
   FAIRSCHED_CUDA_TRY(cudaEventRecord(s.end, lane.compute));
   FAIRSCHED_CUDA_TRY(cudaLaunchHostFunc(lane.compute, &CudaExecutor::onBatchDone, &s));
-  return std::nullopt;
+  return {};
 }
 
 void CudaExecutor::fail(Slot& s, std::string error) {
@@ -255,12 +261,13 @@ void CudaExecutor::submit(ExecBatch&& batch) {
   }
   for (std::uint64_t i = 0; i < n; ++i) s.h_in[i] = s.batch.requests[i].input_tokens;
   if (total > 0) std::memcpy(s.h_in + n, s.batch.tokens.data(), 4 * total);
-  if (auto err = enqueue(s, static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(total))) {
+  if (Result<> r = enqueue(s, static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(total));
+      !r) {
     // What was enqueued may still read the slot's buffers: wait before the
     // slot can be handed out again (an error path, so blocking is fine).
     cudaStreamSynchronize(lanes_[s.lane]->copy);
     cudaStreamSynchronize(lanes_[s.lane]->compute);
-    fail(s, std::move(*err));
+    fail(s, std::move(r).error().message);
   }
 }
 

@@ -32,12 +32,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
+#include "daemon/error.hpp"
 #include "daemon/executor.hpp"
 #include "kernels/workload_hash.hpp"
 
@@ -55,13 +54,14 @@ class CudaExecutor final : public Executor {
     kernels::WorkloadShape shape;
   };
 
-  // Fails with a message when no CUDA device is present (naming
-  // cudaGetDeviceCount's answer), the device id is out of range, the options
-  // are invalid or an allocation fails.
-  static std::variant<std::unique_ptr<CudaExecutor>, std::string> create(const Options& options);
-  // Why no CUDA device is usable (device count, driver), or nullopt when
-  // `device` exists. Tests skip on it.
-  static std::optional<std::string> unavailable(int device = 0);
+  // Fails with kConfig when the options are invalid, kUnavailable when no
+  // CUDA device is present (naming cudaGetDeviceCount's answer) or the device
+  // id is out of range, kDevice when a CUDA call (an allocation) fails,
+  // kSystem when the eventfd cannot be made.
+  static Result<std::unique_ptr<CudaExecutor>> create(const Options& options);
+  // Ok when `device` exists; else kUnavailable with why no CUDA device is
+  // usable (device count, driver). Tests skip on it.
+  static Result<> checkDevice(int device = 0);
   ~CudaExecutor() override;
 
   std::string_view name() const override { return "cuda"; }
@@ -80,9 +80,10 @@ class CudaExecutor final : public Executor {
   // The host function launched after each batch (CUDA runtime thread).
   static void onBatchDone(void* slot);
   explicit CudaExecutor(const Options& options);
-  std::optional<std::string> init();
-  // Enqueues the batch already staged in `slot`; the first failing call's message.
-  std::optional<std::string> enqueue(Slot& slot, std::uint32_t n, std::uint32_t total);
+  Result<> init();
+  // Enqueues the batch already staged in `slot`; kDevice naming the first
+  // failing call.
+  Result<> enqueue(Slot& slot, std::uint32_t n, std::uint32_t total);
   void fail(Slot& slot, std::string error);
 
   Options options_;

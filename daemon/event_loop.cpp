@@ -25,13 +25,13 @@ TimeNs monotonicNow() {
   return static_cast<TimeNs>(ts.tv_sec) * kNsPerSec + ts.tv_nsec;
 }
 
-std::variant<std::unique_ptr<EventLoop>, std::string> EventLoop::create(unsigned entries) {
+Result<std::unique_ptr<EventLoop>> EventLoop::create(unsigned entries) {
   std::unique_ptr<EventLoop> loop(new EventLoop());
   const int rc = io_uring_queue_init(entries, &loop->ring_, 0);
-  if (rc < 0) return std::string("io_uring_queue_init: ") + std::strerror(-rc);
+  if (rc < 0) return systemError("io_uring_queue_init", -rc);
   loop->ring_ready_ = true;
   loop->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (loop->wake_fd_ < 0) return std::string("eventfd: ") + std::strerror(errno);
+  if (loop->wake_fd_ < 0) return systemError("eventfd");
   return loop;
 }
 

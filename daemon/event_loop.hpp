@@ -23,11 +23,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
-#include <variant>
 #include <vector>
 
 #include "daemon/core/types.hpp"
+#include "daemon/error.hpp"
 
 namespace fairsched::daemon {
 
@@ -42,9 +41,9 @@ class EventLoop {
     std::uint32_t spin_iterations = 2000;
   };
 
-  // Returns the loop or the reason it could not be created (io_uring missing
-  // or refused by the kernel, or the eventfd).
-  static std::variant<std::unique_ptr<EventLoop>, std::string> create(unsigned entries = 512);
+  // Returns the loop, or why it could not be created (kSystem: io_uring
+  // missing or refused by the kernel, or the eventfd).
+  static Result<std::unique_ptr<EventLoop>> create(unsigned entries = 512);
   ~EventLoop();
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;

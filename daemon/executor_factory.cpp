@@ -11,38 +11,40 @@
 
 namespace fairsched::daemon {
 
-std::variant<Executors, std::string> makeExecutors(const config::Config& cfg) {
+Result<Executors> makeExecutors(const config::Config& cfg) {
   Executors out;
   for (const config::EndpointConfig& ec : cfg.endpoints) {
     if (ec.executor == config::ExecutorKind::kCuda) {
 #if FAIRSCHED_HAVE_CUDA
       auto ex = CudaExecutor::create(
           {ec.cuda.device, ec.cuda.streams, ec.cuda.staging_bytes, ec.max_batch_requests, {}});
-      if (auto* ok = std::get_if<std::unique_ptr<CudaExecutor>>(&ex)) {
-        if ((*ok)->maxBatchTokens() < ec.max_batch_tokens) {
-          return "endpoints." + ec.name +
-                 ": cuda.staging_bytes = " + std::to_string(ec.cuda.staging_bytes) + " holds " +
-                 std::to_string((*ok)->maxBatchTokens()) +
-                 " tokens per batch, fewer than max_batch_tokens = " +
-                 std::to_string(ec.max_batch_tokens);
+      if (ex.ok()) {
+        if (ex.value()->maxBatchTokens() < ec.max_batch_tokens) {
+          return Error{Errc::kConfig, "endpoints." + ec.name + ": cuda.staging_bytes = " +
+                                          std::to_string(ec.cuda.staging_bytes) + " holds " +
+                                          std::to_string(ex.value()->maxBatchTokens()) +
+                                          " tokens per batch, fewer than max_batch_tokens = " +
+                                          std::to_string(ec.max_batch_tokens)};
         }
         spdlog::info("endpoints.{}: cuda executor on device {} ({} streams)", ec.name,
                      ec.cuda.device, ec.cuda.streams);
-        out.push_back(std::move(*ok));
+        out.push_back(std::move(ex).value());
         continue;
       }
-      const std::string why = std::get<std::string>(ex);
+      Error why = std::move(ex).error();
 #else
-      const std::string why = "executor \"cuda\" is not available in this build";
+      Error why{Errc::kUnavailable, "executor \"cuda\" is not available in this build"};
 #endif
       if (ec.cuda.fallback != config::ExecutorKind::kCpu) {
-        return "endpoints." + ec.name + ": " + why + " and no fallback = \"cpu\" is set";
+        why.message =
+            "endpoints." + ec.name + ": " + why.message + " and no fallback = \"cpu\" is set";
+        return why;
       }
-      spdlog::warn("endpoints.{}: {}; falling back to the cpu executor", ec.name, why);
+      spdlog::warn("endpoints.{}: {}; falling back to the cpu executor", ec.name, why.message);
     }
     auto ex = CpuExecutor::create({ec.cpu.per_batch_us, ec.cpu.per_token_us, ec.cpu.threads});
-    if (auto* err = std::get_if<std::string>(&ex)) return "endpoints." + ec.name + ": " + *err;
-    out.push_back(std::move(std::get<std::unique_ptr<CpuExecutor>>(ex)));
+    if (!ex) return withContext("endpoints." + ec.name, std::move(ex).error());
+    out.push_back(std::move(ex).value());
   }
   return out;
 }

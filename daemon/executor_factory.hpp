@@ -6,20 +6,19 @@
 
 #include <functional>
 #include <memory>
-#include <string>
-#include <variant>
 #include <vector>
 
 #include "daemon/config/config.hpp"
+#include "daemon/error.hpp"
 #include "daemon/executor.hpp"
 
 namespace fairsched::daemon {
 
 using Executors = std::vector<std::unique_ptr<Executor>>;
-using MakeExecutors = std::function<std::variant<Executors, std::string>(const config::Config&)>;
+using MakeExecutors = std::function<Result<Executors>(const config::Config&)>;
 
 // cuda where configured and available (else the endpoint's fallback, or an
 // error naming the endpoint), cpu otherwise.
-std::variant<Executors, std::string> makeExecutors(const config::Config& cfg);
+Result<Executors> makeExecutors(const config::Config& cfg);
 
 }  // namespace fairsched::daemon

@@ -26,14 +26,12 @@ std::optional<spdlog::level::level_enum> parseLogLevel(std::string_view name) {
   return std::nullopt;
 }
 
-bool setupLogging(std::string_view level, std::string* error) {
+daemon::Result<> setupLogging(std::string_view level) {
   const auto parsed = parseLogLevel(level);
   if (!parsed) {
-    if (error != nullptr) {
-      *error = "unknown log level '" + std::string(level) +
-               "' (expected trace|debug|info|warn|error|critical|off)";
-    }
-    return false;
+    return daemon::Error{daemon::Errc::kConfig,
+                         "unknown log level '" + std::string(level) +
+                             "' (expected trace|debug|info|warn|error|critical|off)"};
   }
   try {
     // Colours only when stderr is a terminal; under systemd the journal adds
@@ -46,10 +44,9 @@ bool setupLogging(std::string_view level, std::string* error) {
     logger->flush_on(spdlog::level::warn);
     spdlog::set_default_logger(std::move(logger));
   } catch (const std::exception& e) {
-    if (error != nullptr) *error = std::string("cannot set up logging: ") + e.what();
-    return false;
+    return daemon::Error{daemon::Errc::kSystem, std::string("cannot set up logging: ") + e.what()};
   }
-  return true;
+  return {};
 }
 
 }  // namespace fairsched

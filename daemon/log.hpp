@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "daemon/error.hpp"
+
 namespace spdlog::level {
 enum level_enum : int;
 }
@@ -17,9 +19,9 @@ namespace fairsched {
 std::optional<spdlog::level::level_enum> parseLogLevel(std::string_view name);
 
 // Makes a stderr logger (time, level, message) the default logger at `level`.
-// On an unknown level or a sink that cannot be made, leaves logging as it was,
-// sets *error (when not null) and returns false. Call from the main thread
+// On an unknown level (kConfig) or a sink that cannot be made (kSystem),
+// leaves logging as it was and returns the error. Call from the main thread
 // before other threads log.
-bool setupLogging(std::string_view level, std::string* error);
+daemon::Result<> setupLogging(std::string_view level);
 
 }  // namespace fairsched

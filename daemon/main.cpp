@@ -101,19 +101,19 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
 
-  std::string logError;
-  if (!fairsched::setupLogging(opts.log_level.value_or(cfg.daemon.log_level), &logError)) {
-    std::cerr << "fairschedd: " << logError << "\n";
+  if (auto logging = fairsched::setupLogging(opts.log_level.value_or(cfg.daemon.log_level));
+      !logging) {
+    std::cerr << "fairschedd: " << logging.error().message << "\n";
     return kExitBadConfig;
   }
   spdlog::info("fairschedd {}: loaded {} ({})", FAIRSCHED_VERSION, opts.config_path, summary(cfg));
   signal(SIGPIPE, SIG_IGN);
   auto server = fairsched::daemon::Server::create(cfg);
-  if (auto* err = std::get_if<std::string>(&server)) {
-    spdlog::critical("cannot serve: {}", *err);
+  if (!server) {
+    spdlog::critical("cannot serve: {}", server.error().message);
     return kExitCannotServe;
   }
-  auto& daemon = *std::get<std::unique_ptr<fairsched::daemon::Server>>(server);
+  auto& daemon = *server.value();
   if (opts.log_level) daemon.pinLogLevel();
   const int rc = daemon.run();
   if (rc != 0) {

@@ -130,8 +130,8 @@ class Metrics::Collector : public prometheus::Collectable {
   const Metrics& m_;
 };
 
-std::variant<std::unique_ptr<Metrics>, std::string> Metrics::create(const config::Config& cfg,
-                                                                    const core::Scheduler& sched) {
+Result<std::unique_ptr<Metrics>> Metrics::create(const config::Config& cfg,
+                                                 const core::Scheduler& sched) {
   std::unique_ptr<Metrics> m(new Metrics(cfg));
   m->bindListed(cfg, sched);
   if (cfg.metrics.listen.empty()) return m;
@@ -143,7 +143,8 @@ std::variant<std::unique_ptr<Metrics>, std::string> Metrics::create(const config
     m->port_ = ports.empty() ? 0 : ports.front();
     m->exposer_->RegisterCollectable(m->collector_);
   } catch (const std::exception& e) {
-    return "metrics.listen: cannot serve on " + cfg.metrics.listen + ": " + e.what();
+    return Error{Errc::kSystem,
+                 "metrics.listen: cannot serve on " + cfg.metrics.listen + ": " + e.what()};
   }
   return m;
 }

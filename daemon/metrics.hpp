@@ -32,11 +32,11 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <variant>
 #include <vector>
 
 #include "daemon/config/config.hpp"
 #include "daemon/core/types.hpp"
+#include "daemon/error.hpp"
 #include "daemon/server_stats.hpp"
 
 namespace prometheus {
@@ -99,9 +99,9 @@ class Metrics {
  public:
   // Starts the HTTP endpoint on cfg.metrics.listen, or none when it is empty
   // (tests read collect()). REQUIRES: `sched` was built from `cfg`. The error
-  // names the address and why it could not be bound.
-  static std::variant<std::unique_ptr<Metrics>, std::string> create(const config::Config& cfg,
-                                                                    const core::Scheduler& sched);
+  // (kSystem) names the address and why it could not be bound.
+  static Result<std::unique_ptr<Metrics>> create(const config::Config& cfg,
+                                                 const core::Scheduler& sched);
   ~Metrics();
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;

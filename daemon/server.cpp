@@ -27,18 +27,14 @@ namespace {
 
 constexpr std::size_t kIdleCollectBudget = 64;  // idle tenants looked at per loop pass
 
-std::string errnoText(const char* what) {
-  return std::string(what) + ": " + std::strerror(errno);
-}
-
 }  // namespace
 
-std::variant<std::unique_ptr<Server>, std::string> Server::create(const config::Config& cfg) {
+Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg) {
   return create(cfg, makeExecutors);
 }
 
-std::variant<std::unique_ptr<Server>, std::string> Server::create(
-    const config::Config& cfg, const MakeExecutors& make_executors) {
+Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg,
+                                               const MakeExecutors& make_executors) {
   // SIGTERM, SIGINT and SIGHUP arrive through a signalfd read by the loop.
   // Blocked first, so the executor threads started below inherit the mask and
   // the signal can only be taken by the signalfd.
@@ -47,7 +43,9 @@ std::variant<std::unique_ptr<Server>, std::string> Server::create(
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGHUP);
-  if (pthread_sigmask(SIG_BLOCK, &mask, nullptr) != 0) return std::string("pthread_sigmask failed");
+  if (pthread_sigmask(SIG_BLOCK, &mask, nullptr) != 0) {
+    return Error{Errc::kSystem, "pthread_sigmask failed"};
+  }
   std::unique_ptr<Server> s(new Server(cfg, config::buildSchedulerSpec(cfg)));
   if (cfg.fleet) {  // its thread inherits the signal mask set above
     s->fleet_ = fleet::makeFleetLimiter(*cfg.fleet);
@@ -55,26 +53,27 @@ std::variant<std::unique_ptr<Server>, std::string> Server::create(
     s->fleet_->start();
   }
   s->signal_fd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (s->signal_fd_ < 0) return errnoText("signalfd");
+  if (s->signal_fd_ < 0) return systemError("signalfd");
   auto loop = EventLoop::create(1024);
-  if (auto* err = std::get_if<std::string>(&loop)) return "event loop: " + *err;
-  s->loop_ = std::move(std::get<std::unique_ptr<EventLoop>>(loop));
+  if (!loop) return withContext("event loop", std::move(loop).error());
+  s->loop_ = std::move(loop).value();
 
   auto executors = make_executors(cfg);
-  if (auto* err = std::get_if<std::string>(&executors)) return *err;
-  s->executors_ = std::move(std::get<Executors>(executors));
+  if (!executors) return std::move(executors).error();
+  s->executors_ = std::move(executors).value();
   if (s->executors_.size() != cfg.endpoints.size()) {
-    return "internal: " + std::to_string(s->executors_.size()) + " executors for " +
-           std::to_string(cfg.endpoints.size()) + " endpoints";
+    return Error{Errc::kInternal, "internal: " + std::to_string(s->executors_.size()) +
+                                      " executors for " + std::to_string(cfg.endpoints.size()) +
+                                      " endpoints"};
   }
   if (!cfg.metrics.listen.empty()) {
     auto m = Metrics::create(cfg, s->sched_);
-    if (auto* err = std::get_if<std::string>(&m)) return *err;
-    s->metrics_ = std::move(std::get<std::unique_ptr<Metrics>>(m));
+    if (!m) return std::move(m).error();
+    s->metrics_ = std::move(m).value();
     if (s->fleet_) s->metrics_->setFleet(s->fleet_.get());
     spdlog::info("metrics on {} (port {})", cfg.metrics.listen, s->metrics_->port());
   }
-  if (auto err = s->listen()) return *err;
+  if (Result<> r = s->listen(); !r) return std::move(r).error();
 
   return s;
 }
@@ -109,39 +108,48 @@ Server::~Server() {
   if (signal_fd_ >= 0) close(signal_fd_);
 }
 
-std::optional<std::string> Server::listen() {
+Result<> Server::listen() {
   socket_path_ = cfg_.daemon.socket;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (socket_path_.size() >= sizeof addr.sun_path) return "daemon.socket: path too long";
+  if (socket_path_.size() >= sizeof addr.sun_path) {
+    return Error{Errc::kConfig, "daemon.socket: path too long"};
+  }
   std::memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
   listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (listen_fd_ < 0) return errnoText("socket");
+  if (listen_fd_ < 0) return systemError("socket");
   // A socket file left by a daemon that died is stale: replace it. Anything
   // else at that path is not ours to remove.
   struct stat st {};
   if (lstat(socket_path_.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) return socket_path_ + " exists and is not a socket";
+    if (!S_ISSOCK(st.st_mode)) {
+      return Error{Errc::kConfig, socket_path_ + " exists and is not a socket"};
+    }
     const int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     const bool live =
         probe >= 0 && connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
     if (probe >= 0) close(probe);
-    if (live) return socket_path_ + ": another daemon is serving on it";
+    if (live) return Error{Errc::kUnavailable, socket_path_ + ": another daemon is serving on it"};
     unlink(socket_path_.c_str());
   }
   if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    return errnoText(("bind " + socket_path_).c_str());
+    return systemError("bind " + socket_path_);
   }
-  if (chmod(socket_path_.c_str(), cfg_.daemon.socket_mode) != 0) return errnoText("chmod socket");
+  if (chmod(socket_path_.c_str(), cfg_.daemon.socket_mode) != 0) {
+    return systemError("chmod socket");
+  }
   if (!cfg_.daemon.socket_group.empty()) {
     const group* g = getgrnam(cfg_.daemon.socket_group.c_str());
-    if (!g) return "daemon.socket_group: no group '" + cfg_.daemon.socket_group + "'";
+    if (!g) {
+      return Error{Errc::kConfig,
+                   "daemon.socket_group: no group '" + cfg_.daemon.socket_group + "'"};
+    }
     if (chown(socket_path_.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
-      return errnoText("chown socket");
+      return systemError("chown socket");
     }
   }
-  if (::listen(listen_fd_, 128) != 0) return errnoText("listen");
-  return std::nullopt;
+  if (::listen(listen_fd_, 128) != 0) return systemError("listen");
+  return {};
 }
 
 int Server::run() {
@@ -167,7 +175,7 @@ void Server::armSignals() {
     signalfd_siginfo info;
     std::memcpy(&info, signal_buf_, sizeof info);
     if (info.ssi_signo == SIGHUP) {
-      if (!shutting_down_) reload();
+      if (!shutting_down_) (void)reload();  // reload() logs and reports its outcome
       armSignals();
       return;
     }
@@ -238,28 +246,33 @@ bool Server::shutdownStep(TimeNs now) {
   return false;
 }
 
-Server::ReloadResult Server::reload() {
+Result<> Server::reload() {
   const std::string path = cfg_.source_path;
   notifier_->reloading("reloading " + (path.empty() ? std::string("<embedded config>") : path));
-  auto fail = [&](const std::string& why) {
+  auto fail = [&](Errc code, const std::string& why) {
     ++reloads_failed_;
     last_reload_error_ = why;
     spdlog::error("reload failed; still serving the previous config: {}", why);
     notifier_->ready("reload failed: " + why + "; " + statusLine());
-    return ReloadResult{false, why};
+    return Error{code, why};
   };
-  if (path.empty())
-    return fail("started without a config file (the embedded default): nothing to reload");
+  if (path.empty()) {
+    return fail(Errc::kUnavailable,
+                "started without a config file (the embedded default): nothing to reload");
+  }
   auto loaded = config::loadConfigFile(path);
-  if (auto* err = std::get_if<config::ConfigError>(&loaded)) return fail(err->toString());
+  if (auto* err = std::get_if<config::ConfigError>(&loaded)) {
+    return fail(Errc::kConfig, err->toString());
+  }
   config::Config next = std::move(std::get<config::Config>(loaded));
   if (const auto blockers = config::reloadBlockers(cfg_, next); !blockers.empty()) {
     std::string keys;
     for (const std::string& b : blockers) keys += (keys.empty() ? "" : ", ") + b;
-    return fail(path + ": " + keys + ": cannot change while running; restart fairschedd to apply");
+    return fail(Errc::kConfig,
+                path + ": " + keys + ": cannot change while running; restart fairschedd to apply");
   }
   if (auto err = sched_.reconfigure(config::buildSchedulerSpec(next)))
-    return fail(path + ": " + *err);
+    return fail(Errc::kConfig, path + ": " + *err);
   cfg_ = std::move(next);
   rules_ = ClientRules(cfg_);  // every Connection::rule points into the old rules: re-match now
   reapplyRules();
@@ -273,7 +286,7 @@ Server::ReloadResult Server::reload() {
   spdlog::info("reloaded {}: {} tiers, {} tenants listed, {} client rules", path, cfg_.tiers.size(),
                cfg_.tenants.size(), cfg_.clients.size());
   notifier_->ready("reloaded " + path + "; " + statusLine());
-  return {true, "reloaded " + path};
+  return {};
 }
 
 void Server::reapplyRules() {

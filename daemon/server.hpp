@@ -34,12 +34,12 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <variant>
 #include <vector>
 
 #include "daemon/client_rules.hpp"
 #include "daemon/config/config.hpp"
 #include "daemon/core/scheduler.hpp"
+#include "daemon/error.hpp"
 #include "daemon/event_loop.hpp"
 #include "daemon/executor.hpp"
 #include "daemon/executor_factory.hpp"
@@ -56,13 +56,14 @@ namespace fairsched::daemon {
 class Server {
  public:
   // Binds the socket and starts the executors (makeExecutors). The error says
-  // what failed.
-  static std::variant<std::unique_ptr<Server>, std::string> create(const config::Config& cfg);
+  // what failed; its code is the failing part's (kInternal when
+  // make_executors breaks its contract).
+  static Result<std::unique_ptr<Server>> create(const config::Config& cfg);
   // The same with the executors from `make_executors`, called once after the
   // daemon's signals are blocked (tests inject failing executors this way).
   // It must return one executor per endpoint, in config order.
-  static std::variant<std::unique_ptr<Server>, std::string> create(
-      const config::Config& cfg, const MakeExecutors& make_executors);
+  static Result<std::unique_ptr<Server>> create(const config::Config& cfg,
+                                                const MakeExecutors& make_executors);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -86,11 +87,9 @@ class Server {
   // of its tenants loses that tenant: its queued requests end UNAUTHORIZED
   // at once (they are not drained), running ones finish, and new ones on
   // that ring end UNAUTHORIZED until a later reload allows it again.
-  struct ReloadResult {
-    bool ok = false;
-    std::string message;
-  };
-  ReloadResult reload();
+  // Errors: kConfig (the file, or a change that needs a restart),
+  // kUnavailable (started without a config file).
+  Result<> reload();
 
   // daemon.log_level of a reloaded config is ignored (--log-level was given).
   void pinLogLevel() { log_level_pinned_ = true; }
@@ -159,7 +158,7 @@ class Server {
   Server(const config::Config& cfg, core::SchedulerSpec spec);
   static shm::CompletionSlot completionFor(std::uint64_t request_id, std::uint64_t tag,
                                            Status status);
-  std::optional<std::string> listen();
+  Result<> listen();
   void acceptNext();
   void onAccept(int fd);
   void receiveNext(Connection& c);

@@ -99,11 +99,13 @@ void Server::serveAdmin(Connection& c, const shm::AdminRequestMessage& m) {
                   dumpJson(json{{"error", "the daemon is stopping"}}));
         return;
       }
-      const ReloadResult r = reload();
-      json j = r.ok ? json{{"reloaded", true}, {"message", r.message}}
-                    : json{{"reloaded", false}, {"error", r.message}};
+      const Result<> r = reload();
+      // On success cfg_ is the reloaded file's, so source_path is the path it was read from.
+      json j = r.ok() ? json{{"reloaded", true}, {"message", "reloaded " + cfg_.source_path}}
+                      : json{{"reloaded", false}, {"error", r.error().message}};
       j["config"] = cfg_.source_path;
-      sendAdmin(c, seq, r.ok ? shm::ControlStatus::kOk : shm::ControlStatus::kFailed, dumpJson(j));
+      sendAdmin(c, seq, r.ok() ? shm::ControlStatus::kOk : shm::ControlStatus::kFailed,
+                dumpJson(j));
       return;
     }
     case shm::AdminCommand::kDrain:

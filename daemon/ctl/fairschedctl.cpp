@@ -65,11 +65,11 @@ Call call(const Options& o, AdminCommand cmd, std::uint32_t limit = 0,
           std::string_view tenant = {}) {
   auto r = fairsched::daemon::adminCommand(o.socket, cmd, limit,
                                            std::chrono::milliseconds(o.timeout_ms), tenant);
-  if (auto* err = std::get_if<std::string>(&r)) {
-    std::cerr << "fairschedctl: " << *err << "\n";
+  if (!r) {
+    std::cerr << "fairschedctl: " << r.error().message << "\n";
     return {kExitUnreachable, {}};
   }
-  const AdminResponse& resp = std::get<AdminResponse>(r);
+  const AdminResponse& resp = r.value();
   Call c;
   c.body = json::parse(resp.json, nullptr, false);
   if (c.body.is_discarded()) {

@@ -48,12 +48,15 @@ struct Error {
   FAIRSCHED_API std::string toString() const;
 };
 
-// A value or an Error. value() and error() REQUIRE the matching state.
-template <class T>
+// A value or an error. value() and error() REQUIRE the matching state.
+//
+// E is the error type: the client library's Error by default; another module
+// (the daemon) passes its own, any type with a `code` member.
+template <class T, class E = Error>
 class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit by design
-  Result(Error error) : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT
+  Result(E error) : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT
 
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
@@ -75,41 +78,42 @@ class [[nodiscard]] Result {
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
 
-  const Error& error() const& {
+  const E& error() const& {
     assert(!ok());
     return *std::get_if<1>(&v_);
   }
-  Error&& error() && {
+  E&& error() && {
     assert(!ok());
     return std::move(*std::get_if<1>(&v_));
   }
   // The error's code; REQUIRES: !ok().
-  ErrorCode code() const { return error().code; }
+  auto code() const -> decltype(std::declval<const E&>().code) { return error().code; }
 
  private:
-  std::variant<T, Error> v_;
+  std::variant<T, E> v_;
 };
 
-template <>
-class [[nodiscard]] Result<void> {
+template <class E>
+class [[nodiscard]] Result<void, E> {
  public:
   Result() = default;
-  Result(Error error) : error_(std::move(error)) {}  // NOLINT: implicit by design
+  Result(E error) : error_(std::move(error)) {}  // NOLINT: implicit by design
 
   bool ok() const { return !error_.has_value(); }
   explicit operator bool() const { return ok(); }
-  const Error& error() const& {
+  const E& error() const& {
     assert(!ok());
     return *error_;
   }
-  Error&& error() && {
+  E&& error() && {
     assert(!ok());
     return std::move(*error_);
   }
-  ErrorCode code() const { return error().code; }
+  // The error's code; REQUIRES: !ok().
+  auto code() const -> decltype(std::declval<const E&>().code) { return error().code; }
 
  private:
-  std::optional<Error> error_;
+  std::optional<E> error_;
 };
 
 }  // namespace fairsched

@@ -166,24 +166,22 @@ int main() {
   // Baseline: the threaded CPU executor with ~zero modelled time (1 ns per
   // batch keeps it on its worker thread rather than inline).
   auto cpu = fd::CpuExecutor::create({0.001, 0.0, 1});
-  if (auto* err = std::get_if<std::string>(&cpu)) {
-    std::printf("cpu executor: %s\n", err->c_str());
+  if (!cpu) {
+    std::printf("cpu executor: %s\n", cpu.error().message.c_str());
     return 1;
   }
-  for (Shape s : shapes)
-    ok = overhead("cpu", *std::get<std::unique_ptr<fd::CpuExecutor>>(cpu), s, kIterations) && ok;
+  for (Shape s : shapes) ok = overhead("cpu", *cpu.value(), s, kIterations) && ok;
 
-  if (auto why = fd::CudaExecutor::unavailable(0)) {
-    std::printf("cuda: not measured: no CUDA device: %s\n", why->c_str());
+  if (auto device = fd::CudaExecutor::checkDevice(0); !device) {
+    std::printf("cuda: not measured: no CUDA device: %s\n", device.error().message.c_str());
     return ok ? 0 : 1;
   }
   auto cuda = fd::CudaExecutor::create({});
-  if (auto* err = std::get_if<std::string>(&cuda)) {
-    std::printf("%s\n", err->c_str());
+  if (!cuda) {
+    std::printf("%s\n", cuda.error().message.c_str());
     return 1;
   }
-  for (Shape s : shapes)
-    ok = overhead("cuda", *std::get<std::unique_ptr<fd::CudaExecutor>>(cuda), s, kIterations) && ok;
+  for (Shape s : shapes) ok = overhead("cuda", *cuda.value(), s, kIterations) && ok;
   std::printf("target: cuda per-batch overhead <= 20 us for small batches\n");
 
   ok = packVsCopy(2048, 16384, 20) && ok;  // 32 Mi tokens, 256 MiB written

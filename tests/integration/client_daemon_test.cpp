@@ -162,24 +162,22 @@ void runClientProcesses(const std::string& socket, const std::string& prefix, in
 
 TEST_F(ClientDaemon, StressManyProcessesAndTenantsEachRequestCompletesOnce) {
   auto started = daemon::ForkedDaemon::start(makeConfig(socket(), 20.0));
-  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
-      << std::get<std::string>(started);
-  auto& d = std::get<daemon::ForkedDaemon>(started);
+  ASSERT_TRUE(started.ok()) << started.error().message;
+  auto& d = started.value();
   runClientProcesses(d.socket(), "t", 400);
   EXPECT_EQ(d.terminate(), 0);
 }
 
 TEST_F(ClientDaemon, CudaEndpointServesConcurrentClientsWithTheirOwnChecksums) {
 #if FAIRSCHED_HAVE_CUDA
-  if (const auto why = daemon::CudaExecutor::unavailable(0))
-    GTEST_SKIP() << "no CUDA device: " << *why;
+  if (const auto device = daemon::CudaExecutor::checkDevice(0); !device)
+    GTEST_SKIP() << "no CUDA device: " << device.error().message;
 #else
   GTEST_SKIP() << "built without CUDA (nvcc not found at configure time)";
 #endif
   auto started = daemon::ForkedDaemon::start(makeConfig(socket(), 0.0, "cuda"));
-  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
-      << std::get<std::string>(started);
-  auto& d = std::get<daemon::ForkedDaemon>(started);
+  ASSERT_TRUE(started.ok()) << started.error().message;
+  auto& d = started.value();
   runClientProcesses(d.socket(), "g", 300);
   EXPECT_EQ(d.terminate(), 0);
 }
@@ -194,9 +192,8 @@ TEST_F(ClientDaemon, AHungBatchEndsItsRequestsExecutorFailedOnceAndServingGoesOn
   cfg.endpoints[0].cpu.per_token_us = 25000.0;
   cfg.endpoints[0].batch_timeout_ms = 300;
   auto started = daemon::ForkedDaemon::start(cfg);
-  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
-      << std::get<std::string>(started);
-  auto& d = std::get<daemon::ForkedDaemon>(started);
+  ASSERT_TRUE(started.ok()) << started.error().message;
+  auto& d = started.value();
   auto client = Client::connect(options(socket()));
   ASSERT_TRUE(client) << client.error().message;
   auto tenant = client->openTenant("acme");
@@ -233,9 +230,8 @@ TEST_F(ClientDaemon, AHungBatchEndsItsRequestsExecutorFailedOnceAndServingGoesOn
 TEST_F(ClientDaemon, DaemonDeathEndsOutstandingRequestsAndTheClientReconnects) {
   const config::Config slow = makeConfig(socket(), 20000.0);  // 20 ms per batch
   auto started = daemon::ForkedDaemon::start(slow);
-  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
-      << std::get<std::string>(started);
-  auto daemon1 = std::make_optional(std::move(std::get<daemon::ForkedDaemon>(started)));
+  ASSERT_TRUE(started.ok()) << started.error().message;
+  auto daemon1 = std::make_optional(std::move(started).value());
 
   ClientOptions opts = options(socket());
   opts.reconnect.enabled = true;
@@ -274,7 +270,7 @@ TEST_F(ClientDaemon, DaemonDeathEndsOutstandingRequestsAndTheClientReconnects) {
 
   // The daemon comes back; the client reconnects and serves again.
   auto restarted = daemon::ForkedDaemon::start(slow);
-  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(restarted));
+  ASSERT_TRUE(restarted.ok()) << restarted.error().message;
   Result<RequestId> id = client->submit(request(*tenant, prompt));
   for (const auto retry_until = std::chrono::steady_clock::now() + 20s;
        !id && std::chrono::steady_clock::now() < retry_until;) {
@@ -293,7 +289,7 @@ TEST_F(ClientDaemon, DaemonDeathEndsOutstandingRequestsAndTheClientReconnects) {
   EXPECT_EQ(done[0].status, Status::kOk);
   EXPECT_EQ(done[0].checksum, kernels::workloadChecksum(prompt));
   EXPECT_GE(client->stats().reconnects, 1u);
-  EXPECT_EQ(std::get<daemon::ForkedDaemon>(restarted).terminate(), 0);
+  EXPECT_EQ(restarted.value().terminate(), 0);
 }
 
 }  // namespace

@@ -94,19 +94,19 @@ class Reload : public ::testing::Test {
       return std::nullopt;
     }
     auto started = daemon::ForkedDaemon::start(std::get<config::Config>(loaded));
-    if (auto* err = std::get_if<std::string>(&started)) {
-      ADD_FAILURE() << *err;
+    if (!started) {
+      ADD_FAILURE() << started.error().message;
       return std::nullopt;
     }
-    return std::move(std::get<daemon::ForkedDaemon>(started));
+    return std::move(started).value();
   }
   AdminResponse admin(AdminCommand c) {
     auto r = daemon::adminCommand(socket(), c);
-    if (auto* err = std::get_if<std::string>(&r)) {
-      ADD_FAILURE() << *err;
+    if (!r) {
+      ADD_FAILURE() << r.error().message;
       return {};
     }
-    return std::get<AdminResponse>(r);
+    return r.value();
   }
   json status() {
     const AdminResponse r = admin(AdminCommand::kStatus);

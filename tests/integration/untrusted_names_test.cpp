@@ -69,9 +69,8 @@ class UntrustedNames : public ::testing::Test {
     ASSERT_TRUE(std::holds_alternative<config::Config>(parsed))
         << std::get<config::ConfigError>(parsed).toString();
     auto started = daemon::ForkedDaemon::start(std::get<config::Config>(parsed));
-    ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
-        << std::get<std::string>(started);
-    daemon_.emplace(std::move(std::get<daemon::ForkedDaemon>(started)));
+    ASSERT_TRUE(started.ok()) << started.error().message;
+    daemon_.emplace(std::move(started).value());
   }
 
   std::string socket() const { return tmp_.file("fairsched.sock"); }
@@ -79,11 +78,11 @@ class UntrustedNames : public ::testing::Test {
   // The daemon answers an admin command: it is alive and its loop serves.
   daemon::AdminResponse admin(AdminCommand cmd, std::string_view tenant = {}) {
     auto r = daemon::adminCommand(socket(), cmd, 0, std::chrono::seconds(10), tenant);
-    if (auto* err = std::get_if<std::string>(&r)) {
-      ADD_FAILURE() << "no admin reply: " << *err;
+    if (!r) {
+      ADD_FAILURE() << "no admin reply: " << r.error().message;
       return {};
     }
-    return std::get<daemon::AdminResponse>(r);
+    return r.value();
   }
 
   // Tenant names the daemon lists, from `fairschedctl tenants --json`.

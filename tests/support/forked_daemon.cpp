@@ -43,25 +43,25 @@ int reap(pid_t pid, std::chrono::milliseconds timeout) {
 
 }  // namespace
 
-std::variant<ForkedDaemon, std::string> ForkedDaemon::start(
-    const config::Config& cfg, std::chrono::milliseconds ready_timeout) {
+Result<ForkedDaemon> ForkedDaemon::start(const config::Config& cfg,
+                                         std::chrono::milliseconds ready_timeout) {
   return start(cfg, makeExecutors, ready_timeout);
 }
 
-std::variant<ForkedDaemon, std::string> ForkedDaemon::start(
-    const config::Config& cfg, const MakeExecutors& make_executors,
-    std::chrono::milliseconds ready_timeout) {
+Result<ForkedDaemon> ForkedDaemon::start(const config::Config& cfg,
+                                         const MakeExecutors& make_executors,
+                                         std::chrono::milliseconds ready_timeout) {
   const pid_t pid = fork();
-  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
+  if (pid < 0) return systemError("fork");
   if (pid == 0) {
     signal(SIGPIPE, SIG_IGN);
-    setupLogging(cfg.daemon.log_level, nullptr);
+    (void)setupLogging(cfg.daemon.log_level);  // a bad level keeps the default logger
     auto server = Server::create(cfg, make_executors);
-    if (auto* err = std::get_if<std::string>(&server)) {
-      std::fprintf(stderr, "fairschedd (forked): %s\n", err->c_str());
+    if (!server) {
+      std::fprintf(stderr, "fairschedd (forked): %s\n", server.error().message.c_str());
       _exit(3);
     }
-    _exit(std::get<std::unique_ptr<Server>>(server)->run());
+    _exit(server.value()->run());
   }
   ForkedDaemon d(pid, cfg.daemon.socket);
   const auto until = std::chrono::steady_clock::now() + ready_timeout;
@@ -70,11 +70,11 @@ std::variant<ForkedDaemon, std::string> ForkedDaemon::start(
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       d.pid_ = -1;
-      return std::string("the daemon exited before serving on ") + d.socket_;
+      return Error{Errc::kUnavailable, "the daemon exited before serving on " + d.socket_};
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  return "the daemon did not accept on " + d.socket_ + " in time";
+  return Error{Errc::kTimedOut, "the daemon did not accept on " + d.socket_ + " in time"};
 }
 
 ForkedDaemon::~ForkedDaemon() {

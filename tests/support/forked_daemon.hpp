@@ -7,9 +7,9 @@
 
 #include <chrono>
 #include <string>
-#include <variant>
 
 #include "daemon/config/config.hpp"
+#include "daemon/error.hpp"
 #include "daemon/executor_factory.hpp"
 
 namespace fairsched::daemon {
@@ -18,12 +18,13 @@ class ForkedDaemon {
  public:
   // Forks; the child serves `cfg` until SIGTERM and exits with run()'s
   // status (3 when the server cannot start). Returns once the socket accepts,
-  // or the reason it did not within `ready_timeout`.
-  static std::variant<ForkedDaemon, std::string> start(
+  // or why it did not within `ready_timeout` (kSystem: fork failed;
+  // kUnavailable: the child exited first, its reason on stderr; kTimedOut).
+  static Result<ForkedDaemon> start(
       const config::Config& cfg,
       std::chrono::milliseconds ready_timeout = std::chrono::seconds(10));
   // The same with the executors `make_executors` builds (in the child).
-  static std::variant<ForkedDaemon, std::string> start(
+  static Result<ForkedDaemon> start(
       const config::Config& cfg, const MakeExecutors& make_executors,
       std::chrono::milliseconds ready_timeout = std::chrono::seconds(10));
 

@@ -15,8 +15,11 @@ namespace {
 
 std::unique_ptr<CpuExecutor> make(CpuExecutor::Options o) {
   auto created = CpuExecutor::create(o);
-  EXPECT_TRUE(std::holds_alternative<std::unique_ptr<CpuExecutor>>(created));
-  return std::move(std::get<std::unique_ptr<CpuExecutor>>(created));
+  if (!created) {
+    ADD_FAILURE() << created.error().message;
+    return nullptr;
+  }
+  return std::move(created).value();
 }
 
 // Wait for the completion eventfd, then drain (bounded: 10 s).
@@ -44,8 +47,9 @@ TEST(CpuExecutor, InvalidOptionsAreRejected) {
   CpuExecutor::Options o;
   o.threads = 0;
   auto created = CpuExecutor::create(o);
-  ASSERT_TRUE(std::holds_alternative<std::string>(created));
-  EXPECT_EQ(std::get<std::string>(created), "cpu executor: threads must be >= 1");
+  ASSERT_FALSE(created.ok());
+  EXPECT_EQ(created.code(), Errc::kConfig);
+  EXPECT_EQ(created.error().message, "cpu executor: threads must be >= 1");
 }
 
 TEST(CpuExecutor, EachResultCarriesTheChecksumOfItsOwnPrompt) {

@@ -50,7 +50,7 @@ struct TestDirCleanup {
   }
 };
 
-std::variant<std::unique_ptr<Server>, std::string> createServer(const std::string& cuda_section) {
+Result<std::unique_ptr<Server>> createServer(const std::string& cuda_section) {
   const std::string dir = testDir();
   std::filesystem::create_directories(dir);
   const std::string socket = dir + "/s.sock";
@@ -58,15 +58,15 @@ std::variant<std::unique_ptr<Server>, std::string> createServer(const std::strin
   auto parsed = config::parseConfig(serverConfig(socket, cuda_section), "test");
   if (auto* err = std::get_if<config::ConfigError>(&parsed)) {
     ADD_FAILURE() << "config: " << err->message;
-    return std::string("bad config");
+    return Error{Errc::kConfig, "bad config"};
   }
   return Server::create(std::get<config::Config>(parsed));
 }
 
 bool cudaDevicePresent(std::string& why) {
 #if FAIRSCHED_HAVE_CUDA
-  if (auto w = CudaExecutor::unavailable(0)) {
-    why = *w;
+  if (Result<> device = CudaExecutor::checkDevice(0); !device) {
+    why = device.error().message;
     return false;
   }
   return true;
@@ -81,8 +81,9 @@ TEST(CudaExecutorServer, CudaEndpointWithoutADeviceFailsAtStartWithoutFallback) 
   if (cudaDevicePresent(why)) GTEST_SKIP() << "a CUDA device is present: the cuda executor starts";
   const TestDirCleanup cleanup;
   auto s = createServer("device = 0\n");
-  ASSERT_TRUE(std::holds_alternative<std::string>(s));
-  const std::string& err = std::get<std::string>(s);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Errc::kUnavailable);
+  const std::string& err = s.error().message;
   EXPECT_NE(err.find("endpoints.chat: "), std::string::npos) << err;
   EXPECT_NE(err.find("no fallback = \"cpu\" is set"), std::string::npos) << err;
 #if FAIRSCHED_HAVE_CUDA
@@ -97,7 +98,7 @@ TEST(CudaExecutorServer, CudaEndpointWithoutADeviceFallsBackToCpu) {
   if (cudaDevicePresent(why)) GTEST_SKIP() << "a CUDA device is present: no fallback needed";
   const TestDirCleanup cleanup;
   auto s = createServer("fallback = \"cpu\"\n");
-  ASSERT_TRUE(std::holds_alternative<std::unique_ptr<Server>>(s)) << std::get<std::string>(s);
+  ASSERT_TRUE(s.ok()) << s.error().message;
 }
 
 #if FAIRSCHED_HAVE_CUDA
@@ -106,47 +107,50 @@ TEST(CudaExecutor, CreateRejectsInvalidOptionsBeforeTouchingTheDevice) {
   CudaExecutor::Options o;
   o.streams = 0;
   auto ex = CudaExecutor::create(o);
-  ASSERT_TRUE(std::holds_alternative<std::string>(ex));
-  EXPECT_EQ(std::get<std::string>(ex), "cuda executor: streams must be >= 1");
+  ASSERT_FALSE(ex.ok());
+  EXPECT_EQ(ex.code(), Errc::kConfig);
+  EXPECT_EQ(ex.error().message, "cuda executor: streams must be >= 1");
   o = {};
   o.staging_bytes = 16;
-  ex = CudaExecutor::create(o);
-  ASSERT_TRUE(std::holds_alternative<std::string>(ex));
+  auto ex2 = CudaExecutor::create(o);
+  ASSERT_FALSE(ex2.ok());
   EXPECT_EQ(
-      std::get<std::string>(ex),
+      ex2.error().message,
       "cuda executor: staging_bytes 16 too small for 32 requests per batch (double-buffered)");
 }
 
 TEST(CudaExecutor, CreateFailsWithTheReasonWhenNoDeviceIsPresent) {
-  auto why = CudaExecutor::unavailable(0);
-  if (!why) GTEST_SKIP() << "a CUDA device is present";
+  const Result<> device = CudaExecutor::checkDevice(0);
+  if (device) GTEST_SKIP() << "a CUDA device is present";
   auto ex = CudaExecutor::create({});
-  ASSERT_TRUE(std::holds_alternative<std::string>(ex));
-  EXPECT_EQ(std::get<std::string>(ex), "cuda executor: no CUDA device: " + *why);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_EQ(ex.code(), Errc::kUnavailable);
+  EXPECT_EQ(ex.error().message, "cuda executor: no CUDA device: " + device.error().message);
 }
 
 TEST(CudaExecutor, CreateFailsForADeviceIdOutOfRange) {
   CudaExecutor::Options o;
   o.device = 1000;
   auto ex = CudaExecutor::create(o);
-  ASSERT_TRUE(std::holds_alternative<std::string>(ex));
-  EXPECT_NE(std::get<std::string>(ex).find("cuda executor: no CUDA device: "), std::string::npos);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_EQ(ex.code(), Errc::kUnavailable);
+  EXPECT_NE(ex.error().message.find("cuda executor: no CUDA device: "), std::string::npos);
 }
 
-#define SKIP_WITHOUT_CUDA_DEVICE()                 \
-  do {                                             \
-    if (auto why = CudaExecutor::unavailable(0)) { \
-      GTEST_SKIP() << "no CUDA device: " << *why;  \
-    }                                              \
+#define SKIP_WITHOUT_CUDA_DEVICE()                                  \
+  do {                                                              \
+    if (Result<> device = CudaExecutor::checkDevice(0); !device) {  \
+      GTEST_SKIP() << "no CUDA device: " << device.error().message; \
+    }                                                               \
   } while (0)
 
 std::unique_ptr<CudaExecutor> makeExecutor(CudaExecutor::Options o = {}) {
   auto ex = CudaExecutor::create(o);
-  if (auto* err = std::get_if<std::string>(&ex)) {
-    ADD_FAILURE() << *err;
+  if (!ex) {
+    ADD_FAILURE() << ex.error().message;
     return nullptr;
   }
-  return std::move(std::get<std::unique_ptr<CudaExecutor>>(ex));
+  return std::move(ex).value();
 }
 
 // Waits (time-boxed) on the completion eventfd and drains.

@@ -61,11 +61,11 @@ class DaemonProcess {
       return;
     }
     auto started = daemon::ForkedDaemon::start(std::get<config::Config>(parsed));
-    if (auto* err = std::get_if<std::string>(&started)) {
-      ADD_FAILURE() << *err;
+    if (!started) {
+      ADD_FAILURE() << started.error().message;
       return;
     }
-    daemon_.emplace(std::move(std::get<daemon::ForkedDaemon>(started)));
+    daemon_.emplace(std::move(started).value());
   }
   int terminate() { return daemon_ ? daemon_->terminate() : -1; }
   std::string socket() const { return daemon_ ? daemon_->socket() : ""; }

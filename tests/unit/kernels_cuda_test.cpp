@@ -26,11 +26,11 @@ using U32 = std::vector<std::uint32_t>;
 
 #if FAIRSCHED_HAVE_CUDA
 
-#define SKIP_WITHOUT_CUDA_DEVICE()                         \
-  do {                                                     \
-    if (auto why = daemon::CudaExecutor::unavailable(0)) { \
-      GTEST_SKIP() << "no CUDA device: " << *why;          \
-    }                                                      \
+#define SKIP_WITHOUT_CUDA_DEVICE()                                     \
+  do {                                                                 \
+    if (auto device = daemon::CudaExecutor::checkDevice(0); !device) { \
+      GTEST_SKIP() << "no CUDA device: " << device.error().message;    \
+    }                                                                  \
   } while (0)
 
 #define CUDA_OK(expr)                                                      \

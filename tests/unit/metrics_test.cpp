@@ -35,8 +35,11 @@ const std::string kTwoListed = "[tenants.acme]\ntier = \"paid\"\n[tenants.globex
 struct Fixture {
   explicit Fixture(config::Config c) : cfg(std::move(c)), sched(config::buildSchedulerSpec(cfg)) {
     auto m = Metrics::create(cfg, sched);
-    if (auto* err = std::get_if<std::string>(&m)) ADD_FAILURE() << *err;
-    metrics = std::move(std::get<std::unique_ptr<Metrics>>(m));
+    if (!m) {
+      ADD_FAILURE() << m.error().message;
+      return;
+    }
+    metrics = std::move(m).value();
   }
   TenantId open(const std::string& name) {
     const TenantId id = sched.tenants().acquire(name);

@@ -86,11 +86,11 @@ config::Config makeConfig(const std::string& socket) {
 }
 
 daemon::MakeExecutors faulty(std::uint64_t throw_every, std::uint64_t fail_every) {
-  return [=](const config::Config& cfg) -> std::variant<daemon::Executors, std::string> {
+  return [=](const config::Config& cfg) -> daemon::Result<daemon::Executors> {
     auto real = daemon::makeExecutors(cfg);
-    if (auto* err = std::get_if<std::string>(&real)) return *err;
+    if (!real) return std::move(real).error();
     daemon::Executors out;
-    for (auto& ex : std::get<daemon::Executors>(real)) {
+    for (auto& ex : real.value()) {
       out.push_back(std::make_unique<FaultyExecutor>(std::move(ex), throw_every, fail_every));
     }
     return out;
@@ -143,9 +143,8 @@ Outcome submitAndCheck(testing::RawClient& c, std::uint32_t ring, std::uint64_t 
 void serveThroughFaults(const daemon::MakeExecutors& make) {
   testing::TempDir tmp;
   auto started = daemon::ForkedDaemon::start(makeConfig(tmp.file("s.sock")), make);
-  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
-      << std::get<std::string>(started);
-  auto& d = std::get<daemon::ForkedDaemon>(started);
+  ASSERT_TRUE(started.ok()) << started.error().message;
+  auto& d = started.value();
   testing::RawClient c;
   ASSERT_EQ(c.connect(d.socket()), shm::ControlStatus::kOk);
   const auto [status, ring] = c.open("acme");
@@ -173,18 +172,20 @@ TEST(ServerFaults, AnExecutorReportingFailedBatchesEndsThemExecutorFailedAndServ
 TEST(ServerFaults, ExecutorsThatCannotBeBuiltAreAnErrorNotACrash) {
   testing::TempDir tmp;
   const config::Config cfg = makeConfig(tmp.file("s.sock"));
-  auto none = [](const config::Config&) -> std::variant<daemon::Executors, std::string> {
-    return std::string("no device");
+  auto none = [](const config::Config&) -> daemon::Result<daemon::Executors> {
+    return daemon::Error{daemon::Errc::kUnavailable, "no device"};
   };
   auto s = daemon::Server::create(cfg, none);
-  ASSERT_TRUE(std::holds_alternative<std::string>(s));
-  EXPECT_EQ(std::get<std::string>(s), "no device");
-  auto too_few = [](const config::Config&) -> std::variant<daemon::Executors, std::string> {
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), daemon::Errc::kUnavailable);  // the factory's error, as it was
+  EXPECT_EQ(s.error().message, "no device");
+  auto too_few = [](const config::Config&) -> daemon::Result<daemon::Executors> {
     return daemon::Executors{};
   };
   auto s2 = daemon::Server::create(cfg, too_few);
-  ASSERT_TRUE(std::holds_alternative<std::string>(s2));
-  EXPECT_NE(std::get<std::string>(s2).find("0 executors for 1 endpoints"), std::string::npos);
+  ASSERT_FALSE(s2.ok());
+  EXPECT_EQ(s2.code(), daemon::Errc::kInternal);
+  EXPECT_NE(s2.error().message.find("0 executors for 1 endpoints"), std::string::npos);
 }
 
 }  // namespace

@@ -83,9 +83,8 @@ TEST_F(SystemdNotify, ReadyWatchdogStatusThenStopping) {
   ASSERT_TRUE(std::holds_alternative<config::Config>(parsed))
       << std::get<config::ConfigError>(parsed).toString();
   auto started = daemon::ForkedDaemon::start(std::get<config::Config>(parsed));
-  ASSERT_TRUE(std::holds_alternative<daemon::ForkedDaemon>(started))
-      << std::get<std::string>(started);
-  auto& d = std::get<daemon::ForkedDaemon>(started);
+  ASSERT_TRUE(started.ok()) << started.error().message;
+  auto& d = started.value();
 
   const auto running = receiveFor(600ms);
   ASSERT_FALSE(running.empty());
