@@ -1,30 +1,40 @@
-// The daemon's event loop: one io_uring, driven from one thread.
+// The daemon's event loop, driven from one thread, over one of two kernel
+// interfaces: io_uring (io_uring_loop.cpp) or epoll (epoll_loop.cpp) where
+// io_uring is refused — under gVisor, Docker's default seccomp profile and
+// many Kubernetes pods. `[daemon] event_loop` chooses; "auto" takes io_uring
+// and falls back to epoll.
 //
 // Operations (accept, recvmsg, reads of doorbell eventfds, writes of
-// completion eventfds, timers, polls) are queued with a handler; run()
-// submits them in batches and calls each handler on the loop thread with the
-// operation's result (bytes, a new fd, or -errno). Handlers may queue more
-// operations. Buffers passed to an operation must stay valid until its
-// handler runs.
+// completion eventfds, timers, polls) are queued with a handler; run() hands
+// them to the kernel in batches and calls each handler on the loop thread
+// with the operation's result (bytes, a new fd, a poll mask, or -errno).
+// Handlers may queue more operations. A handler never runs inside the call
+// that queued its operation. Buffers passed to an operation must stay valid
+// until its handler runs. Before closing a descriptor with an operation
+// queued on it, cancel() the operation (its handler then runs with
+// -ECANCELED): an epoll backend cannot see a close, and the number may be
+// reused by the next descriptor opened.
 //
 // The loop spins before it sleeps: each iteration calls the `poll` hook
 // (scan shared-memory rings, drain executor completions); while it reports
-// work, the loop only peeks at io_uring. After `spin_iterations` idle
+// work, the loop only peeks at the kernel. After `spin_iterations` idle
 // iterations it calls `before_sleep` (advertise "sleeping", re-check) and
-// then blocks in io_uring until a completion arrives or the next timer is due.
+// then blocks until an operation completes or the next timer is due.
 //
 // Threading: everything here is loop-thread only, except wake(), which any
 // thread may call to end a sleep.
 #pragma once
 
-#include <liburing.h>
 #include <sys/socket.h>
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "daemon/config/config.hpp"
 #include "daemon/core/types.hpp"
 #include "daemon/error.hpp"
 
@@ -41,27 +51,37 @@ class EventLoop {
     std::uint32_t spin_iterations = 2000;
   };
 
-  // Returns the loop, or why it could not be created (kSystem: io_uring
-  // missing or refused by the kernel, or the eventfd).
-  static Result<std::unique_ptr<EventLoop>> create(unsigned entries = 512);
-  ~EventLoop();
+  // A loop of `kind`. kAuto tries io_uring, then epoll; `fallback_reason`
+  // (when given) gets why io_uring was refused then, and stays empty
+  // otherwise. Errors: kSystem (io_uring refused for kIoUring, or epoll,
+  // eventfd or timerfd failed).
+  static Result<std::unique_ptr<EventLoop>> create(
+      config::EventLoopKind kind = config::EventLoopKind::kIoUring, unsigned entries = 512,
+      std::string* fallback_reason = nullptr);
+  virtual ~EventLoop();
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
 
-  OpId read(int fd, void* buf, unsigned len, Handler h);
-  OpId write(int fd, const void* buf, unsigned len, Handler h);
-  OpId accept(int fd, Handler h);
-  OpId recvmsg(int fd, msghdr* msg, Handler h);
-  OpId pollIn(int fd, Handler h);
-  OpId pollOut(int fd, Handler h);
-  // Fires at `deadline` on CLOCK_MONOTONIC with result 0 (or -ECANCELED).
-  OpId timerAt(TimeNs deadline, Handler h);
-  // Ask the kernel to cancel a queued operation; its handler still runs, with
-  // -ECANCELED unless it completed first.
-  void cancel(OpId id);
+  // "io_uring" or "epoll".
+  virtual std::string_view name() const = 0;
+
+  virtual OpId read(int fd, void* buf, unsigned len, Handler h) = 0;
+  virtual OpId write(int fd, const void* buf, unsigned len, Handler h) = 0;
+  // The accepted descriptor is blocking and close-on-exec.
+  virtual OpId accept(int fd, Handler h) = 0;
+  // With MSG_CMSG_CLOEXEC.
+  virtual OpId recvmsg(int fd, msghdr* msg, Handler h) = 0;
+  // The result is the poll mask (POLLIN, POLLOUT, POLLHUP, ...).
+  virtual OpId pollIn(int fd, Handler h) = 0;
+  virtual OpId pollOut(int fd, Handler h) = 0;
+  // Fires at `deadline` on CLOCK_MONOTONIC with result -ETIME (or -ECANCELED).
+  virtual OpId timerAt(TimeNs deadline, Handler h) = 0;
+  // Cancels a queued operation; its handler still runs, with -ECANCELED
+  // unless it completed first. Unknown or finished ids are ignored.
+  virtual void cancel(OpId id) = 0;
 
   void setHooks(Hooks hooks) { hooks_ = std::move(hooks); }
-  // Run until stop(). Returns the errno of a fatal io_uring error, else 0.
+  // Run until stop(). Returns the errno of a fatal kernel error, else 0.
   int run();
   void stop() { running_ = false; }
   // Any thread: end the current or next sleep.
@@ -69,25 +89,35 @@ class EventLoop {
 
   std::size_t pending() const { return live_; }
 
+ protected:
+  EventLoop() = default;
+  // Creates the wake eventfd; the backends watch it.
+  Result<> openWakeFd();
+
+  // The backend's three steps of run(): hand queued operations to the
+  // kernel; run the handlers of every finished operation without blocking
+  // (returns how many ran); block until at least one operation finished or
+  // wake() was called, then run their handlers (returns 0 or a fatal errno).
+  virtual void flush() = 0;
+  virtual unsigned dispatch() = 0;
+  virtual int block() = 0;
+
+  // The table of queued operations, shared by the backends: track() takes a
+  // slot for a handler, find() says whether `id` is still queued, finish()
+  // frees the slot and then runs the handler once.
+  OpId track(Handler h);
+  bool queued(OpId id) const;
+  bool finish(OpId id, int result);
+  static std::uint32_t slotOf(OpId id) { return static_cast<std::uint32_t>(id & 0xffffffffu); }
+
+  int wake_fd_ = -1;
+
  private:
   struct Op {
     Handler handler;
-    __kernel_timespec ts{};
     std::uint32_t gen = 0;
     bool live = false;
   };
-  EventLoop() = default;
-  io_uring_sqe* sqe();
-  OpId track(io_uring_sqe* s, Handler h);
-  // Dispatch every ready completion; returns how many.
-  unsigned reap();
-  void armWake();
-
-  io_uring ring_{};
-  bool ring_ready_ = false;
-  int wake_fd_ = -1;
-  std::uint64_t wake_buf_ = 0;
-  bool wake_armed_ = false;
   std::vector<Op> ops_;
   std::vector<std::uint32_t> free_;
   std::size_t live_ = 0;

@@ -54,9 +54,16 @@ Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg,
   }
   s->signal_fd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   if (s->signal_fd_ < 0) return systemError("signalfd");
-  auto loop = EventLoop::create(1024);
+  std::string refused;
+  auto loop = EventLoop::create(cfg.daemon.event_loop, 1024, &refused);
   if (!loop) return withContext("event loop", std::move(loop).error());
   s->loop_ = std::move(loop).value();
+  if (!refused.empty()) {
+    spdlog::warn(
+        "io_uring is refused here ({}); serving with the epoll event loop. Set [daemon] "
+        "event_loop = \"epoll\" to choose it and silence this warning",
+        refused);
+  }
 
   auto executors = make_executors(cfg);
   if (!executors) return std::move(executors).error();
@@ -116,7 +123,9 @@ Result<> Server::listen() {
     return Error{Errc::kConfig, "daemon.socket: path too long"};
   }
   std::memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
-  listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  // Non-blocking: the epoll loop accepts only after readiness, and a
+  // connection aborted in between must not block the loop.
+  listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) return systemError("socket");
   // A socket file left by a daemon that died is stale: replace it. Anything
   // else at that path is not ours to remove.
@@ -160,8 +169,9 @@ int Server::run() {
   acceptNext();
   armSignals();
   for (std::size_t e = 0; e < executors_.size(); ++e) armExecutorWatch(e);
-  spdlog::info("serving on {} ({} endpoints, policy {})", socket_path_, executors_.size(),
-               cfg_.daemon.policy == Policy::kFair ? "fair" : "fifo");
+  spdlog::info("serving on {} ({} endpoints, policy {}, {} event loop)", socket_path_,
+               executors_.size(), cfg_.daemon.policy == Policy::kFair ? "fair" : "fifo",
+               loop_->name());
   // The socket was bound and listening before run(): clients can connect now.
   notifier_->ready("serving on " + socket_path_);
   started_at_ = monotonicNow();
@@ -190,6 +200,7 @@ void Server::beginShutdown() {
   shutdown_deadline_ =
       monotonicNow() + static_cast<TimeNs>(cfg_.daemon.shutdown_grace_ms) * kNsPerMs;
   if (listen_fd_ >= 0) {
+    loop_->cancel(accept_op_);  // before the close: the number may be reused
     close(listen_fd_);
     listen_fd_ = -1;
     unlink(socket_path_.c_str());

@@ -130,6 +130,8 @@ class Server {
     // connection is freed only when the last one has completed.
     int ops = 0;
     EventLoop::OpId doorbell_op = 0;
+    EventLoop::OpId recv_op = 0;  // the queued recvmsg
+    EventLoop::OpId out_op = 0;   // the pollOut queued while admin replies wait
     // Receive buffers for the queued recvmsg.
     alignas(8) std::byte buf[512];
     iovec iov{};
@@ -210,6 +212,7 @@ class Server {
   std::vector<std::unique_ptr<Executor>> executors_;  // per endpoint
   std::string socket_path_;
   int listen_fd_ = -1;
+  EventLoop::OpId accept_op_ = 0;
   int signal_fd_ = -1;
   std::uint64_t signal_buf_[16] = {};
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> conns_;

@@ -154,7 +154,7 @@ void Server::pumpOutbox(Connection& c) {
       c.out_armed = true;
       ++c.ops;
       const std::uint64_t id = c.id;
-      loop_->pollOut(c.fd, [this, id](int res) {
+      c.out_op = loop_->pollOut(c.fd, [this, id](int res) {
         Connection* live = opDone(id);
         if (!live) return;
         live->out_armed = false;

@@ -25,7 +25,7 @@ constexpr std::uint32_t kCompletionCapacity = 16384;  // 1 MiB of completion rin
 
 void Server::acceptNext() {
   if (listen_fd_ < 0) return;
-  loop_->accept(listen_fd_, [this](int fd) {
+  accept_op_ = loop_->accept(listen_fd_, [this](int fd) {
     if (fd >= 0) onAccept(fd);
     if (!shutting_down_) acceptNext();
   });
@@ -56,7 +56,7 @@ void Server::receiveNext(Connection& c) {
   c.msg.msg_iovlen = 1;
   const std::uint64_t id = c.id;
   ++c.ops;
-  loop_->recvmsg(c.fd, &c.msg, [this, id](int res) {
+  c.recv_op = loop_->recvmsg(c.fd, &c.msg, [this, id](int res) {
     if (opDone(id)) onMessage(id, res);
   });
 }
@@ -336,10 +336,13 @@ void Server::dropConnection(std::uint64_t conn_id, const char* why) {
     spdlog::info("client {} (pid {}) {}: {} queued requests cancelled", conn_id, c.cred.pid, why,
                  cancelled);
   }
-  // Queued io_uring operations hold the files and write into this object's
-  // buffers: end them (shutdown completes the recvmsg, cancel the doorbell
-  // read) and free the object only after the last one has completed.
+  // Queued operations write into this object's buffers: end them (shutdown
+  // completes the recvmsg; cancel it, a pending admin pollOut and the
+  // doorbell read, before the close, since the descriptor number may be
+  // reused at once) and free the object only after the last one completed.
   shutdown(c.fd, SHUT_RDWR);
+  loop_->cancel(c.recv_op);
+  loop_->cancel(c.out_op);
   close(c.fd);
   c.fd = -1;
   if (c.doorbell_op != 0) loop_->cancel(c.doorbell_op);

@@ -56,6 +56,7 @@ std::string configText(const std::string& socket, const Variant& v) {
   // Metrics on an ephemeral loopback port: reloads remap its tenant labels too.
   std::string t = "default_tier = \"trial\"\n[daemon]\nsocket = \"" + socket +
                   "\"\nsocket_mode = \"" + v.socket_mode + "\"\nlog_level = \"error\"\n" +
+                  testing::testEventLoopLine() +
                   "[metrics]\nlisten = \"127.0.0.1:0\"\nmax_tenant_series = 1\n" + tiers +
                   "[endpoints.chat]\nmax_batch_requests = " + std::to_string(v.max_batch_requests) +
                   "\nmax_batch_tokens = 8192\nmax_wait_us = 100\nmax_output_tokens = 64\n";

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <thread>
 
 #include "daemon/log.hpp"
@@ -43,6 +45,31 @@ int reap(pid_t pid, std::chrono::milliseconds timeout) {
 
 }  // namespace
 
+}  // namespace fairsched::daemon
+
+namespace fairsched::testing {
+
+std::string testEventLoopLine() {
+  const char* env = std::getenv("FAIRSCHED_TEST_EVENT_LOOP");
+  if (env == nullptr || (std::string_view(env) != "epoll" && std::string_view(env) != "io_uring")) {
+    return "";
+  }
+  return std::string("event_loop = \"") + env + "\"\n";
+}
+
+}  // namespace fairsched::testing
+
+namespace fairsched::daemon {
+
+config::Config withTestEventLoop(config::Config cfg) {
+  const char* env = std::getenv("FAIRSCHED_TEST_EVENT_LOOP");
+  if (env == nullptr) return cfg;
+  const std::string_view kind = env;
+  if (kind == "epoll") cfg.daemon.event_loop = config::EventLoopKind::kEpoll;
+  if (kind == "io_uring") cfg.daemon.event_loop = config::EventLoopKind::kIoUring;
+  return cfg;
+}
+
 Result<ForkedDaemon> ForkedDaemon::start(const config::Config& cfg,
                                          std::chrono::milliseconds ready_timeout) {
   return start(cfg, makeExecutors, ready_timeout);
@@ -56,7 +83,7 @@ Result<ForkedDaemon> ForkedDaemon::start(const config::Config& cfg,
   if (pid == 0) {
     signal(SIGPIPE, SIG_IGN);
     (void)setupLogging(cfg.daemon.log_level);  // a bad level keeps the default logger
-    auto server = Server::create(cfg, make_executors);
+    auto server = Server::create(withTestEventLoop(cfg), make_executors);
     if (!server) {
       std::fprintf(stderr, "fairschedd (forked): %s\n", server.error().message.c_str());
       _exit(3);

@@ -14,6 +14,22 @@
 
 namespace fairsched::daemon {
 
+// `cfg` with daemon.event_loop set from FAIRSCHED_TEST_EVENT_LOOP ("epoll" or
+// "io_uring") when it is set: ctest runs the daemon suites once per loop.
+config::Config withTestEventLoop(config::Config cfg);
+
+}  // namespace fairsched::daemon
+
+namespace fairsched::testing {
+
+// The same for a config file a test writes (one the daemon reads again on
+// reload): `event_loop = "..."` for the [daemon] table, or "".
+std::string testEventLoopLine();
+
+}  // namespace fairsched::testing
+
+namespace fairsched::daemon {
+
 class ForkedDaemon {
  public:
   // Forks; the child serves `cfg` until SIGTERM and exits with run()'s

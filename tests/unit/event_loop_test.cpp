@@ -1,6 +1,8 @@
-// The io_uring event loop: timers, eventfd reads and writes, accept and
-// recvmsg on a unix socket, cancellation, wake-ups from other threads, and
-// the spin-then-sleep hooks. Skips with the reason where io_uring is refused.
+// The event loop, each test on both backends (io_uring and epoll): timers,
+// eventfd reads and writes, accept and recvmsg on a unix socket,
+// cancellation, wake-ups from other threads, and the spin-then-sleep hooks.
+// The io_uring runs skip with the reason where io_uring is refused; epoll
+// runs everywhere.
 #include "daemon/event_loop.hpp"
 
 #include <gtest/gtest.h>
@@ -19,20 +21,27 @@
 namespace fairsched::daemon {
 namespace {
 
-std::unique_ptr<EventLoop> makeLoop() {
-  auto created = EventLoop::create(64);
-  if (!created) {
-    std::cerr << "event_loop_test: skipping, io_uring unavailable: " << created.error().message
-              << "\n";
-    return nullptr;
+using config::EventLoopKind;
+
+class EventLoopTest : public ::testing::TestWithParam<EventLoopKind> {
+ protected:
+  std::unique_ptr<EventLoop> makeLoop() {
+    auto created = EventLoop::create(GetParam(), 64);
+    if (!created) {
+      why_ = created.error().message;
+      EXPECT_NE(GetParam(), EventLoopKind::kEpoll) << "epoll must work everywhere: " << why_;
+      return nullptr;
+    }
+    EXPECT_EQ(created.value()->name(), GetParam() == EventLoopKind::kEpoll ? "epoll" : "io_uring");
+    return std::move(created).value();
   }
-  return std::move(created).value();
-}
+  std::string why_;
+};
 
 #define REQUIRE_LOOP(loop) \
-  if (!(loop)) GTEST_SKIP() << "io_uring unavailable on this machine"
+  if (!(loop)) GTEST_SKIP() << "io_uring unavailable on this machine: " << why_
 
-TEST(EventLoop, TimersFireInDeadlineOrderAndNotEarly) {
+TEST_P(EventLoopTest, TimersFireInDeadlineOrderAndNotEarly) {
   auto loop = makeLoop();
   REQUIRE_LOOP(loop);
   const TimeNs start = monotonicNow();
@@ -56,7 +65,7 @@ TEST(EventLoop, TimersFireInDeadlineOrderAndNotEarly) {
   EXPECT_GE(fired_at[1], start + 3 * kNsPerMs);
 }
 
-TEST(EventLoop, CancelledTimerReportsCancellation) {
+TEST_P(EventLoopTest, CancelledTimerReportsCancellation) {
   auto loop = makeLoop();
   REQUIRE_LOOP(loop);
   int result = 1;
@@ -69,7 +78,7 @@ TEST(EventLoop, CancelledTimerReportsCancellation) {
   EXPECT_EQ(result, -ECANCELED);
 }
 
-TEST(EventLoop, EventfdWriteAndReadComplete) {
+TEST_P(EventLoopTest, EventfdWriteAndReadComplete) {
   auto loop = makeLoop();
   REQUIRE_LOOP(loop);
   const int efd = eventfd(0, EFD_CLOEXEC);
@@ -86,7 +95,7 @@ TEST(EventLoop, EventfdWriteAndReadComplete) {
   close(efd);
 }
 
-TEST(EventLoop, WakeFromAnotherThreadEndsASleep) {
+TEST_P(EventLoopTest, WakeFromAnotherThreadEndsASleep) {
   auto loop = makeLoop();
   REQUIRE_LOOP(loop);
   std::atomic<bool> flag{false};
@@ -116,7 +125,7 @@ TEST(EventLoop, WakeFromAnotherThreadEndsASleep) {
   EXPECT_GE(sleeps.load(), 1) << "the loop never went to sleep";
 }
 
-TEST(EventLoop, AcceptsAndReceivesOnAUnixSocket) {
+TEST_P(EventLoopTest, AcceptsAndReceivesOnAUnixSocket) {
   auto loop = makeLoop();
   REQUIRE_LOOP(loop);
   const int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -159,7 +168,7 @@ TEST(EventLoop, AcceptsAndReceivesOnAUnixSocket) {
   unlink(path.c_str());
 }
 
-TEST(EventLoop, ManyOperationsInFlightAllComplete) {
+TEST_P(EventLoopTest, ManyOperationsInFlightAllComplete) {
   auto loop = makeLoop();
   REQUIRE_LOOP(loop);  // 64 entries: the loop must submit when the queue fills
   const TimeNs now = monotonicNow();
@@ -174,6 +183,27 @@ TEST(EventLoop, ManyOperationsInFlightAllComplete) {
   EXPECT_EQ(fired, kTimers);
   EXPECT_EQ(loop->pending(), 0u);
 }
+
+TEST(EventLoopAuto, FallsBackToEpollOnlyWhenIoUringIsRefused) {
+  std::string refused = "stale";
+  auto loop = EventLoop::create(EventLoopKind::kAuto, 64, &refused);
+  ASSERT_TRUE(loop) << loop.error().message;
+  auto uring = EventLoop::create(EventLoopKind::kIoUring, 64);
+  if (uring) {
+    EXPECT_EQ(loop.value()->name(), "io_uring");
+    EXPECT_TRUE(refused.empty()) << refused;
+  } else {
+    EXPECT_EQ(loop.value()->name(), "epoll");
+    EXPECT_EQ(refused, uring.error().message);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, EventLoopTest,
+                         ::testing::Values(EventLoopKind::kIoUring, EventLoopKind::kEpoll),
+                         [](const ::testing::TestParamInfo<EventLoopKind>& p) {
+                           return std::string(p.param == EventLoopKind::kEpoll ? "epoll"
+                                                                               : "io_uring");
+                         });
 
 }  // namespace
 }  // namespace fairsched::daemon
