@@ -122,17 +122,23 @@ SubmitRequest request(Tenant t, std::span<const std::uint32_t> prompt) {
   return r;
 }
 
-}  // namespace
+// What one daemon (on one event loop) measured.
+struct DaemonRun {
+  std::vector<double> shm_rtt, sleep_rtt;
+  double submissions_per_s = 0;
+  int exit_status = -1;
+};
 
-ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
-  const int iterations = options.quick ? 2'000 : 50'000;
-  const int sleeping_iterations = options.quick ? 200 : 2'000;
-  const std::uint64_t throughput_requests = options.quick ? 200'000 : 2'000'000;
-
+// Starts a daemon on `loop`, measures busy-polling and sleeping round trips
+// and one thread's submission rate, and stops it.
+std::variant<DaemonRun, ScenarioError> measureDaemon(config::EventLoopKind loop, int iterations,
+                                                     int sleeping_iterations,
+                                                     std::uint64_t throughput_requests) {
   const TempDir tmp("fairsched-roundtrip");
   if (tmp.path().empty()) return ScenarioError{"mkdtemp failed"};
   auto cfg = daemonConfig(tmp.path() + "/fairsched.sock");
   if (auto* err = std::get_if<std::string>(&cfg)) return ScenarioError{*err};
+  std::get<config::Config>(cfg).daemon.event_loop = loop;
   pinTo(1);  // the daemon inherits this CPU
   auto started = daemon::ForkedDaemon::start(std::get<config::Config>(cfg));
   pinTo(0);
@@ -148,10 +154,10 @@ ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
   if (!tenant) return ScenarioError{"open tenant: " + tenant.error().toString()};
   const std::vector<std::uint32_t> prompt{1, 2, 3, 4};
   std::vector<Completion> done;
+  DaemonRun run;
 
   // 1. Busy-polling round trips.
-  std::vector<double> shm_rtt;
-  shm_rtt.reserve(static_cast<std::size_t>(iterations));
+  run.shm_rtt.reserve(static_cast<std::size_t>(iterations));
   for (int i = -iterations / 10; i < iterations; ++i) {
     const auto t0 = Clock::now();
     if (!client->submit(request(*tenant, prompt))) return ScenarioError{"submit failed"};
@@ -159,11 +165,10 @@ ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
     while (client->poll(done) == 0) {
     }
     if (done[0].status != Status::kOk) return ScenarioError{"a round trip did not complete OK"};
-    if (i >= 0) shm_rtt.push_back(static_cast<double>((Clock::now() - t0).count()));
+    if (i >= 0) run.shm_rtt.push_back(static_cast<double>((Clock::now() - t0).count()));
   }
 
   // 2. Both sides asleep between requests: two eventfd wake-ups per trip.
-  std::vector<double> sleep_rtt;
   for (int i = 0; i < sleeping_iterations; ++i) {
     std::this_thread::sleep_for(1ms);  // long enough for the daemon to go to sleep
     const auto t0 = Clock::now();
@@ -173,7 +178,7 @@ ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
       (void)client->wait(1s);
       client->poll(done);
     }
-    sleep_rtt.push_back(static_cast<double>((Clock::now() - t0).count()));
+    run.sleep_rtt.push_back(static_cast<double>((Clock::now() - t0).count()));
   }
 
   // 3. One client thread submitting as fast as the ring takes it.
@@ -185,16 +190,39 @@ ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
     received += client->poll(done);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double per_s = static_cast<double>(throughput_requests) / seconds;
+  run.submissions_per_s = static_cast<double>(throughput_requests) / seconds;
+  run.exit_status = d.terminate();
+  return run;
+}
 
-  const int daemon_status = d.terminate();
+}  // namespace
+
+ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
+  const int iterations = options.quick ? 2'000 : 50'000;
+  const int sleeping_iterations = options.quick ? 200 : 2'000;
+  const std::uint64_t throughput_requests = options.quick ? 200'000 : 2'000'000;
+
+  auto uring_run = measureDaemon(config::EventLoopKind::kIoUring, iterations, sleeping_iterations,
+                                 throughput_requests);
+  if (auto* err = std::get_if<ScenarioError>(&uring_run)) return *err;
+  auto epoll_run = measureDaemon(config::EventLoopKind::kEpoll, iterations, sleeping_iterations,
+                                 throughput_requests);
+  if (auto* err = std::get_if<ScenarioError>(&epoll_run)) return *err;
+  const DaemonRun& ur = std::get<DaemonRun>(uring_run);
+  const DaemonRun& ep = std::get<DaemonRun>(epoll_run);
+  const std::vector<double>& shm_rtt = ur.shm_rtt;
+  const std::vector<double>& sleep_rtt = ur.sleep_rtt;
+  const double per_s = ur.submissions_per_s;
+
+  const int daemon_status = ur.exit_status != 0 ? ur.exit_status : ep.exit_status;
   // The baselines, on the same two CPUs as the client (0) and the daemon (1):
   // a unix socket, and the physical limit, a bare shared-memory ping-pong.
   const std::vector<double> uds_rtt = socketEcho(iterations);
   const std::vector<double> raw_rtt = rawPingPong(iterations, 0, 1);
 
   const Percentiles shm = percentiles(shm_rtt), sleeping = percentiles(sleep_rtt),
-                    uds = percentiles(uds_rtt), raw = percentiles(raw_rtt);
+                    uds = percentiles(uds_rtt), raw = percentiles(raw_rtt),
+                    ep_shm = percentiles(ep.shm_rtt), ep_sleeping = percentiles(ep.sleep_rtt);
   const double vs_raw_p50 = raw.p50_us > 0 ? shm.p50_us / raw.p50_us : 0.0;
   const double vs_raw_p99 = raw.p99_us > 0 ? shm.p99_us / raw.p99_us : 0.0;
   ScenarioReport report;
@@ -205,6 +233,10 @@ ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
                  {"vs_raw", {{"p50", vs_raw_p50}, {"p99", vs_raw_p99}}},
                  {"shm_sleeping", toJson(sleeping)},
                  {"ingest", {{"submissions_per_s", per_s}, {"requests", throughput_requests}}},
+                 {"epoll",
+                  {{"shm", toJson(ep_shm)},
+                   {"shm_sleeping", toJson(ep_sleeping)},
+                   {"ingest", {{"submissions_per_s", ep.submissions_per_s}}}}},
                  {"speedup_p50", shm.p50_us > 0 ? uds.p50_us / shm.p50_us : 0.0},
                  {"daemon_exit_status", daemon_status},
                  {"cdf_us",
@@ -212,24 +244,30 @@ ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
                    {"shm_sleeping", cdf(sleep_rtt)},
                    {"uds", cdf(uds_rtt)},
                    {"raw", cdf(raw_rtt)}}}};
-  char buf[1536];
+  char buf[2048];
   std::snprintf(
       buf, sizeof buf,
       "roundtrip: submit -> completion through fairschedd (zero-time executor), %d trips\n\n"
-      "%-40s %10s %10s %10s\n"
-      "%-40s %10.2f %10.2f %10.2f\n"
-      "%-40s %10.2f %10.2f %10.2f\n"
-      "%-40s %10.2f %10.2f %10.2f\n"
-      "%-40s %10.2f %10.2f %10.2f\n\n"
+      "%-44s %10s %10s %10s\n"
+      "%-44s %10.2f %10.2f %10.2f\n"
+      "%-44s %10.2f %10.2f %10.2f\n"
+      "%-44s %10.2f %10.2f %10.2f\n"
+      "%-44s %10.2f %10.2f %10.2f\n"
+      "%-44s %10.2f %10.2f %10.2f\n"
+      "%-44s %10.2f %10.2f %10.2f\n\n"
       "daemon path vs raw ping-pong (same run): p50 %.2fx (target <= 2x), p99 %.2fx "
       "(target <= 5x)\n"
       "shared memory vs socket at p50: %.1fx faster\n"
-      "one client thread: %.2f M submissions/s through the daemon (target >= 5 M)\n",
-      iterations, "path", "p50 us", "p99 us", "max us", "shared memory, busy-polling", shm.p50_us,
-      shm.p99_us, shm.max_us, "shared memory, both sides asleep", sleeping.p50_us, sleeping.p99_us,
-      sleeping.max_us, "raw shm ping-pong (physical limit)", raw.p50_us, raw.p99_us, raw.max_us,
+      "one client thread: %.2f M submissions/s through the daemon (io_uring), %.2f M (epoll) "
+      "(target >= 5 M)\n",
+      iterations, "path", "p50 us", "p99 us", "max us", "shared memory, busy-polling (io_uring)",
+      shm.p50_us, shm.p99_us, shm.max_us, "shared memory, busy-polling (epoll)", ep_shm.p50_us,
+      ep_shm.p99_us, ep_shm.max_us, "shared memory, both sides asleep (io_uring)", sleeping.p50_us,
+      sleeping.p99_us, sleeping.max_us, "shared memory, both sides asleep (epoll)",
+      ep_sleeping.p50_us, ep_sleeping.p99_us, ep_sleeping.max_us,
+      "raw shm ping-pong (physical limit)", raw.p50_us, raw.p99_us, raw.max_us,
       "unix socket echo (baseline)", uds.p50_us, uds.p99_us, uds.max_us, vs_raw_p50, vs_raw_p99,
-      shm.p50_us > 0 ? uds.p50_us / shm.p50_us : 0.0, per_s / 1e6);
+      shm.p50_us > 0 ? uds.p50_us / shm.p50_us : 0.0, per_s / 1e6, ep.submissions_per_s / 1e6);
   report.table = buf;
   if (daemon_status != 0) return ScenarioError{"the daemon did not stop cleanly"};
   return report;
