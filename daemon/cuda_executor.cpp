@@ -1,7 +1,9 @@
 #include "daemon/cuda_executor.hpp"
 
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,8 +47,12 @@ std::uint64_t alignUp(std::uint64_t x) {
 struct CudaExecutor::Lane {
   Lane() : done(kDepth) {}
   cudaStream_t copy = nullptr;     // H2D of staged batches
-  cudaStream_t compute = nullptr;  // kernels, D2H, host function
-  SpscQueue<std::uint32_t> done;   // slot indices; producer: this lane's host functions
+  cudaStream_t compute = nullptr;  // kernels, D2H
+  // The host functions, each waiting on its batch's end event: on the
+  // compute stream one would hold back the lane's next kernels until the
+  // runtime's callback thread has run it.
+  cudaStream_t notify = nullptr;
+  SpscQueue<std::uint32_t> done;  // slot indices; producer: this lane's host functions
 };
 
 struct CudaExecutor::Slot {
@@ -66,7 +72,7 @@ struct CudaExecutor::Slot {
   std::uint32_t* d_seq_ids = nullptr;
   std::uint32_t* d_out = nullptr;
   std::uint64_t* d_checksums = nullptr;
-  cudaEvent_t start = nullptr;     // on the copy stream, before H2D
+  cudaEvent_t start = nullptr;     // on the compute stream, once the H2D is in
   cudaEvent_t h2d_done = nullptr;  // the compute stream waits on it
   cudaEvent_t end = nullptr;       // after D2H; its query reports async errors
   ExecBatch batch;                 // keys and output token counts for the results
@@ -75,8 +81,41 @@ struct CudaExecutor::Slot {
 CudaExecutor::CudaExecutor(const Options& options) : options_(options) {}
 
 Result<> CudaExecutor::checkDevice(int device) {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
+  // Asked in a child process: the first CUDA call initialises the driver in
+  // the calling process, and a process that forks afterwards (a test that
+  // checks, then forks a daemon; a daemon that forks a helper) leaves its
+  // child with a CUDA state that is undefined there.
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return systemError("cuda executor: pipe");
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    return systemError("cuda executor: fork");
+  }
+  if (pid == 0) {
+    close(pipe_fds[0]);
+    int answer[2] = {0, 0};  // cudaError_t, device count
+    answer[0] = static_cast<int>(cudaGetDeviceCount(&answer[1]));
+    [[maybe_unused]] const ssize_t w = ::write(pipe_fds[1], answer, sizeof answer);
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  int answer[2] = {0, 0};
+  ssize_t got = 0;
+  do {
+    got = ::read(pipe_fds[0], answer, sizeof answer);
+  } while (got < 0 && errno == EINTR);
+  close(pipe_fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (got != static_cast<ssize_t>(sizeof answer)) {
+    return Error{Errc::kUnavailable, "cudaGetDeviceCount: the probe process died (status " +
+                                         std::to_string(status) + ")"};
+  }
+  const auto e = static_cast<cudaError_t>(answer[0]);
+  const int count = answer[1];
   if (e != cudaSuccess) {
     return Error{Errc::kUnavailable, "cudaGetDeviceCount: " + std::string(cudaGetErrorString(e))};
   }
@@ -126,6 +165,7 @@ Result<> CudaExecutor::init() {
     auto lane = std::make_unique<Lane>();
     FAIRSCHED_CUDA_TRY(cudaStreamCreateWithFlags(&lane->copy, cudaStreamNonBlocking));
     FAIRSCHED_CUDA_TRY(cudaStreamCreateWithFlags(&lane->compute, cudaStreamNonBlocking));
+    FAIRSCHED_CUDA_TRY(cudaStreamCreateWithFlags(&lane->notify, cudaStreamNonBlocking));
     lanes_.push_back(std::move(lane));
     for (std::uint32_t k = 0; k < kDepth; ++k) {
       auto s = std::make_unique<Slot>();
@@ -172,6 +212,7 @@ CudaExecutor::~CudaExecutor() {
   for (auto& lane : lanes_) {
     if (lane->copy) cudaStreamSynchronize(lane->copy);
     if (lane->compute) cudaStreamSynchronize(lane->compute);
+    if (lane->notify) cudaStreamSynchronize(lane->notify);
   }
   for (auto& s : slots_) {
     if (s->start) cudaEventDestroy(s->start);
@@ -183,6 +224,7 @@ CudaExecutor::~CudaExecutor() {
   for (auto& lane : lanes_) {
     if (lane->copy) cudaStreamDestroy(lane->copy);
     if (lane->compute) cudaStreamDestroy(lane->compute);
+    if (lane->notify) cudaStreamDestroy(lane->notify);
   }
   if (table_) cudaFree(table_);
   if (done_fd_ >= 0) close(done_fd_);
@@ -200,11 +242,22 @@ void CudaExecutor::onBatchDone(void* p) {
 Result<> CudaExecutor::enqueue(Slot& s, std::uint32_t n, std::uint32_t total) {
   Lane& lane = *lanes_[s.lane];
   FAIRSCHED_CUDA_TRY(cudaSetDevice(options_.device));
-  FAIRSCHED_CUDA_TRY(cudaEventRecord(s.start, lane.copy));
+  // The kernel launchers report cudaGetLastError(): clear what an earlier,
+  // unrelated call left there so it cannot fail this batch. An error that
+  // does not clear is sticky: the context is lost for good.
+  if (cudaGetLastError() != cudaSuccess) {
+    if (const cudaError_t sticky = cudaPeekAtLastError(); sticky != cudaSuccess) {
+      return Error{Errc::kDevice, callError("device lost (sticky error)", sticky)};
+    }
+  }
   FAIRSCHED_CUDA_TRY(
       cudaMemcpyAsync(s.d_in, s.h_in, 4ull * (n + total), cudaMemcpyHostToDevice, lane.copy));
   FAIRSCHED_CUDA_TRY(cudaEventRecord(s.h2d_done, lane.copy));
   FAIRSCHED_CUDA_TRY(cudaStreamWaitEvent(lane.compute, s.h2d_done, 0));
+  // Timed from here: the batch's own service on the device, not its wait for
+  // the lane's previous batch or its copy (the backlog throttle learns the
+  // device's service rate from it).
+  FAIRSCHED_CUDA_TRY(cudaEventRecord(s.start, lane.compute));
   const std::uint32_t* lengths = s.d_in;
   const std::uint32_t* tokens = s.d_in + n;
   FAIRSCHED_CUDA_TRY(kernels::launchPack(lengths, n, total, s.d_cu_seqlens, s.d_positions,
@@ -215,7 +268,8 @@ Result<> CudaExecutor::enqueue(Slot& s, std::uint32_t n, std::uint32_t total) {
   FAIRSCHED_CUDA_TRY(cudaMemcpyAsync(s.h_checksums, s.d_checksums, 8ull * n, cudaMemcpyDeviceToHost,
                                      lane.compute));
   FAIRSCHED_CUDA_TRY(cudaEventRecord(s.end, lane.compute));
-  FAIRSCHED_CUDA_TRY(cudaLaunchHostFunc(lane.compute, &CudaExecutor::onBatchDone, &s));
+  FAIRSCHED_CUDA_TRY(cudaStreamWaitEvent(lane.notify, s.end, 0));
+  FAIRSCHED_CUDA_TRY(cudaLaunchHostFunc(lane.notify, &CudaExecutor::onBatchDone, &s));
   return {};
 }
 
@@ -267,6 +321,7 @@ void CudaExecutor::submit(ExecBatch&& batch) {
     // slot can be handed out again (an error path, so blocking is fine).
     cudaStreamSynchronize(lanes_[s.lane]->copy);
     cudaStreamSynchronize(lanes_[s.lane]->compute);
+    cudaStreamSynchronize(lanes_[s.lane]->notify);
     fail(s, std::move(r).error().message);
   }
 }

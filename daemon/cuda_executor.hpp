@@ -2,14 +2,17 @@
 // (kernels/cuda_kernels.hpp) on a CUDA device and reports per request the same
 // checksum as the CPU reference (kernels/workload_reference.hpp).
 //
-// Layout: `streams` lanes, each with a copy stream and a compute stream and
-// kDepth = 2 slots. A slot owns one pinned staging buffer (lengths + tokens in,
+// Layout: `streams` lanes, each with a copy stream, a compute stream and a
+// notify stream, and kDepth = 2 slots. A slot owns one pinned staging buffer (lengths + tokens in,
 // checksums out) and its device buffers, all allocated in create(): the hot
 // path never allocates. Per batch: the loop thread copies the batch into the
 // slot's pinned buffer, enqueues the H2D copy on the lane's copy stream, and
-// the compute stream waits for it (an event), runs pack + workload, copies the
-// checksums D2H and launches a host function that pushes the slot into the
-// lane's SPSC queue and signals the eventfd. With two slots per lane, the
+// the compute stream waits for it (an event), records the batch's start,
+// runs pack + workload, copies the checksums D2H and records its end; the
+// notify stream waits on the end and launches a host function that pushes
+// the slot into the lane's SPSC queue and signals the eventfd (on the compute
+// stream the host function would hold back the lane's next kernels). A
+// batch's service time is start to end: its own time on the device. With two slots per lane, the
 // next batch's H2D runs on the copy stream while the current batch's kernels
 // run on the compute stream.
 //
@@ -60,7 +63,9 @@ class CudaExecutor final : public Executor {
   // kSystem when the eventfd cannot be made.
   static Result<std::unique_ptr<CudaExecutor>> create(const Options& options);
   // Ok when `device` exists; else kUnavailable with why no CUDA device is
-  // usable (device count, driver). Tests skip on it.
+  // usable (device count, driver). Tests skip on it. Asked in a child
+  // process, so the caller's process never initialises CUDA and may fork
+  // (a daemon, a test's forked daemon) afterwards.
   static Result<> checkDevice(int device = 0);
   ~CudaExecutor() override;
 
