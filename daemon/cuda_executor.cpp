@@ -273,6 +273,17 @@ Result<> CudaExecutor::enqueue(Slot& s, std::uint32_t n, std::uint32_t total) {
   return {};
 }
 
+void CudaExecutor::lose(Error why) {
+  if (fatal_) return;
+  fatal_ = std::move(why);
+  for (auto& slot : slots_) {
+    if (!slot->busy) continue;
+    const bool reported = std::any_of(failed_.begin(), failed_.end(),
+                                      [&](const auto& f) { return f.first == slot->index; });
+    if (!reported) fail(*slot, fatal_->message);
+  }
+}
+
 void CudaExecutor::fail(Slot& s, std::string error) {
   BatchDone d;
   d.id = s.batch.id;
@@ -322,7 +333,10 @@ void CudaExecutor::submit(ExecBatch&& batch) {
     cudaStreamSynchronize(lanes_[s.lane]->copy);
     cudaStreamSynchronize(lanes_[s.lane]->compute);
     cudaStreamSynchronize(lanes_[s.lane]->notify);
-    fail(s, std::move(r).error().message);
+    fail(s, r.error().message);
+    if (cudaGetLastError() != cudaSuccess && cudaPeekAtLastError() != cudaSuccess) {
+      lose(std::move(r).error());  // sticky: no batch will ever come back
+    }
   }
 }
 
@@ -341,6 +355,8 @@ void CudaExecutor::drain(std::vector<BatchDone>& out) {
   for (auto& lane : lanes_) {
     while (auto index = lane->done.pop()) {
       Slot& s = *slots_[*index];
+      if (!s.busy) continue;  // already reported failed when the context was lost
+      std::optional<Error> lost;
       BatchDone d;
       d.id = s.batch.id;
       d.endpoint = s.batch.endpoint;
@@ -349,6 +365,9 @@ void CudaExecutor::drain(std::vector<BatchDone>& out) {
       if (e != cudaSuccess) {
         d.ok = false;
         d.error = callError("batch (cudaEventQuery)", e);
+        if (cudaGetLastError() != cudaSuccess && cudaPeekAtLastError() != cudaSuccess) {
+          lost = Error{Errc::kDevice, d.error};
+        }
       } else if (const cudaError_t t = cudaEventElapsedTime(&ms, s.start, s.end);
                  t != cudaSuccess) {
         d.ok = false;
@@ -363,6 +382,7 @@ void CudaExecutor::drain(std::vector<BatchDone>& out) {
       }
       release(s);
       out.push_back(std::move(d));
+      if (lost) lose(std::move(*lost));  // after this slot's release: it is reported once
     }
   }
 }

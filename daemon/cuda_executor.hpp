@@ -22,9 +22,10 @@
 //
 // Errors: every CUDA call is checked; the message names the call and carries
 // cudaGetErrorString. A batch whose enqueue fails, or whose completion event
-// reports an error, finishes with ok = false. Limitation: after a sticky
-// device fault the runtime may never run the host function, and such a batch
-// is not reported (the daemon cannot recover the device anyway).
+// reports an error, finishes with ok = false. After a sticky error (an
+// illegal address: the context is lost) the runtime may never run the
+// pending host functions: the executor then reports every batch it holds
+// failed at once and becomes fatal() (the daemon restarts).
 //
 // Threading: submit() and drain() on the event loop thread only (the same
 // thread that called create(), or any single thread: submit() re-selects the
@@ -35,6 +36,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,10 +73,13 @@ class CudaExecutor final : public Executor {
 
   std::string_view name() const override { return "cuda"; }
   std::uint32_t slots() const override { return static_cast<std::uint32_t>(slots_.size()); }
-  std::uint32_t freeSlots() const override { return slots() - busy_; }
+  std::uint32_t freeSlots() const override { return fatal_ ? 0 : slots() - busy_; }
   void submit(ExecBatch&& batch) override;
   void drain(std::vector<BatchDone>& out) override;
   int completionFd() const override { return done_fd_; }
+  // Set by a sticky CUDA error (the context is lost): every batch held is
+  // reported failed at once, and no more are taken.
+  const Error* fatal() const override { return fatal_ ? &*fatal_ : nullptr; }
 
   // The most prompt tokens one batch may carry (what a slot's staging holds).
   std::uint64_t maxBatchTokens() const { return token_capacity_; }
@@ -99,6 +104,10 @@ class CudaExecutor final : public Executor {
   std::uint32_t busy_ = 0;
   // Batches finished at submit with ok = false, with their slot; loop thread only.
   std::vector<std::pair<std::uint32_t, BatchDone>> failed_;
+  std::optional<Error> fatal_;
+  // The context is lost: record why, and report every busy slot not yet
+  // reported as failed (their host functions may never run).
+  void lose(Error why);
   int done_fd_ = -1;
 };
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "daemon/core/types.hpp"
+#include "daemon/error.hpp"
 
 namespace fairsched::daemon {
 
@@ -62,6 +63,11 @@ class Executor {
   // An eventfd that becomes readable when drain() has something; the loop
   // keeps a read queued on it.
   virtual int completionFd() const = 0;
+  // Non-null once the executor has met a fault it cannot recover from (a
+  // lost device): from then on it reports every batch it held as failed,
+  // takes no more (freeSlots() is 0), and the daemon stops with a non-zero
+  // status so its supervisor restarts it.
+  virtual const Error* fatal() const { return nullptr; }
 };
 
 }  // namespace fairsched::daemon

@@ -1,6 +1,7 @@
 // fairschedd: parse arguments, load the config, build the daemon, run it.
 // Exit status: 0 stopped cleanly, 1 bad configuration, 2 usage, 3 could not
-// serve (socket, io_uring, executor) or the event loop failed.
+// serve (socket, event loop, executor), the event loop failed, or an executor
+// was lost (a sticky device fault): systemd's Restart=on-failure restarts it.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -60,7 +61,9 @@ std::variant<Options, int> parseArgs(int argc, char** argv) {
             return "unknown log level '" + v +
                    "' (expected trace|debug|info|warn|error|critical|off)";
           });
-  app.footer("Exit status: 0 stopped cleanly, 1 bad configuration, 2 usage, 3 could not serve.");
+  app.footer(
+      "Exit status: 0 stopped cleanly, 1 bad configuration, 2 usage, 3 could not serve or "
+      "stopped after a fatal error (a lost executor).");
   try {
     app.parse(argc, argv);
     if (config.empty() && check.empty()) {
@@ -117,7 +120,7 @@ int main(int argc, char** argv) {
   if (opts.log_level) daemon.pinLogLevel();
   const int rc = daemon.run();
   if (rc != 0) {
-    spdlog::critical("event loop failed: {}", std::strerror(rc));
+    spdlog::critical("stopped after a fatal error: {}", std::strerror(rc));
     return kExitCannotServe;
   }
   spdlog::info("stopped");

@@ -176,7 +176,9 @@ int Server::run() {
   notifier_->ready("serving on " + socket_path_);
   started_at_ = monotonicNow();
   if (notifier_->watchdogInterval() > 0) next_watchdog_ = monotonicNow();
-  return loop_->run();
+  const int rc = loop_->run();
+  if (rc == 0 && lost_executor_ != kNoExecutor) return EIO;
+  return rc;
 }
 
 void Server::armSignals() {

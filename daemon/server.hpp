@@ -71,8 +71,9 @@ class Server {
   // Serves until SIGTERM/SIGINT (SIGHUP reloads the config); then admits
   // nothing more (new submissions end SHUTTING_DOWN), keeps serving what is
   // queued for up to shutdown_grace_ms, ends what is left SHUTTING_DOWN, lets
-  // running batches finish, delivers every completion and returns 0; nonzero
-  // on a fatal loop error.
+  // running batches finish, delivers every completion and returns 0. An
+  // executor that reports fatal() starts the same stop; run() then returns
+  // EIO. Nonzero (an errno) on a fatal loop error too.
   int run();
   // Loop thread only (e.g. from a test hook); a signal does the same.
   void beginShutdown();
@@ -235,6 +236,12 @@ class Server {
   std::unordered_map<std::uint64_t, RunningBatch> batches_;  // by batch id
   // Ends the requests of batches past batch_timeout_ms (EXECUTOR_FAILED).
   void expireBatches(TimeNs now);
+  // Executor `e` reported fatal(): its running requests end EXECUTOR_FAILED
+  // and the daemon stops (run() then returns non-zero).
+  void executorLost(std::size_t e, TimeNs now);
+  static constexpr std::size_t kNoExecutor = ~std::size_t{0};
+  std::size_t lost_executor_ = kNoExecutor;  // the endpoint whose executor is lost
+  std::string lost_executor_error_;
   // Ends each still-pending request of `ids` EXECUTOR_FAILED, charged as run.
   void failRequests(const std::vector<std::uint64_t>& ids, TimeNs now);
   TimeNs next_batch_check_ = 0;

@@ -199,6 +199,8 @@ std::string Server::statusJson() const {
          {"queued", sched_.queued(eid)},
          {"queued_tokens", sched_.queuedTokens(eid)},
          {"free_executor_slots", executors_[e]->freeSlots()},
+         {"executor_error",
+          executors_[e]->fatal() ? executors_[e]->fatal()->message : std::string()},
          {"tokens_last_10s", sched_.recentTokens(eid, now)}});
   }
   j["queued"] = queued;

@@ -182,6 +182,7 @@ bool Server::dispatch(TimeNs now) {
 bool Server::collect(TimeNs now) {
   bool worked = false;
   for (std::size_t e = 0; e < executors_.size(); ++e) {
+    if (lost_executor_ == e) continue;  // its batches were ended when it was lost
     finished_.clear();
     executors_[e]->drain(finished_);
     for (BatchDone& b : finished_) {
@@ -219,6 +220,11 @@ bool Server::collect(TimeNs now) {
       sched_.batchServed(static_cast<EndpointId>(e), tokens, b.service_ns);
       batches_.erase(bit);
     }
+    // What it reported is delivered; what it still held never will be.
+    if (lost_executor_ == kNoExecutor && executors_[e]->fatal() != nullptr) {
+      executorLost(e, now);
+      worked = true;
+    }
   }
   return worked;
 }
@@ -241,6 +247,32 @@ void Server::expireBatches(TimeNs now) {
     failRequests(b.ids, now);
     it = batches_.erase(it);  // a late result finds no batch and is dropped
   }
+}
+
+void Server::executorLost(std::size_t e, TimeNs now) {
+  lost_executor_ = e;
+  const std::string why = executors_[e]->fatal()->message;
+  spdlog::critical(
+      "endpoint {}: the {} executor is lost ({}); its running requests end EXECUTOR_FAILED and "
+      "fairschedd stops with a non-zero status so its supervisor restarts it",
+      cfg_.endpoints[e].name, executors_[e]->name(), escapeForDisplay(why));
+  lost_executor_error_ = cfg_.endpoints[e].name + ": " + why;
+  // Batches the executor will never report: end their requests now.
+  for (auto it = batches_.begin(); it != batches_.end();) {
+    if (it->second.endpoint != e) {
+      ++it;
+      continue;
+    }
+    failRequests(it->second.ids, now);
+    --in_flight_batches_;
+    it = batches_.erase(it);  // never drained again: a late report is never read
+  }
+  notifier_->status("executor lost: " + lost_executor_error_);
+  // Stop at once, without the grace period: what is queued cannot run on the
+  // lost device, and a restarted daemon serves the retries sooner.
+  beginShutdown();
+  shutdown_deadline_ = now;
+  armTimer(now);
 }
 
 void Server::failRequests(const std::vector<std::uint64_t>& ids, TimeNs now) {

@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -17,6 +20,7 @@
 #include "daemon/cpu_executor.hpp"
 #include "daemon/executor_factory.hpp"
 #include "daemon/server.hpp"
+#include "fairsched/client.hpp"
 #include "kernels/workload_reference.hpp"
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/raw_client.hpp"
@@ -68,6 +72,36 @@ class FaultyExecutor final : public Executor {
   std::uint64_t fail_every_ = 0;
   std::uint64_t count_ = 0;
   std::vector<std::uint64_t> failing_;
+};
+
+// Wraps a CPU executor: after `good` batches the device is "lost": the
+// batches it holds never come back (as after a sticky CUDA error, when the
+// runtime runs no more host functions) and fatal() says why.
+class LostDeviceExecutor final : public Executor {
+ public:
+  LostDeviceExecutor(std::unique_ptr<Executor> inner, std::uint64_t good)
+      : inner_(std::move(inner)), good_(good) {}
+  std::string_view name() const override { return "lost-device"; }
+  std::uint32_t slots() const override { return inner_->slots(); }
+  std::uint32_t freeSlots() const override { return lost_ ? 0 : inner_->freeSlots(); }
+  void submit(ExecBatch&& batch) override {
+    if (++count_ > good_) {
+      lost_.emplace(daemon::Error{daemon::Errc::kDevice, "injected: illegal address (sticky)"});
+      held_.push_back(std::move(batch));  // never reported, like a lost context's batches
+      return;
+    }
+    inner_->submit(std::move(batch));
+  }
+  void drain(std::vector<BatchDone>& out) override { inner_->drain(out); }
+  int completionFd() const override { return inner_->completionFd(); }
+  const daemon::Error* fatal() const override { return lost_ ? &*lost_ : nullptr; }
+
+ private:
+  std::unique_ptr<Executor> inner_;
+  std::uint64_t good_;
+  std::uint64_t count_ = 0;
+  std::optional<daemon::Error> lost_;
+  std::vector<ExecBatch> held_;
 };
 
 config::Config makeConfig(const std::string& socket) {
@@ -167,6 +201,63 @@ TEST(ServerFaults, AnExecutorThatThrowsOnSubmitEndsThatBatchExecutorFailedAndSer
 
 TEST(ServerFaults, AnExecutorReportingFailedBatchesEndsThemExecutorFailedAndServingGoesOn) {
   serveThroughFaults(faulty(0, 4));
+}
+
+TEST(ServerFaults, ALostDeviceEndsItsRequestsAtOnceAndStopsTheDaemonNonZero) {
+  testing::TempDir tmp;
+  auto make = [](const config::Config& cfg) -> daemon::Result<daemon::Executors> {
+    auto real = daemon::makeExecutors(cfg);
+    if (!real) return std::move(real).error();
+    daemon::Executors out;
+    for (auto& ex : real.value()) {
+      out.push_back(std::make_unique<LostDeviceExecutor>(std::move(ex), 5));
+    }
+    return out;
+  };
+  auto started = daemon::ForkedDaemon::start(makeConfig(tmp.file("s.sock")), make);
+  ASSERT_TRUE(started) << started.error().message;
+  auto& d = started.value();
+  ClientOptions o;
+  o.socket_path = d.socket();
+  auto client = Client::connect(o);
+  ASSERT_TRUE(client) << client.error().toString();
+  auto tenant = client->openTenant("acme");
+  ASSERT_TRUE(tenant) << tenant.error().toString();
+  const auto begun = std::chrono::steady_clock::now();
+  std::vector<std::vector<std::uint32_t>> prompts;
+  std::size_t submitted = 0;
+  for (std::uint64_t id = 1; id <= 100; ++id) {
+    prompts.push_back(promptFor(id));
+    SubmitRequest r;
+    r.tenant = *tenant;
+    r.endpoint = "chat";
+    r.prompt = prompts.back();
+    r.max_output_tokens = 4;
+    if (client->submit(r)) ++submitted;  // refused once the daemon is gone: nothing to wait for
+  }
+  // Every submitted request ends once — served, EXECUTOR_FAILED (running on
+  // the lost device), or SHUTTING_DOWN (queued when the daemon stopped; made
+  // up by the library for those it had not answered) — long before
+  // batch_timeout_ms (30 s) would have ended them.
+  std::map<Status, std::size_t> by_status;
+  std::size_t got = 0;
+  std::vector<Completion> done;
+  while (got < submitted && std::chrono::steady_clock::now() - begun < std::chrono::seconds(20)) {
+    done.clear();
+    (void)client->wait(std::chrono::milliseconds(100));
+    client->poll(done);
+    for (const Completion& c : done) ++by_status[c.status];
+    got += done.size();
+  }
+  ASSERT_EQ(got, submitted);
+  EXPECT_GT(by_status[Status::kOk], 0u);
+  EXPECT_GT(by_status[Status::kExecutorFailed], 0u);
+  EXPECT_EQ(by_status[Status::kOk] + by_status[Status::kExecutorFailed] +
+                by_status[Status::kShuttingDown],
+            submitted);
+  EXPECT_LT(std::chrono::steady_clock::now() - begun, std::chrono::seconds(10));
+  // The daemon stops by itself with a non-zero status (EIO) for systemd to restart it.
+  EXPECT_EQ(d.terminate(), EIO);
 }
 
 TEST(ServerFaults, ExecutorsThatCannotBeBuiltAreAnErrorNotACrash) {
