@@ -23,6 +23,8 @@ struct alignas(64) PingPong {
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 
+}  // namespace
+
 void pinTo(int cpu) {
   if (std::thread::hardware_concurrency() < 2) return;
   cpu_set_t set;
@@ -30,8 +32,6 @@ void pinTo(int cpu) {
   CPU_SET(cpu, &set);
   sched_setaffinity(0, sizeof set, &set);
 }
-
-}  // namespace
 
 std::vector<double> rawPingPong(int iterations, int parent_cpu, int child_cpu) {
   void* mem =

@@ -9,6 +9,10 @@
 
 namespace fairsched::bench {
 
+// Pins the calling thread (and what it forks afterwards) to `cpu`, where the
+// machine has at least two CPUs; a no-op on one.
+void pinTo(int cpu);
+
 // `iterations` round-trip times in nanoseconds (after a warm-up), the
 // parent on CPU `parent_cpu` and a forked child on `child_cpu` where the
 // machine has two CPUs. Empty if the child could not be started.

@@ -58,14 +58,6 @@ nlohmann::json toJson(const Percentiles& p) {
   return {{"p50_us", p.p50_us}, {"p99_us", p.p99_us}, {"max_us", p.max_us}};
 }
 
-void pinTo(int cpu) {
-  if (std::thread::hardware_concurrency() < 2) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  sched_setaffinity(0, sizeof set, &set);
-}
-
 std::variant<config::Config, std::string> daemonConfig(const std::string& socket) {
   const std::string text =
       "[daemon]\nsocket = \"" + socket +
