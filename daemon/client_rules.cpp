@@ -30,6 +30,10 @@ bool ClientRules::allowsEndpoint(const config::ClientRule& rule, std::string_vie
   return listed(rule.endpoints, endpoint);
 }
 
+bool ClientRules::allowsWorker(const config::ClientRule& rule, std::string_view endpoint) {
+  return listed(rule.workers, endpoint);
+}
+
 bool ClientRules::allowsTier(const config::ClientRule& rule, std::string_view tier) {
   return listed(rule.assign_tiers, tier);
 }

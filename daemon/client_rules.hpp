@@ -26,6 +26,8 @@ class ClientRules {
   static bool allowsTenant(const config::ClientRule& rule, std::string_view tenant);
   static bool allowsEndpoint(const config::ClientRule& rule, std::string_view endpoint);
   static bool allowsTier(const config::ClientRule& rule, std::string_view tier);
+  // May it attach as a worker of `endpoint`?
+  static bool allowsWorker(const config::ClientRule& rule, std::string_view endpoint);
 
  private:
   std::vector<config::ClientRule> rules_;

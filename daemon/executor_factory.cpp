@@ -2,6 +2,12 @@
 // available (else its fallback), cpu otherwise.
 #include "daemon/executor_factory.hpp"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <stdexcept>
+
 #include <spdlog/spdlog.h>
 
 #include "daemon/cpu_executor.hpp"
@@ -10,10 +16,43 @@
 #endif
 
 namespace fairsched::daemon {
+namespace {
+
+class WorkerEndpointExecutor final : public Executor {
+ public:
+  explicit WorkerEndpointExecutor(int fd) : fd_(fd) {}
+  ~WorkerEndpointExecutor() override { ::close(fd_); }
+  std::string_view name() const override { return "worker"; }
+  std::uint32_t slots() const override { return 0; }
+  std::uint32_t freeSlots() const override { return 0; }
+  void submit(ExecBatch&&) override {
+    throw std::logic_error("a worker endpoint runs no batches in the daemon");
+  }
+  void drain(std::vector<BatchDone>&) override {}
+  int completionFd() const override { return fd_; }  // never signalled
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Executor>> makeWorkerEndpointExecutor() {
+  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (fd < 0) return systemError("eventfd for a worker endpoint");
+  return std::unique_ptr<Executor>(std::make_unique<WorkerEndpointExecutor>(fd));
+}
 
 Result<Executors> makeExecutors(const config::Config& cfg) {
   Executors out;
   for (const config::EndpointConfig& ec : cfg.endpoints) {
+    if (ec.executor == config::ExecutorKind::kWorker) {
+      auto ex = makeWorkerEndpointExecutor();
+      if (!ex) return withContext("endpoints." + ec.name, std::move(ex).error());
+      spdlog::info("endpoints.{}: served by workers", ec.name);
+      out.push_back(std::move(ex).value());
+      continue;
+    }
     if (ec.executor == config::ExecutorKind::kCuda) {
 #if FAIRSCHED_HAVE_CUDA
       auto ex = CudaExecutor::create(

@@ -21,4 +21,8 @@ using MakeExecutors = std::function<Result<Executors>(const config::Config&)>;
 // error naming the endpoint), cpu otherwise.
 Result<Executors> makeExecutors(const config::Config& cfg);
 
+// The executor slot of an executor = "worker" endpoint: it runs nothing
+// itself (no slots; its requests go to attached workers, server_workers.cpp).
+Result<std::unique_ptr<Executor>> makeWorkerEndpointExecutor();
+
 }  // namespace fairsched::daemon

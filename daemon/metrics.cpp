@@ -37,7 +37,8 @@ constexpr Status kRejectReasons[] = {Status::kRateLimited,  Status::kOverloaded,
                                      Status::kQueueFull,    Status::kInvalid,
                                      Status::kUnauthorized, Status::kShuttingDown};
 constexpr Status kFinalStatuses[] = {Status::kOk, Status::kDeadlineExceeded, Status::kCancelled,
-                                     Status::kShuttingDown, Status::kExecutorFailed};
+                                     Status::kShuttingDown, Status::kExecutorFailed,
+                                     Status::kSlowConsumer};
 
 bool listedIn(std::span<const Status> list, std::size_t s) {
   return std::any_of(list.begin(), list.end(),
@@ -116,6 +117,8 @@ SeriesCounters& SeriesCounters::operator+=(const SeriesCounters& o) {
   queue_wait += o.queue_wait;
   service += o.service;
   end_to_end += o.end_to_end;
+  tokens_streamed += o.tokens_streamed;
+  ttft += o.ttft;
   return *this;
 }
 
@@ -396,6 +399,12 @@ std::vector<prometheus::MetricFamily> Metrics::collect() const {
              MetricType::Histogram);
   auto e2e = family("fairsched_end_to_end_seconds", "Admission to completion, of requests that ran",
                     MetricType::Histogram);
+  auto streamed = family("fairsched_tokens_streamed_total",
+                         "Output tokens workers reported, charged as they came (worker endpoints)",
+                         MetricType::Counter);
+  auto ttft = family("fairsched_time_to_first_token_seconds",
+                     "Dispatch to a worker until its first token (worker endpoints)",
+                     MetricType::Histogram);
   auto queued = family("fairsched_tenant_queue_depth", "Requests queued", MetricType::Gauge);
   auto in_flight =
       family("fairsched_tenant_in_flight", "Requests dispatched, not yet done", MetricType::Gauge);
@@ -440,6 +449,10 @@ std::vector<prometheus::MetricFamily> Metrics::collect() const {
       addHistogram(queue_wait, labels, c.queue_wait);
       addHistogram(service, labels, c.service);
       addHistogram(e2e, labels, c.end_to_end);
+      if (c.ttft.count > 0 || c.tokens_streamed > 0) {
+        add(streamed, labels, static_cast<double>(c.tokens_streamed));
+        addHistogram(ttft, labels, c.ttft);
+      }
       add(queued, labels, static_cast<double>(g.queued));
       add(in_flight, labels, static_cast<double>(g.in_flight));
       if (g.has_deficit) add(deficit, labels, static_cast<double>(g.deficit));
@@ -447,7 +460,7 @@ std::vector<prometheus::MetricFamily> Metrics::collect() const {
   }
   std::vector<prometheus::MetricFamily> out;
   for (auto* f : {&submitted, &admitted, &rejected, &completed, &tokens, &queue_wait, &service,
-                  &e2e, &queued, &in_flight, &deficit, &tenant_clients}) {
+                  &e2e, &streamed, &ttft, &queued, &in_flight, &deficit, &tenant_clients}) {
     out.push_back(std::move(*f));
   }
 

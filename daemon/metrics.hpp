@@ -59,7 +59,7 @@ inline constexpr double kLatencyBuckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0
                                              0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
                                              1.0,    2.5,     5.0,    10.0};
 inline constexpr std::size_t kLatencyBucketCount = std::size(kLatencyBuckets) + 1;
-inline constexpr std::size_t kStatusCount = static_cast<std::size_t>(Status::kExecutorFailed) + 1;
+inline constexpr std::size_t kStatusCount = static_cast<std::size_t>(Status::kSlowConsumer) + 1;
 inline constexpr std::string_view kOtherTenant = "__other__";
 inline constexpr std::string_view kUnknownEndpoint = "__unknown__";
 inline constexpr TimeNs kPublishInterval = kNsPerSec;
@@ -83,6 +83,8 @@ struct SeriesCounters {
   LatencyHistogram queue_wait;                 // admission -> dispatch
   LatencyHistogram service;                    // dispatch -> batch done
   LatencyHistogram end_to_end;                 // admission -> completion
+  std::uint64_t tokens_streamed = 0;           // output tokens workers reported (worker endpoints)
+  LatencyHistogram ttft;                       // dispatch -> first token (worker endpoints)
   std::uint64_t submitted() const;             // admitted + every rejection
   SeriesCounters& operator+=(const SeriesCounters& o);
 };
@@ -128,6 +130,10 @@ class Metrics {
   // An admitted request ran on an executor and ended `status`.
   void completed(TenantId t, EndpointId e, Status status, TimeNs admitted_at, TimeNs dispatched_at,
                  TimeNs now, std::uint64_t tokens);
+  // A worker reported `n` output tokens of a request of (t, e).
+  void tokensStreamed(TenantId t, EndpointId e, std::uint64_t n) { at(t, e).tokens_streamed += n; }
+  // A request's first token came `ns` after its dispatch to a worker.
+  void firstToken(TenantId t, EndpointId e, TimeNs ns) { at(t, e).ttft.observe(ns); }
   // An admitted request ended without running (expired, cancelled, shut down).
   void ended(TenantId t, EndpointId e, Status status) {
     SeriesCounters& c = at(t, e);

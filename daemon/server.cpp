@@ -228,16 +228,27 @@ bool Server::shutdownStep(TimeNs now) {
   const TimeNs hard_stop = shutdown_deadline_ +
                            static_cast<TimeNs>(cfg_.daemon.shutdown_grace_ms) * kNsPerMs +
                            kNsPerSec;
-  if (in_flight_batches_ > 0 && now >= hard_stop) {
-    spdlog::error("{} batches still running at the hard stop", in_flight_batches_);
+  // Requests running on workers likewise (an aborted one's completion is out).
+  std::size_t on_workers = 0;
+  if (running_on_workers_ > 0) {
+    for (const Pending& p : pending_) on_workers += p.live && p.worker != 0 && !p.aborted;
+  }
+  if ((in_flight_batches_ > 0 || on_workers > 0) && now >= hard_stop) {
+    spdlog::error("{} batches and {} requests on workers still running at the hard stop",
+                  in_flight_batches_, on_workers);
     for (std::uint64_t id = 0; id < pending_.size(); ++id) {
       Pending& p = pending_[id];
       if (!p.live) continue;
+      if (p.aborted) {
+        releasePending(id);
+        continue;
+      }
       if (metrics_) metrics_->ended(p.tenant, p.endpoint, Status::kShuttingDown);
       complete(p.conn, completionFor(p.request_id, p.tag, Status::kShuttingDown), true);
       releasePending(id);
     }
     in_flight_batches_ = 0;
+    on_workers = 0;
   }
   // Submissions still in the rings are answered (SHUTTING_DOWN) before the
   // daemon goes: ingest keeps draining them.
@@ -248,7 +259,8 @@ bool Server::shutdownStep(TimeNs now) {
       rings_idle = false;
     }
   }
-  if (queued == 0 && in_flight_batches_ == 0 && (rings_idle || now >= hard_stop)) {
+  if (queued == 0 && in_flight_batches_ == 0 && on_workers == 0 &&
+      (rings_idle || now >= hard_stop)) {
     flush();
     return true;
   }
@@ -361,7 +373,7 @@ bool Server::poll() {
   for (auto& [id, c] : conns_) {
     if (!c->segment || c->closing) continue;
     try {
-      worked = ingest(*c, now) || worked;
+      worked = (c->worker ? ingestWorker(*c, now) : ingest(*c, now)) || worked;
     } catch (const std::exception& e) {  // costs this client its connection, not the daemon
       spdlog::error("client {} (pid {}): internal error in ingest: {}", id, c->cred.pid,
                     escapeForDisplay(e.what()));
@@ -369,15 +381,17 @@ bool Server::poll() {
       drop_later_.push_back(id);
     }
   }
-  for (const std::uint64_t id : drop_later_) dropConnection(id, "broke its submission ring");
+  for (const std::uint64_t id : drop_later_) dropConnection(id, "broke its ring");
   drop_later_.clear();
   sched_.expireDeadlines(now, done_);
   finishDone(done_);
   if (!batches_.empty()) expireBatches(now);
+  expireRunning(now);
   if (dispatch(now)) {
     worked = true;
     collect(now);  // an inline executor has finished already
   }
+  worked = assignToWorkers(now) || worked;
   worked = flush() || worked;
   sched_.collectIdle(now, kIdleCollectBudget);
   if (shutting_down_ && shutdownStep(now)) loop_->stop();
@@ -393,7 +407,7 @@ bool Server::beforeSleep() {
     if (!c->segment || c->closing) continue;
     const bool credit =
         c->outstanding + c->backlog.size() < c->segment->layout().geometry.completion_capacity;
-    if (!c->backlog.empty() ||
+    if (!c->backlog.empty() || (c->worker && !c->worker->aborts.empty()) ||
         (credit && (!c->pending_rings.empty() || c->segment->readyBitmap().anySet()))) {
       return true;  // work appeared: poll clears the flags
     }
@@ -405,6 +419,7 @@ bool Server::beforeSleep() {
     wake = std::min(wake, std::max(b.deadline, next_batch_check_));
   }
   if (metrics_) wake = std::min(wake, metrics_->publishDueAt());
+  if (running_on_workers_ > 0) wake = std::min(wake, next_running_check_);
   for (std::size_t e = 0; e < executors_.size(); ++e) {
     if (executors_[e]->freeSlots() > 0)
       wake = std::min(wake, sched_.batchDueAt(static_cast<EndpointId>(e)));

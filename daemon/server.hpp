@@ -50,6 +50,7 @@
 #include "shm/control_protocol.hpp"
 #include "shm/doorbell.hpp"
 #include "shm/segment.hpp"
+#include "shm/worker_protocol.hpp"
 
 namespace fairsched::daemon {
 
@@ -111,6 +112,39 @@ class Server {
     bool revoked =
         false;  // a reload took the tenant from this client: submissions end UNAUTHORIZED
   };
+  // A connection in the worker role (server_workers.cpp): an engine serving
+  // `endpoint`, with what it last said it could take.
+  struct WorkerState {
+    EndpointId endpoint = 0;
+    std::string name;
+    std::optional<shm::SubmissionConsumer> events;  // its event ring (ring 0)
+    std::uint64_t assigned = 0;  // assignments written so far
+    // Its last CAPACITY: free after it had taken `seen` assignments.
+    std::uint64_t seen = 0;
+    std::uint32_t free_sequences = 0;
+    std::uint64_t free_kv_tokens = 0;
+    // Tokens (prompt + max output) of every assignment after `seen`, oldest first.
+    std::deque<std::uint64_t> unseen_tokens;
+    std::uint64_t unseen_token_sum = 0;
+    std::uint32_t running = 0;       // assigned, not finished
+    std::uint64_t tokens = 0;        // output tokens it streamed
+    std::uint64_t finished = 0;      // requests it finished
+    std::deque<shm::CompletionSlot> aborts;  // ABORT records not yet in its ring
+    // What the daemon may still assign: its statement less what it was given since.
+    std::uint32_t freeSequences() const {
+      const std::uint64_t since = assigned - seen;
+      return since >= free_sequences ? 0 : static_cast<std::uint32_t>(free_sequences - since);
+    }
+    std::uint64_t freeKvTokens() const {
+      return unseen_token_sum >= free_kv_tokens ? 0 : free_kv_tokens - unseen_token_sum;
+    }
+  };
+  // A record waiting for room in a client's completion ring; a stream
+  // chunk's token ids are backlog_tokens[tokens_at, + slot.output_tokens).
+  struct Outgoing {
+    shm::CompletionSlot slot;
+    std::size_t tokens_at = 0;
+  };
   struct Connection {
     std::uint64_t id = 0;
     int fd = -1;
@@ -124,8 +158,11 @@ class Server {
     std::vector<Ring> rings;
     std::vector<std::uint32_t> pending_rings;  // taken from the bitmap, not yet drained dry
     std::vector<bool> ring_pending;
-    std::deque<shm::CompletionSlot> backlog;  // completions not yet in the ring
-    std::uint64_t outstanding = 0;            // admitted, not yet completed
+    std::deque<Outgoing> backlog;  // completions and stream chunks not yet in the ring
+    std::vector<std::uint32_t> backlog_tokens;  // stream chunks' token ids, see Outgoing
+    std::size_t backlog_chunks = 0;             // stream chunks in `backlog`
+    std::uint64_t outstanding = 0;              // admitted, not yet completed
+    std::optional<WorkerState> worker;          // the worker role
     bool closing = false;
     // io_uring operations queued on this connection's buffers; a closed
     // connection is freed only when the last one has completed.
@@ -155,7 +192,26 @@ class Server {
     TenantId tenant = kNoTenant;
     TimeNs admitted = 0;
     TimeNs dispatched = 0;
+    // Arena words: the prompt's token ids (none when counts_only), then the
+    // parameters (params_bytes bytes).
     std::vector<std::uint32_t> prompt;
+    std::uint32_t prompt_tokens = 0;
+    std::uint32_t params_bytes = 0;
+    bool counts_only = false;
+    bool stream = false;  // the client wants the tokens
+    // Worker endpoints (server_workers.cpp).
+    std::uint32_t gen = 0;  // bumped at every reuse: assignment ids never repeat
+    std::uint64_t worker = 0;  // the worker's connection while assigned; 0 = none
+    std::uint32_t max_output_tokens = 0;
+    std::int32_t priority = 0;
+    TimeNs deadline = kNever;
+    std::uint32_t streamed = 0;  // output tokens the worker reported so far
+    TimeNs first_token = 0;
+    // Ended early (cancel, deadline, timeout, slow consumer, client gone):
+    // its completion is sent, the abort is on its way to the worker, and the
+    // entry lives on until the worker acknowledges it, so that what the
+    // worker still sends for it is recognised.
+    bool aborted = false;
   };
 
   Server(const config::Config& cfg, core::SchedulerSpec spec);
@@ -196,6 +252,45 @@ class Server {
              std::span<const std::uint32_t> prompt, TimeNs now);
   bool dispatch(TimeNs now);
   bool collect(TimeNs now);
+  // server_workers.cpp: the worker role.
+  void handleWorkerHello(Connection& c, const shm::HelloMessage& m, shm::HelloReplyMessage& reply,
+                         std::string_view name);
+  bool ingestWorker(Connection& c, TimeNs now);
+  // False: the event breaks the protocol (the worker is dropped).
+  bool onWorkerEvent(Connection& c, const shm::WorkerEvent& ev, std::span<const std::uint32_t> words,
+                     TimeNs now);
+  bool assignToWorkers(TimeNs now);
+  // The worker `c` with the most room on endpoint `e` that can take one more
+  // request; null when none.
+  Connection* roomiestWorker(EndpointId e);
+  // Ends request `key` on its worker now with `why` (its completion goes
+  // out at once with the tokens streamed so far) and tells the worker to
+  // abort; the entry lives on until the worker acknowledges.
+  void abortRunning(std::uint64_t key, Status why, TimeNs now);
+  // The worker connection `c` is going: what it ran ends or is requeued.
+  void workerLost(Connection& c, TimeNs now);
+  // The client `c` is going: what it has running on workers is aborted.
+  void abortClientRequests(const Connection& c, TimeNs now);
+  // A client's cancel(request_id) (a kSlotCancel slot).
+  void cancelRequest(Connection& c, std::uint64_t request_id, TimeNs now);
+  // Requests running on workers past their deadline or batch_timeout_ms.
+  void expireRunning(TimeNs now);
+  // The final completion of worker request `key`, and the core's account of it.
+  void finishWorkerRequest(std::uint64_t key, Status status, std::uint32_t output_tokens,
+                           TimeNs now);
+  // Queues a stream chunk of request `p` for its client; false when the
+  // client's buffer is full (the request then ends SLOW_CONSUMER).
+  bool relayTokens(Pending& p, std::span<const std::uint32_t> tokens, TimeNs emit_ns);
+  std::uint64_t assignmentId(std::uint64_t key) const {
+    return (std::uint64_t{pending_[key].gen} << 32) | key;
+  }
+  // The live pending entry an assignment id names, if `worker` holds it.
+  Pending* assignedTo(std::uint64_t assignment, std::uint64_t worker);
+  bool isWorkerEndpoint(std::size_t e) const {
+    return cfg_.endpoints[e].executor == config::ExecutorKind::kWorker;
+  }
+  std::size_t running_on_workers_ = 0;
+  TimeNs next_running_check_ = 0;
   void finishDone(std::vector<core::Done>& done);
   void complete(std::uint64_t conn_id, shm::CompletionSlot slot, bool was_admitted);
   bool flush();
@@ -224,7 +319,12 @@ class Server {
     return id < pending_.size() && pending_[id].live ? &pending_[id] : nullptr;
   }
   void releasePending(std::uint64_t id) {
-    pending_[id].live = false;
+    Pending& p = pending_[id];
+    if (p.worker != 0 && running_on_workers_ > 0) --running_on_workers_;
+    p.live = false;
+    p.worker = 0;
+    p.aborted = false;
+    ++p.gen;
     free_pending_.push_back(id);
   }
   std::vector<std::uint64_t> drop_later_;
@@ -265,6 +365,7 @@ class Server {
   std::vector<core::Done> done_;
   std::vector<BatchDone> finished_;
   std::vector<shm::CompletionSlot> flush_buf_;
+  std::vector<std::uint32_t> event_words_;
   ServerStats stats_;
   std::unique_ptr<Notifier> notifier_;
   std::unique_ptr<Metrics> metrics_;  // null: no metrics endpoint

@@ -195,7 +195,7 @@ std::string Server::statusJson() const {
     queued += sched_.queued(eid);
     endpoints.push_back(
         {{"name", cfg_.endpoints[e].name},
-         {"executor", cfg_.endpoints[e].executor == config::ExecutorKind::kCuda ? "cuda" : "cpu"},
+         {"executor", std::string(executors_[e]->name())},
          {"queued", sched_.queued(eid)},
          {"queued_tokens", sched_.queuedTokens(eid)},
          {"free_executor_slots", executors_[e]->freeSlots()},

@@ -20,6 +20,9 @@ namespace fairsched::daemon {
 namespace {
 
 constexpr std::uint32_t kCompletionCapacity = 16384;  // 1 MiB of completion ring per client
+// Token ids per stream chunk: a reply arena of 4 MiB per client, touched only
+// by clients that stream.
+constexpr std::uint32_t kStreamChunkTokens = 64;
 
 }  // namespace
 
@@ -183,9 +186,13 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
                   "shared-memory layout " + std::to_string(m.layout_version) + ", daemon has " +
                       std::to_string(shm::kLayoutVersion));
   }
+  if (m.role == static_cast<std::uint32_t>(shm::PeerRole::kWorker)) {
+    return handleWorkerHello(c, m, reply, client_name);
+  }
   shm::Geometry geometry;
   // Room for a burst: a client may have this many requests outstanding.
   geometry.completion_capacity = kCompletionCapacity;
+  geometry.reply_tokens_per_slot = kStreamChunkTokens;
   auto seg = shm::Segment::create(geometry);
   auto bell_in = shm::EventFd::create();
   auto bell_out = shm::EventFd::create();
@@ -252,6 +259,7 @@ void Server::handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m) {
       dropConnection(c.id, "could not send a reply");
     }
   };
+  if (c.worker) return answer(shm::ControlStatus::kBadRequest, "a worker opens no tenants", 0);
   // Names from a peer are checked before anything stores, matches or prints them.
   if (auto err = nameError(tenant)) {
     return answer(shm::ControlStatus::kBadRequest, "tenant name refused: " + *err, 0);
@@ -318,6 +326,11 @@ void Server::dropConnection(std::uint64_t conn_id, const char* why) {
   if (it == conns_.end()) return;
   Connection& c = *it->second;
   c.closing = true;
+  if (c.worker) {
+    workerLost(c, monotonicNow());
+  } else {
+    abortClientRequests(c, monotonicNow());
+  }
   const std::size_t cancelled = sched_.cancelOwner(conn_id, Status::kCancelled, done_);
   // Their completions would go to a client that is gone.
   stats_.completions_dropped += cancelled;

@@ -97,10 +97,24 @@ void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot&
     out.retry_after_ns = retry_after;
     complete(c.id, out, false);
   };
+  if (slot.flags & shm::kSlotCancel) {  // not a request: nothing to answer but the cancel itself
+    --stats_.submissions;
+    cancelRequest(c, slot.request_id, now);
+    return;
+  }
   if (shutting_down_ || draining_) return reject(Status::kShuttingDown);
   if (c.rings[ring].revoked) return reject(Status::kUnauthorized);
   if (slot.endpoint >= executors_.size() || slot.deadline_ns < 0) return reject(Status::kInvalid);
   if (!c.endpoint_allowed[slot.endpoint]) return reject(Status::kUnauthorized);
+  const bool worker_endpoint = isWorkerEndpoint(slot.endpoint);
+  if (worker_endpoint) {
+    // What a worker is handed must fit its assignment payload.
+    if (slot.promptWords() > cfg_.endpoints[slot.endpoint].worker.max_prompt_tokens)
+      return reject(Status::kInvalid);
+  } else if ((slot.flags & (shm::kSlotCountsOnly | shm::kSlotStream)) != 0 ||
+             slot.params_bytes != 0) {
+    return reject(Status::kInvalid);  // in-daemon executors run token ids, nothing else
+  }
   std::uint64_t id;
   if (!free_pending_.empty()) {
     id = free_pending_.back();
@@ -134,6 +148,17 @@ void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot&
   p.tenant = r.tenant;
   p.admitted = now;
   p.prompt.assign(prompt.begin(), prompt.end());
+  p.prompt_tokens = slot.prompt_tokens;
+  p.params_bytes = slot.params_bytes;
+  p.counts_only = (slot.flags & shm::kSlotCountsOnly) != 0;
+  p.stream = (slot.flags & shm::kSlotStream) != 0;
+  p.worker = 0;
+  p.max_output_tokens = slot.max_output_tokens;
+  p.priority = slot.priority;
+  p.deadline = r.deadline;
+  p.streamed = 0;
+  p.first_token = 0;
+  p.aborted = false;
   ++c.outstanding;
 }
 
@@ -312,19 +337,42 @@ void Server::complete(std::uint64_t conn_id, shm::CompletionSlot slot, bool was_
   }
   Connection& c = *it->second;
   if (was_admitted && c.outstanding > 0) --c.outstanding;
-  c.backlog.push_back(slot);
+  c.backlog.push_back({slot, 0});
 }
 
 bool Server::flush() {
   bool worked = false;
   for (auto& [id, cp] : conns_) {
     Connection& c = *cp;
-    if (c.backlog.empty() || !c.producer) continue;
-    flush_buf_.assign(c.backlog.begin(), c.backlog.end());
-    const std::size_t n = c.producer->tryPushBatch(flush_buf_);
+    if (!c.producer) continue;
+    std::size_t n = 0;
+    if (c.worker) {  // aborts for a worker's assignment ring
+      std::deque<shm::CompletionSlot>& aborts = c.worker->aborts;
+      while (!aborts.empty() && c.producer->freeSlots(1) > 0) {
+        c.producer->write(aborts.front(), {});
+        aborts.pop_front();
+        ++n;
+      }
+    } else if (!c.backlog.empty()) {
+      const std::uint64_t room = c.producer->freeSlots(c.backlog.size());
+      while (n < room && n < c.backlog.size()) {
+        const Outgoing& o = c.backlog[n];
+        std::span<const std::uint32_t> payload;
+        if (o.slot.status == shm::kStreamChunk) {
+          payload = std::span<const std::uint32_t>(c.backlog_tokens)
+                        .subspan(o.tokens_at, o.slot.output_tokens);
+          --c.backlog_chunks;
+        } else {
+          ++stats_.completions_delivered;
+        }
+        c.producer->write(o.slot, payload);
+        ++n;
+      }
+      c.backlog.erase(c.backlog.begin(), c.backlog.begin() + static_cast<std::ptrdiff_t>(n));
+      if (c.backlog_chunks == 0) c.backlog_tokens.clear();  // no chunk refers to them any more
+    }
     if (n == 0) continue;
-    c.backlog.erase(c.backlog.begin(), c.backlog.begin() + static_cast<std::ptrdiff_t>(n));
-    stats_.completions_delivered += n;
+    c.producer->publish();
     worked = true;
     if (c.segment->peerSleepFlag().sleeping()) {
       loop_->write(c.completion_bell->fd(), &bell_value_, sizeof bell_value_, nullptr);

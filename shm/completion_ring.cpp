@@ -1,5 +1,6 @@
 #include "shm/completion_ring.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "shm/shared_word.hpp"
@@ -49,6 +50,22 @@ void CompletionProducer::writeCell(const CompletionSlot& slot) {
   ++write_;
 }
 
+void CompletionProducer::write(const CompletionSlot& slot, std::span<const std::uint32_t> payload) {
+  if (!payload.empty()) {
+    const std::size_t n = std::min<std::size_t>(payload.size(), ring_.reply_tokens_per_slot);
+    // Plain stores: the cell is free (the client's read index passed it), and
+    // the release store in publish() orders them before the client's reads.
+    std::memcpy(ring_.reply_arena + (write_ & mask_) * ring_.reply_tokens_per_slot, payload.data(),
+                n * sizeof(std::uint32_t));
+  }
+  writeCell(slot);
+}
+
+void CompletionProducer::publish() {
+  // Release: the client's acquire load of the write index sees every cell.
+  sharedStore(ring_.control->completion_write, write_, memory_order_release);
+}
+
 bool CompletionProducer::tryPush(const CompletionSlot& slot) {
   if (freeSlots(1) == 0) return false;
   writeCell(slot);
@@ -87,6 +104,28 @@ std::uint64_t CompletionConsumer::available() {
   }
   write_cache_ = write;
   return write_cache_ - read_;
+}
+
+bool CompletionConsumer::tryPop(CompletionSlot& out, std::vector<std::uint32_t>& payload,
+                                PayloadWords payload_words) {
+  if (available() == 0) return false;
+  const CompletionCell& cell = ring_.cells[read_ & mask_];
+  std::uint64_t words[kCompletionSlotWords];
+  for (std::size_t i = 0; i < kCompletionSlotWords; ++i) {
+    words[i] = sharedLoad(cell.words[i], memory_order_relaxed);
+  }
+  std::memcpy(&out, words, sizeof(words));
+  const std::size_t n = std::min<std::size_t>(payload_words(out), ring_.reply_tokens_per_slot);
+  payload.resize(n);
+  if (n > 0) {
+    std::memcpy(payload.data(), ring_.reply_arena + (read_ & mask_) * ring_.reply_tokens_per_slot,
+                n * sizeof(std::uint32_t));
+  }
+  ++read_;
+  // Release: our reads of the cell and its payload happen before the daemon
+  // overwrites them.
+  sharedStore(ring_.client->completion_read, read_, memory_order_release);
+  return true;
 }
 
 bool CompletionConsumer::tryPop(CompletionSlot& out) {

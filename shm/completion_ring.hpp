@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "fairsched/status.hpp"
 #include "shm/layout.hpp"
@@ -40,7 +41,13 @@ struct CompletionRingMemory {
   CompletionCell* cells = nullptr;       // part (b), `capacity` cells
   std::uint32_t capacity = 0;            // a power of two
   ClientControl* client = nullptr;       // part (a): the client's read index
+  std::uint32_t* reply_arena = nullptr;  // part (b): capacity * reply_tokens_per_slot words
+  std::uint32_t reply_tokens_per_slot = 0;
 };
+
+// How many reply-arena words a record carries: the consumer asks it of each
+// record it pops (the result is clamped to reply_tokens_per_slot).
+using PayloadWords = std::uint32_t (*)(const CompletionSlot&);
 
 // Daemon, before the segment is handed over: both indices start at `start`.
 void initCompletionRing(const CompletionRingMemory& ring, std::uint64_t start);
@@ -59,6 +66,13 @@ class CompletionProducer {
   // Writes as many of `slots` as fit and publishes them with one store;
   // returns how many were written.
   std::size_t tryPushBatch(std::span<const CompletionSlot> slots);
+
+  // Writes one record and its reply-arena payload (at most
+  // reply_tokens_per_slot words) into the next cell without publishing it;
+  // publish() makes every record written so far visible with one store.
+  // REQUIRES: freeSlots() counted a free cell for it.
+  void write(const CompletionSlot& slot, std::span<const std::uint32_t> payload);
+  void publish();
 
   // Free cells, after loading the client's read index when the cached one
   // shows less than `wanted` free.
@@ -88,6 +102,10 @@ class CompletionConsumer {
   // Copies the next completion into `out` and hands the cell back; false when
   // there is none (or the write index is out of range: broken()).
   bool tryPop(CompletionSlot& out);
+  // The same, and the record's reply-arena payload (payload_words(out) words,
+  // at most reply_tokens_per_slot) copied into `payload` before the cell is
+  // handed back.
+  bool tryPop(CompletionSlot& out, std::vector<std::uint32_t>& payload, PayloadWords payload_words);
 
   // Completions published and not yet popped.
   std::uint64_t available();

@@ -11,6 +11,10 @@
 //   ... submissions through the ring, completions through the completion ring ...
 //   close (or die) ────────────────────────▶ queued requests cancelled, segment released
 //
+// An engine attaches the same way with Hello{role = worker, endpoint}; its
+// segment carries an event ring and an assignment ring instead
+// (shm/worker_protocol.hpp), and it opens no tenants.
+//
 // An operator's tool (fairschedctl) uses the same socket without a Hello:
 //   AdminRequest{command} ─────────────────▶ SO_PEERCRED → a rule with admin = true
 //          ◀─── AdminReply{status, more, JSON text} × n   (the text split over
@@ -36,7 +40,7 @@
 namespace fairsched::shm {
 
 inline constexpr std::uint32_t kControlMagic = 0x46534350;  // "FSCP"
-inline constexpr std::uint16_t kControlVersion = 1;
+inline constexpr std::uint16_t kControlVersion = 2;
 inline constexpr std::size_t kNameBytes = 64;  // tenant, client and tier names
 inline constexpr std::size_t kEndpointNameBytes = 32;
 inline constexpr std::size_t kMessageTextBytes = 192;  // human-readable reasons
@@ -116,6 +120,11 @@ struct HelloMessage {
   std::uint32_t layout_version = 0;  // shm::kLayoutVersion of the client's build
   std::uint32_t pid = 0;             // informational; the daemon trusts SO_PEERCRED
   char client_name[kNameBytes] = {};
+  // 0: a client (submits requests); 1: a worker of `endpoint` (runs them,
+  // shm/worker_protocol.hpp). The reply's segment is laid out for the role.
+  std::uint32_t role = 0;
+  std::uint32_t reserved = 0;
+  char endpoint[kEndpointNameBytes] = {};  // role 1: the endpoint it serves
 };
 
 struct EndpointInfo {
@@ -265,7 +274,8 @@ inline DecodeError peekHeader(std::span<const std::byte> bytes, MessageHeader& o
 
 namespace detail {
 inline bool stringsOk(const HelloMessage& m) {
-  return getString(m.client_name).has_value();
+  return getString(m.client_name).has_value() && getString(m.endpoint).has_value() &&
+         m.role <= 1 && m.reserved == 0;
 }
 inline bool stringsOk(const HelloReplyMessage& m) {
   if (!getString(m.message)) return false;

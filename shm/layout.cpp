@@ -43,6 +43,11 @@ Result<Layout> computeLayout(const Geometry& g, std::uint64_t page_size) {
                          ", " + std::to_string(kMaxCompletionCapacity) + "]");
   }
 
+  if (g.reply_tokens_per_slot > kMaxReplyTokensPerSlot) {
+    return geometryError("reply_tokens_per_slot " + std::to_string(g.reply_tokens_per_slot) +
+                         " is over " + std::to_string(kMaxReplyTokensPerSlot));
+  }
+
   // Within the limits above nothing here can overflow 64 bits (the largest
   // arena is 2^8 * 2^16 * 2^20 * 4 bytes = 2^46).
   Layout l;
@@ -61,9 +66,11 @@ Result<Layout> computeLayout(const Geometry& g, std::uint64_t page_size) {
   l.daemon_offset = l.writable_size;
   l.completion_control_offset = l.daemon_offset;
   l.completion_cells_offset = l.completion_control_offset + sizeof(CompletionControl);
-  l.daemon_size = alignUp(
-      sizeof(CompletionControl) + std::uint64_t{g.completion_capacity} * sizeof(CompletionCell),
-      page_size);
+  l.reply_arena_offset = l.completion_cells_offset +
+                         std::uint64_t{g.completion_capacity} * sizeof(CompletionCell);
+  l.daemon_size = alignUp(l.reply_arena_offset - l.daemon_offset +
+                              std::uint64_t{g.completion_capacity} * g.reply_tokens_per_slot * 4,
+                          page_size);
   l.total_size = l.writable_size + l.daemon_size;
   if (l.total_size > kMaxSegmentBytes) {
     return geometryError("segment of " + std::to_string(l.total_size) + " bytes exceeds " +
@@ -96,6 +103,8 @@ SegmentHeader makeHeader(const Layout& l) {
   h.completion_control_offset = l.completion_control_offset;
   h.completion_cells_offset = l.completion_cells_offset;
   h.daemon_size = l.daemon_size;
+  h.reply_tokens_per_slot = l.geometry.reply_tokens_per_slot;
+  h.reply_arena_offset = l.reply_arena_offset;
   return h;
 }
 
@@ -121,7 +130,8 @@ Result<Layout> checkHeader(const SegmentHeader& h, std::uint64_t file_size,
                  "header says " + std::to_string(h.total_size) + " bytes, the segment has " +
                      std::to_string(file_size)};
   }
-  Geometry g{h.ring_count, h.ring_capacity, h.prompt_tokens_per_slot, h.completion_capacity};
+  Geometry g{h.ring_count, h.ring_capacity, h.prompt_tokens_per_slot, h.completion_capacity,
+             h.reply_tokens_per_slot};
   Result<Layout> computed = computeLayout(g, page_size);
   if (auto* err = std::get_if<Error>(&computed)) {
     err->message = "header geometry: " + err->message;
@@ -151,6 +161,8 @@ Result<Layout> checkHeader(const SegmentHeader& h, std::uint64_t file_size,
        expected.completion_control_offset},
       {"completion_cells_offset", h.completion_cells_offset, expected.completion_cells_offset},
       {"daemon_size", h.daemon_size, expected.daemon_size},
+      {"reply_arena_offset", h.reply_arena_offset, expected.reply_arena_offset},
+      {"reserved", h.reserved, expected.reserved},
   };
   for (const Field& f : fields) {
     if (f.found != f.want) {

@@ -21,6 +21,11 @@
 //       CompletionControl          the completion write index and the daemon's
 //                                  "sleeping" flag
 //       completion_capacity CompletionCells
+//       reply arena                completion_capacity regions of
+//                                  reply_tokens_per_slot uint32 words: the
+//                                  payload of the cell of the same index
+//                                  (streamed tokens for a client; the prompt
+//                                  and parameters of an assignment for a worker)
 //
 // Only indices and plain records live here: no pointers, allocators or
 // mutexes. Fields that both sides touch concurrently are accessed through
@@ -48,7 +53,7 @@ namespace fairsched::shm {
 
 // "FSCHEDS1" as a big-endian number.
 inline constexpr std::uint64_t kMagic = 0x4653434845445331ULL;
-inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kLayoutVersion = 2;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kHeaderBytes = 256;  // room reserved for SegmentHeader
 
@@ -60,6 +65,10 @@ inline constexpr std::uint32_t kMaxRingCapacity = 1U << 16;
 inline constexpr std::uint32_t kMaxPromptTokensPerSlot = 1U << 20;
 inline constexpr std::uint32_t kMinCompletionCapacity = 2;
 inline constexpr std::uint32_t kMaxCompletionCapacity = 1U << 20;
+inline constexpr std::uint32_t kMaxReplyTokensPerSlot = 1U << 20;
+// The opaque parameters a submission may carry (sampling settings, model
+// name, a proxy's reference to the body it keeps): at most this many bytes.
+inline constexpr std::uint32_t kMaxParamsBytes = 4096;
 inline constexpr std::uint64_t kMaxSegmentBytes = 1ULL << 32;
 
 // What the daemon chooses for a connection; everything else is derived.
@@ -68,23 +77,45 @@ struct Geometry {
   std::uint32_t ring_capacity = 256;            // slots per submission ring, a power of two
   std::uint32_t prompt_tokens_per_slot = 8192;  // arena tokens per slot (see SubmissionCell)
   std::uint32_t completion_capacity = 2048;     // slots of the completion ring, a power of two
+  std::uint32_t reply_tokens_per_slot = 0;      // reply-arena words per completion cell; 0 = none
 
   friend bool operator==(const Geometry&, const Geometry&) = default;
 };
 
+// Submission flags (SubmissionSlot::flags).
+// Relay the tokens a worker generates to the client as they come (stream
+// chunks in the completion ring, before the final completion).
+inline constexpr std::uint16_t kSlotStream = 1;
+// prompt_tokens is a count only: the arena holds no token ids (a proxy that
+// keeps the request body itself; its reference travels in the parameters).
+inline constexpr std::uint16_t kSlotCountsOnly = 2;
+// Not a request: withdraw the request `request_id` of this client (queued:
+// it ends CANCELLED; running on a worker: the worker is told to abort it).
+inline constexpr std::uint16_t kSlotCancel = 4;
+inline constexpr std::uint16_t kKnownSlotFlags = kSlotStream | kSlotCountsOnly | kSlotCancel;
+
 // One submission as a client wrote it: 56 bytes, seven 64-bit words. The
 // ring it came through names its client and tenant; nothing in here does.
+//
+// The arena words at prompt_offset hold the prompt's token ids (none with
+// kSlotCountsOnly), then params_bytes bytes of opaque parameters padded to a
+// whole word: arenaWords() in all.
 struct SubmissionSlot {
   std::uint64_t request_id = 0;     // the client's id, echoed in the completion
   std::uint64_t tag = 0;            // opaque to the daemon, echoed in the completion
   std::int64_t deadline_ns = 0;     // absolute CLOCK_MONOTONIC time; 0 = none
-  std::uint64_t prompt_offset = 0;  // first token, as an index into the ring's arena region
-  std::uint32_t prompt_tokens = 0;  // number of uint32 token ids at prompt_offset
+  std::uint64_t prompt_offset = 0;  // first word, as an index into the ring's arena region
+  std::uint32_t prompt_tokens = 0;  // prompt length in tokens
   std::uint32_t max_output_tokens = 0;
-  std::int32_t priority = 0;   // higher first, within the tenant
-  std::uint16_t endpoint = 0;  // the daemon's endpoint id
-  std::uint16_t flags = 0;     // must be 0 in layout version 1
-  std::uint64_t reserved = 0;  // must be 0 in layout version 1
+  std::int32_t priority = 0;       // higher first, within the tenant
+  std::uint16_t endpoint = 0;      // the daemon's endpoint id
+  std::uint16_t flags = 0;         // kSlot* bits; others must be 0
+  std::uint32_t params_bytes = 0;  // at most kMaxParamsBytes
+  std::uint32_t reserved = 0;      // must be 0
+
+  // Arena words the slot uses at prompt_offset (no overflow: both are 32-bit).
+  std::uint64_t promptWords() const { return (flags & kSlotCountsOnly) ? 0 : prompt_tokens; }
+  std::uint64_t arenaWords() const { return promptWords() + (std::uint64_t{params_bytes} + 3) / 4; }
 
   friend bool operator==(const SubmissionSlot&, const SubmissionSlot&) = default;
 };
@@ -92,7 +123,15 @@ inline constexpr std::size_t kSubmissionSlotWords = 7;
 static_assert(sizeof(SubmissionSlot) == kSubmissionSlotWords * 8);
 static_assert(std::is_trivially_copyable_v<SubmissionSlot>);
 
-// One completion as the daemon wrote it: 56 bytes, seven 64-bit words.
+// CompletionSlot::status of a stream chunk: not a Status, a record kind.
+// The chunk's output_tokens token ids are the cell's reply-arena payload;
+// queue_wait_ns holds the index of its first token in the request's output,
+// service_ns the CLOCK_MONOTONIC time the worker emitted it.
+inline constexpr std::uint32_t kStreamChunk = 0x100;
+
+// One completion as the daemon wrote it: 64 bytes, eight 64-bit words. Also
+// a stream chunk (status kStreamChunk), and in a worker's segment an
+// assignment record (shm/worker_protocol.hpp).
 struct CompletionSlot {
   std::uint64_t request_id = 0;     // from the submission
   std::uint64_t tag = 0;            // from the submission
@@ -102,10 +141,12 @@ struct CompletionSlot {
   std::uint64_t checksum = 0;       // the executor's per-request result checksum
   std::uint32_t status = 0;         // a fairsched::Status value (see completion_ring.hpp)
   std::uint32_t output_tokens = 0;
+  std::uint32_t input_tokens = 0;   // prompt tokens served (worker endpoints; else 0)
+  std::uint32_t ttft_us = 0;        // dispatch to first token, µs (worker endpoints; else 0)
 
   friend bool operator==(const CompletionSlot&, const CompletionSlot&) = default;
 };
-inline constexpr std::size_t kCompletionSlotWords = 7;
+inline constexpr std::size_t kCompletionSlotWords = 8;
 static_assert(sizeof(CompletionSlot) == kCompletionSlotWords * 8);
 static_assert(std::is_trivially_copyable_v<CompletionSlot>);
 
@@ -172,7 +213,6 @@ static_assert(sizeof(CompletionControl) == 2 * kCacheLine);
 // the release store of completion_write that publishes it.
 struct alignas(kCacheLine) CompletionCell {
   std::uint64_t words[kCompletionSlotWords];
-  std::uint64_t reserved;
 };
 static_assert(sizeof(CompletionCell) == kCacheLine);
 
@@ -201,8 +241,11 @@ struct SegmentHeader {
   std::uint64_t completion_control_offset;
   std::uint64_t completion_cells_offset;
   std::uint64_t daemon_size;
+  std::uint32_t reply_tokens_per_slot;
+  std::uint32_t reserved;
+  std::uint64_t reply_arena_offset;
 };
-static_assert(sizeof(SegmentHeader) == 144);
+static_assert(sizeof(SegmentHeader) == 160);
 static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
 static_assert(std::is_trivially_copyable_v<SegmentHeader>);
 
@@ -225,6 +268,7 @@ struct Layout {
   std::uint64_t daemon_offset = 0;  // == writable_size
   std::uint64_t completion_control_offset = 0;
   std::uint64_t completion_cells_offset = 0;
+  std::uint64_t reply_arena_offset = 0;  // completion_capacity * reply_tokens_per_slot words
   std::uint64_t daemon_size = 0;
   std::uint64_t total_size = 0;
 

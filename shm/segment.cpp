@@ -165,6 +165,8 @@ CompletionRingMemory Segment::completionRing() const {
   m.cells = at<CompletionCell>(daemon_, l.completion_cells_offset - l.daemon_offset);
   m.capacity = l.geometry.completion_capacity;
   m.client = at<ClientControl>(writable_, l.client_control_offset);
+  m.reply_arena = at<std::uint32_t>(daemon_, l.reply_arena_offset - l.daemon_offset);
+  m.reply_tokens_per_slot = l.geometry.reply_tokens_per_slot;
   return m;
 }
 

@@ -35,17 +35,21 @@ std::string_view toString(SlotCheck check) {
       return "unknown flags set";
     case SlotCheck::kReservedSet:
       return "reserved field set";
+    case SlotCheck::kParamsTooLarge:
+      return "parameters over kMaxParamsBytes";
   }
   return "unknown";
 }
 
 SlotCheck checkSlot(const SubmissionSlot& slot, std::uint64_t arena_tokens) {
-  // Written so that no sum can overflow: offset <= size, then count <= size - offset.
-  if (slot.prompt_offset > arena_tokens || slot.prompt_tokens > arena_tokens - slot.prompt_offset) {
+  if ((slot.flags & ~kKnownSlotFlags) != 0) return SlotCheck::kFlagsSet;
+  if (slot.reserved != 0) return SlotCheck::kReservedSet;
+  if (slot.params_bytes > kMaxParamsBytes) return SlotCheck::kParamsTooLarge;
+  // Written so that no sum can overflow: offset <= size, then count <= size -
+  // offset (arenaWords() is at most 2^32 + 2^30).
+  if (slot.prompt_offset > arena_tokens || slot.arenaWords() > arena_tokens - slot.prompt_offset) {
     return SlotCheck::kPromptOutOfArena;
   }
-  if (slot.flags != 0) return SlotCheck::kFlagsSet;
-  if (slot.reserved != 0) return SlotCheck::kReservedSet;
   return SlotCheck::kValid;
 }
 
@@ -102,18 +106,31 @@ bool SubmissionProducer::tryPush(const SubmissionSlot& slot) {
 }
 
 PushResult SubmissionProducer::tryPushPrompt(SubmissionSlot slot,
-                                             std::span<const std::uint32_t> prompt) {
-  if (prompt.size() > ring_.tokens_per_slot) return PushResult::kPromptTooLarge;
-  if (slot.flags != 0 || slot.reserved != 0) return PushResult::kInvalidSlot;
+                                             std::span<const std::uint32_t> prompt,
+                                             std::span<const std::byte> params) {
+  if ((slot.flags & ~kKnownSlotFlags) != 0 || slot.reserved != 0 ||
+      params.size() > kMaxParamsBytes) {
+    return PushResult::kInvalidSlot;
+  }
+  const bool counts_only = (slot.flags & kSlotCountsOnly) != 0;
+  if (counts_only && !prompt.empty()) return PushResult::kInvalidSlot;
+  const std::uint64_t words = prompt.size() + (params.size() + 3) / 4;
+  if (words > ring_.tokens_per_slot) return PushResult::kPromptTooLarge;
   std::uint64_t pos = 0;
   SubmissionCell* cell = nullptr;
   if (!claim(pos, cell)) return PushResult::kFull;
   const std::uint64_t offset = (pos & mask_) * ring_.tokens_per_slot;
-  if (!prompt.empty()) {
-    std::memcpy(ring_.arena + offset, prompt.data(), prompt.size_bytes());
+  std::uint32_t* at = ring_.arena + offset;
+  if (!prompt.empty()) std::memcpy(at, prompt.data(), prompt.size_bytes());
+  if (!params.empty()) {
+    std::byte* p = reinterpret_cast<std::byte*>(at + prompt.size());
+    std::memcpy(p, params.data(), params.size());
+    // Zero the pad of the last word: nothing stale crosses to the daemon.
+    std::memset(p + params.size(), 0, (4 - params.size() % 4) % 4);
   }
   slot.prompt_offset = offset;
-  slot.prompt_tokens = static_cast<std::uint32_t>(prompt.size());
+  if (!counts_only) slot.prompt_tokens = static_cast<std::uint32_t>(prompt.size());
+  slot.params_bytes = static_cast<std::uint32_t>(params.size());
   publish(cell, pos, slot);
   return PushResult::kOk;
 }
@@ -167,12 +184,13 @@ PopResult SubmissionConsumer::peek(SubmissionSlot& out) {
 
 void SubmissionConsumer::copyPrompt(std::span<std::uint32_t> dst) const {
   assert(peeked_);
-  assert(dst.size() >= peeked_slot_.prompt_tokens);
-  if (peeked_slot_.prompt_tokens == 0) return;
+  const std::uint64_t words = peeked_slot_.arenaWords();
+  assert(dst.size() >= words);
+  if (words == 0) return;
   // Bounds come from the checked private copy. The tokens themselves are
   // arbitrary values; whoever uses them validates them (vocabulary size).
   std::memcpy(dst.data(), ring_.arena + peeked_slot_.prompt_offset,
-              std::size_t{peeked_slot_.prompt_tokens} * sizeof(std::uint32_t));
+              static_cast<std::size_t>(words) * sizeof(std::uint32_t));
 }
 
 void SubmissionConsumer::release() {
@@ -198,7 +216,7 @@ void SubmissionConsumer::skipBadSlot() {
 PopResult SubmissionConsumer::tryPop(SubmissionSlot& out, std::vector<std::uint32_t>& prompt) {
   const PopResult r = peek(out);
   if (r != PopResult::kOk) return r;
-  prompt.resize(out.prompt_tokens);
+  prompt.resize(static_cast<std::size_t>(out.arenaWords()));
   copyPrompt(prompt);
   release();
   return PopResult::kOk;

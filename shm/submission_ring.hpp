@@ -65,9 +65,10 @@ void initSubmissionRing(const SubmissionRingMemory& ring, std::uint64_t start);
 // the daemon's; these are the ones the memory layout itself needs.
 enum class SlotCheck : std::uint8_t {
   kValid,
-  kPromptOutOfArena,  // [prompt_offset, prompt_offset + prompt_tokens) leaves the ring's region
-  kFlagsSet,          // flags must be 0 in layout version 1
-  kReservedSet,       // reserved must be 0 in layout version 1
+  kPromptOutOfArena,  // [prompt_offset, prompt_offset + arenaWords()) leaves the ring's region
+  kFlagsSet,          // a flag outside kKnownSlotFlags
+  kReservedSet,       // reserved must be 0
+  kParamsTooLarge,    // params_bytes over kMaxParamsBytes
 };
 std::string_view toString(SlotCheck check);
 
@@ -78,7 +79,8 @@ enum class PushResult : std::uint8_t {
   kOk,
   kFull,
   kPromptTooLarge,  // the prompt does not fit one slot's share of the arena
-  kInvalidSlot,     // flags or reserved set
+  kInvalidSlot,     // unknown flags, reserved set, parameters too large, or a
+                    // counts-only slot given token ids
 };
 
 // The client's side. Any number of threads of the one client process may
@@ -98,9 +100,12 @@ class SubmissionProducer {
   // The arena scheme of layout version 1: the cell of position p owns the
   // arena tokens [(p % capacity) * tokens_per_slot, +tokens_per_slot), from
   // its claim until the daemon releases it, so no allocator state is shared.
-  // Copies `prompt` there, sets slot.prompt_offset/prompt_tokens, publishes
-  // and marks the ring ready.
-  PushResult tryPushPrompt(SubmissionSlot slot, std::span<const std::uint32_t> prompt);
+  // Copies `prompt` and then `params` there, sets slot.prompt_offset,
+  // prompt_tokens (unless the slot is kSlotCountsOnly, whose prompt_tokens is
+  // the caller's count and whose `prompt` must be empty) and params_bytes,
+  // publishes and marks the ring ready.
+  PushResult tryPushPrompt(SubmissionSlot slot, std::span<const std::uint32_t> prompt,
+                           std::span<const std::byte> params = {});
 
   // Published-or-claimed minus consumed, clamped to [0, capacity]; a hint.
   std::uint64_t sizeApprox() const;
@@ -146,9 +151,9 @@ class SubmissionConsumer {
   // kCorrupt from a bad slot, `out` holds the copy (for the log).
   PopResult peek(SubmissionSlot& out);
 
-  // Copies the prompt of the peeked slot into `dst`, from the bounds of the
-  // checked private copy. REQUIRES: peek() returned kOk and
-  // dst.size() >= its prompt_tokens.
+  // Copies the arena words of the peeked slot (its prompt, then its
+  // parameters) into `dst`, from the bounds of the checked private copy.
+  // REQUIRES: peek() returned kOk and dst.size() >= its arenaWords().
   void copyPrompt(std::span<std::uint32_t> dst) const;
 
   // Hands the peeked cell and its prompt back to producers and advances.
@@ -165,8 +170,9 @@ class SubmissionConsumer {
   PopResult tryPop(SubmissionSlot& out, std::vector<std::uint32_t>& prompt);
 
   // Pops up to `max_items` (a fairness budget across rings), calling
-  // sink(const SubmissionSlot&, std::span<const std::uint32_t> prompt) for
-  // each; the prompt span is a private copy valid during the call.
+  // sink(const SubmissionSlot&, std::span<const std::uint32_t> words) for
+  // each; `words` (the slot's arenaWords(): prompt, then parameters) is a
+  // private copy valid during the call.
   template <class Sink>
   DrainResult drain(std::size_t max_items, Sink&& sink) {
     DrainResult r;

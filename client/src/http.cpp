@@ -36,6 +36,7 @@ int httpStatus(Status status) {
     case Status::kUnauthorized:
       return 403;
     case Status::kCancelled:
+    case Status::kSlowConsumer:
       return 499;
     case Status::kExecutorFailed:
       return 500;

@@ -21,7 +21,35 @@ enum class EndpointKind : std::uint8_t {
   kBatch,      // offline: the default quantum grants about a full batch of tokens
 };
 
-enum class ExecutorKind : std::uint8_t { kCpu, kCuda };
+// kWorker: engine processes attach as workers and pull the requests (design.md §7).
+enum class ExecutorKind : std::uint8_t { kCpu, kCuda, kWorker };
+
+// [endpoints.NAME.worker]: how the daemon treats the workers of an endpoint.
+struct WorkerEndpointConfig {
+  // A request whose worker is lost before it streamed a token goes back to
+  // its tenant's queue (at its place) instead of ending EXECUTOR_FAILED.
+  bool requeue_on_loss = true;
+  // Longest prompt a worker may be handed, in tokens (the assignment
+  // payload); longer submissions end INVALID.
+  std::uint32_t max_prompt_tokens = 8192;
+  // Assignment ring cells per worker: no worker may run more sequences.
+  std::uint32_t max_sequences = 256;
+  // Stream chunks held for a client that does not read its completion ring,
+  // beyond the ring itself; past it the client's streamed request ends
+  // SLOW_CONSUMER (aborted on its worker). Bounds the daemon's memory.
+  std::uint32_t client_buffer_chunks = 1024;
+};
+
+// [endpoints.NAME.engine]: the engine model of the reference worker
+// (fairsched-worker) and of `fairsched-bench replay` (continuous batching).
+struct EngineConfig {
+  std::uint32_t max_sequences = 64;     // sequences batched at once
+  std::uint64_t kv_tokens = 262144;     // KV cache, in tokens (prompt + output of every sequence)
+  double step_us = 200.0;               // fixed cost of one engine iteration
+  double prefill_token_us = 0.02;       // per prompt token processed
+  double decode_token_us = 2.0;         // per sequence decoding one token in the step
+  std::uint32_t chunked_prefill_tokens = 2048;  // prompt tokens processed per step, all sequences
+};
 
 struct CpuExecutorConfig {
   double per_batch_us = 200.0;  // modelled fixed cost of one batch
@@ -55,6 +83,8 @@ struct EndpointConfig {
   ExecutorKind executor = ExecutorKind::kCpu;
   CpuExecutorConfig cpu;
   CudaExecutorConfig cuda;
+  WorkerEndpointConfig worker;
+  EngineConfig engine;
   std::vector<core::LimitSpec> limits;  // defaults for every tenant on this endpoint
   std::uint32_t source_line = 0;
 
@@ -99,6 +129,7 @@ struct ClientRule {
   std::vector<std::string> tenants;       // "*" = every tenant
   std::vector<std::string> endpoints;     // "*" = every endpoint
   std::vector<std::string> assign_tiers;  // tiers it may give unlisted tenants
+  std::vector<std::string> workers;       // worker endpoints it may serve; "*" = every one
   bool admin = false;                     // may use fairschedctl reload/drain
   std::uint32_t source_line = 0;
 };

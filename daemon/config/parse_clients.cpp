@@ -111,20 +111,38 @@ bool readTenants(ParseContext& ctx, const toml::node& n, const std::string& path
   return true;
 }
 
-// Endpoint names, or "*" for every endpoint.
-bool readEndpoints(ParseContext& ctx, const toml::node& n, const std::string& path,
-                   ClientRule& rule) {
+// Endpoint names, or "*" for every endpoint, into `list`; `workers_only`:
+// each must be an executor = "worker" endpoint.
+bool readEndpointList(ParseContext& ctx, const toml::node& n, const std::string& path,
+                      std::vector<std::string>& list, bool workers_only) {
   std::vector<StringAt> items;
   if (!ctx.readStringArray(n, path, items)) return false;
-  rule.endpoints.clear();
-  AppendOnce<std::string> endpoints(rule.endpoints);
+  list.clear();
+  AppendOnce<std::string> endpoints(list);
   for (const auto& [name, line] : items) {
-    if (name != kWildcard && ctx.findEndpoint(name) == nullptr) {
-      return ctx.fail(line, path, "unknown endpoint " + quote(name));
+    if (name != kWildcard) {
+      const EndpointConfig* ep = ctx.findEndpoint(name);
+      if (ep == nullptr) return ctx.fail(line, path, "unknown endpoint " + quote(name));
+      if (workers_only && ep->executor != ExecutorKind::kWorker) {
+        return ctx.fail(line, path,
+                        "endpoint " + quote(name) + " is not served by workers (executor = \"" +
+                            "worker\")");
+      }
     }
     endpoints.add(name);
   }
   return true;
+}
+
+bool readEndpoints(ParseContext& ctx, const toml::node& n, const std::string& path,
+                   ClientRule& rule) {
+  return readEndpointList(ctx, n, path, rule.endpoints, false);
+}
+
+// Endpoints the client may serve as a worker (design.md §7).
+bool readWorkers(ParseContext& ctx, const toml::node& n, const std::string& path,
+                 ClientRule& rule) {
+  return readEndpointList(ctx, n, path, rule.workers, true);
 }
 
 // Tier names; "*" expands to every tier, in priority order.
@@ -158,6 +176,7 @@ constexpr KeyRule<ClientRule> kClientKeys[] = {
     {"tenants", readTenants},
     {"endpoints", readEndpoints},
     {"assign_tiers", readAssignTiers},
+    {"workers", readWorkers},
     {"admin", boolKey<&ClientRule::admin>},
 };
 

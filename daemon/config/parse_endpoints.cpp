@@ -16,8 +16,8 @@ constexpr EnumName<EndpointKind> kEndpointKinds[] = {{"streaming", EndpointKind:
 constexpr EnumName<CostModel> kCostModels[] = {{"requests", CostModel::kRequests},
                                                {"tokens", CostModel::kTokens},
                                                {"adaptive", CostModel::kAdaptive}};
-constexpr EnumName<ExecutorKind> kExecutors[] = {{"cpu", ExecutorKind::kCpu},
-                                                 {"cuda", ExecutorKind::kCuda}};
+constexpr EnumName<ExecutorKind> kExecutors[] = {
+    {"cpu", ExecutorKind::kCpu}, {"cuda", ExecutorKind::kCuda}, {"worker", ExecutorKind::kWorker}};
 // What a cuda endpoint may fall back to.
 constexpr EnumName<ExecutorKind> kFallbackExecutors[] = {{"cpu", ExecutorKind::kCpu}};
 
@@ -32,6 +32,22 @@ constexpr KeyRule<CudaExecutorConfig> kCudaKeys[] = {
     {"streams", intKey<&CudaExecutorConfig::streams, 1>},
     {"staging_bytes", intKey<&CudaExecutorConfig::staging_bytes, 1>},
     {"fallback", enumKey<&CudaExecutorConfig::fallback, kFallbackExecutors>},
+};
+
+constexpr KeyRule<WorkerEndpointConfig> kWorkerKeys[] = {
+    {"requeue_on_loss", boolKey<&WorkerEndpointConfig::requeue_on_loss>},
+    {"max_prompt_tokens", intKey<&WorkerEndpointConfig::max_prompt_tokens, 1, 1U << 18>},
+    {"max_sequences", intKey<&WorkerEndpointConfig::max_sequences, 2, 4096>},
+    {"client_buffer_chunks", intKey<&WorkerEndpointConfig::client_buffer_chunks, 1, 1U << 20>},
+};
+
+constexpr KeyRule<EngineConfig> kEngineKeys[] = {
+    {"max_sequences", intKey<&EngineConfig::max_sequences, 1, 4096>},
+    {"kv_tokens", intKey<&EngineConfig::kv_tokens, 1>},
+    {"step_us", nonNegativeDoubleKey<&EngineConfig::step_us>},
+    {"prefill_token_us", nonNegativeDoubleKey<&EngineConfig::prefill_token_us>},
+    {"decode_token_us", nonNegativeDoubleKey<&EngineConfig::decode_token_us>},
+    {"chunked_prefill_tokens", intKey<&EngineConfig::chunked_prefill_tokens, 1>},
 };
 
 // The endpoint's defaults for every tenant; nothing less specific to inherit.
@@ -54,6 +70,8 @@ constexpr KeyRule<EndpointConfig> kEndpointKeys[] = {
     {"limits", readLimits},
     {"cpu", tableKey<&EndpointConfig::cpu, kCpuKeys>},
     {"cuda", tableKey<&EndpointConfig::cuda, kCudaKeys>},
+    {"worker", tableKey<&EndpointConfig::worker, kWorkerKeys>},
+    {"engine", tableKey<&EndpointConfig::engine, kEngineKeys>},
 };
 
 }  // namespace

@@ -45,7 +45,10 @@ core::SchedulerSpec buildSchedulerSpec(const Config& cfg) {
     es.max_wait = static_cast<TimeNs>(ec.max_wait_us) * kNsPerUs;
     es.max_output_tokens = ec.max_output_tokens;
     es.latency_target = static_cast<TimeNs>(ec.latency_target_ms) * kNsPerMs;
-    es.parallelism = ec.executor == ExecutorKind::kCuda ? ec.cuda.streams : ec.cpu.threads;
+    es.parallelism = ec.executor == ExecutorKind::kCuda     ? ec.cuda.streams
+                     : ec.executor == ExecutorKind::kWorker ? ec.worker.max_sequences
+                                                            : ec.cpu.threads;
+    es.per_token = ec.executor == ExecutorKind::kWorker;
     spec.endpoints.push_back(std::move(es));
     endpoint_defaults.push_back(ec.limits);
   }

@@ -191,8 +191,10 @@ std::int64_t Scheduler::costOf(const EndpointState& ep, const TenantState& ts, s
     case CostModel::kRequests:
       return 1;
     case CostModel::kTokens:
+      if (ep.spec.per_token) return input;  // output is charged as it is generated
       return static_cast<std::int64_t>(input) + max_output;
     case CostModel::kAdaptive: {
+      if (ep.spec.per_token) return input;
       const double out = ts.expected_output < 0 ? static_cast<double>(max_output)
                                                 : std::min<double>(ts.expected_output, max_output);
       return static_cast<std::int64_t>(input) + std::llround(out);
@@ -264,19 +266,35 @@ Admission Scheduler::submit(const Request& r, TimeNs now) {
   s.req = r;
   s.arrival = now;
   s.charged = 0;
+  s.emitted = 0;
+  s.seq = seq_++;
   s.ts = ts_index;
   s.state = SlotState::kQueued;
   const Handle h = makeHandle(index, s.gen);
-  const QueueEntry entry{{r.priority, r.deadline, seq_++}, h, r.input_tokens, r.max_output_tokens};
+  enqueue(ep, index, now);
+  if (r.deadline != kNever) {
+    deadlines_.push_back({r.deadline, h});
+    std::push_heap(deadlines_.begin(), deadlines_.end(), std::greater<>{});
+  }
+  ts.stats.admitted++;
+  return {Status::kOk, 0, h};
+}
 
+void Scheduler::enqueue(EndpointState& ep, std::uint32_t index, TimeNs now) {
+  Slot& s = slots_[index];
+  TenantState& ts = ep.states[s.ts];
+  const Request& r = s.req;
+  const std::uint64_t tokens = tokensOf(r);
+  const Handle h = makeHandle(index, s.gen);
+  const QueueEntry entry{{r.priority, r.deadline, s.seq}, h, r.input_tokens, r.max_output_tokens};
   const bool was_empty = ts.queued == 0;
   if (spec_.policy == Policy::kFair) {
     ts.queue.push(entry);
     DrrScheduler& drr = ep.drr[ts.tier];
     if (was_empty) {
-      drr.enqueue(ts_index, costOf(ep, ts, s));
+      drr.enqueue(s.ts, costOf(ep, ts, s));
     } else if (ts.queue.top().handle == h) {
-      drr.headChanged(ts_index, costOf(ep, ts, s));
+      drr.headChanged(s.ts, costOf(ep, ts, s));
     }
   } else {
     ep.fifo.push(entry);
@@ -287,12 +305,47 @@ Admission Scheduler::submit(const Request& r, TimeNs now) {
   ep.tiers[ts.tier].queued_tokens += tokens;
   if (ep.queued++ == 0) ep.pending_since = now;
   ep.queued_tokens += tokens;
-  if (r.deadline != kNever) {
-    deadlines_.push_back({r.deadline, h});
-    std::push_heap(deadlines_.begin(), deadlines_.end(), std::greater<>{});
+}
+
+bool Scheduler::requeue(Handle h, TimeNs now) {
+  Slot* s = lookup(h);
+  if (!s || s->state != SlotState::kInFlight) return false;
+  EndpointState& ep = endpoints_[s->req.endpoint];
+  TenantState& ts = ep.states[s->ts];
+  // Give back what its dispatch (and any token) charged: it runs again and
+  // pays again then.
+  if (spec_.policy == Policy::kFair && s->charged != kChargedUnderOtherModel && s->charged != 0) {
+    ep.drr[ts.tier].adjust(s->ts, s->charged);
   }
-  ts.stats.admitted++;
-  return {Status::kOk, 0, h};
+  s->charged = 0;
+  s->emitted = 0;
+  ts.in_flight--;
+  ts.stats.dispatched--;
+  in_flight_--;
+  s->state = SlotState::kQueued;
+  ts.last_active = now;
+  enqueue(ep, indexOf(h), now);
+  return true;
+}
+
+bool Scheduler::charge(Handle h, std::uint32_t tokens, TimeNs now) {
+  Slot* s = lookup(h);
+  if (!s || s->state != SlotState::kInFlight) return false;
+  if (tokens == 0) return true;
+  EndpointState& ep = endpoints_[s->req.endpoint];
+  if (!ep.spec.per_token) return true;
+  TenantState& ts = ep.states[s->ts];
+  s->emitted += tokens;
+  if (spec_.policy == Policy::kFair && ep.spec.cost != CostModel::kRequests &&
+      s->charged != kChargedUnderOtherModel) {
+    ep.drr[ts.tier].adjust(s->ts, -static_cast<std::int64_t>(tokens));
+    s->charged += tokens;
+  }
+  ts.stats.tokens_served += tokens;
+  ts.recent.add(tokens, now);
+  ep.recent.add(tokens, now);
+  ts.last_active = now;
+  return true;
 }
 
 TimeNs Scheduler::batchDueAt(EndpointId e) const {
@@ -400,9 +453,10 @@ void Scheduler::prefetchUpcoming(const EndpointState& ep, const DrrScheduler& dr
   }
 }
 
-bool Scheduler::takeFair(EndpointState& ep, TimeNs now, Batch& out, std::vector<Done>& done) {
+bool Scheduler::takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& out,
+                         std::vector<Done>& done) {
   const std::span<const bool> backlogged(ep.backlogged.get(), ep.drr.size());
-  while (out.requests.size() < ep.spec.max_batch_requests) {
+  while (out.requests.size() < limits.requests) {
     for (std::size_t t = 0; t < ep.drr.size(); ++t) ep.backlogged[t] = ep.drr[t].anyBacklogged();
     const TierSelector::Choice choice = ep.tier_selector.select(backlogged);
     if (choice.tier == TierSelector::kNoTier) break;
@@ -418,7 +472,7 @@ bool Scheduler::takeFair(EndpointState& ep, TimeNs now, Batch& out, std::vector<
       continue;
     }
     const std::uint64_t with_head = out.tokens + head.input_tokens + head.max_output_tokens;
-    if (with_head > ep.spec.max_batch_tokens) break;
+    if (with_head > limits.tokens) break;
     const std::uint32_t tier_cap = spec_.tiers[choice.tier].max_batch_tokens;
     if (tier_cap != 0 && with_head > tier_cap && !out.requests.empty()) break;
     const std::int64_t cost = costOf(ep, ts, head.input_tokens, head.max_output_tokens);
@@ -441,8 +495,9 @@ bool Scheduler::takeFair(EndpointState& ep, TimeNs now, Batch& out, std::vector<
   return !out.requests.empty();
 }
 
-bool Scheduler::takeFifo(EndpointState& ep, TimeNs now, Batch& out, std::vector<Done>& done) {
-  while (out.requests.size() < ep.spec.max_batch_requests && !ep.fifo.empty()) {
+bool Scheduler::takeFifo(EndpointState& ep, TimeNs now, Limits limits, Batch& out,
+                         std::vector<Done>& done) {
+  while (out.requests.size() < limits.requests && !ep.fifo.empty()) {
     Slot* s = lookup(ep.fifo.top().handle);
     if (!s || s->state != SlotState::kQueued) {
       ep.fifo.pop();
@@ -453,7 +508,7 @@ bool Scheduler::takeFifo(EndpointState& ep, TimeNs now, Batch& out, std::vector<
       withdraw(*s, Status::kDeadlineExceeded, done);
       continue;
     }
-    if (out.tokens + tokensOf(s->req) > ep.spec.max_batch_tokens) break;
+    if (out.tokens + tokensOf(s->req) > limits.tokens) break;
     ep.fifo.pop();
     TenantState& ts = ep.states[s->ts];
     unqueue(ep, ts, tokensOf(s->req));
@@ -470,8 +525,20 @@ bool Scheduler::nextBatch(EndpointId e, TimeNs now, Batch& out, std::vector<Done
   if (e >= endpoints_.size()) return false;
   if (!force && batchDueAt(e) > now) return false;
   EndpointState& ep = endpoints_[e];
-  return spec_.policy == Policy::kFair ? takeFair(ep, now, out, done)
-                                       : takeFifo(ep, now, out, done);
+  const Limits limits{ep.spec.max_batch_requests, ep.spec.max_batch_tokens};
+  return spec_.policy == Policy::kFair ? takeFair(ep, now, limits, out, done)
+                                       : takeFifo(ep, now, limits, out, done);
+}
+
+bool Scheduler::take(EndpointId e, TimeNs now, std::uint32_t max_requests,
+                     std::uint64_t max_tokens, Batch& out, std::vector<Done>& done) {
+  out.clear();
+  out.endpoint = e;
+  if (e >= endpoints_.size() || max_requests == 0) return false;
+  EndpointState& ep = endpoints_[e];
+  const Limits limits{max_requests, max_tokens};
+  return spec_.policy == Policy::kFair ? takeFair(ep, now, limits, out, done)
+                                       : takeFifo(ep, now, limits, out, done);
 }
 
 bool Scheduler::complete(Handle h, std::uint32_t output_tokens, TimeNs now) {
@@ -483,13 +550,19 @@ bool Scheduler::complete(Handle h, std::uint32_t output_tokens, TimeNs now) {
   if (ts.limiter) ts.limiter->refundTokens(s->req.max_output_tokens - out, s->arrival);
   if (ep.spec.cost == CostModel::kAdaptive) {
     const std::int64_t actual = static_cast<std::int64_t>(s->req.input_tokens) + out;
-    if (s->charged != kChargedUnderOtherModel) ep.drr[ts.tier].adjust(s->ts, s->charged - actual);
+    // Per token, the charge already is the actual cost (tokens the worker
+    // reports beyond those it streamed are not charged twice).
+    if (s->charged != kChargedUnderOtherModel && !ep.spec.per_token) {
+      ep.drr[ts.tier].adjust(s->ts, s->charged - actual);
+    }
     ts.expected_output = ts.expected_output < 0
                              ? out
                              : ts.expected_output + kOutputEmaAlpha * (out - ts.expected_output);
   }
   ts.stats.completed++;
-  const std::uint64_t served = static_cast<std::uint64_t>(s->req.input_tokens) + out;
+  // Output tokens charge() counted already are not counted again.
+  const std::uint64_t served =
+      static_cast<std::uint64_t>(s->req.input_tokens) + (out > s->emitted ? out - s->emitted : 0);
   ts.stats.tokens_served += served;
   ts.recent.add(served, now);
   ep.recent.add(served, now);

@@ -163,6 +163,25 @@ class Scheduler {
   // `force` forms a batch from whatever is queued, due or not. Requests found
   // past their deadline are appended to `done` as DEADLINE_EXCEEDED.
   bool nextBatch(EndpointId e, TimeNs now, Batch& out, std::vector<Done>& done, bool force = false);
+  // The same for a consumer with room for at most `max_requests` requests
+  // and `max_tokens` tokens (input + max output) right now — a worker's free
+  // sequences and KV tokens: taken at once (nothing is held back for
+  // max_wait), in fair order, closing before the first choice that does not
+  // fit (it keeps its turn). The endpoint's batch limits do not apply.
+  bool take(EndpointId e, TimeNs now, std::uint32_t max_requests, std::uint64_t max_tokens,
+            Batch& out, std::vector<Done>& done);
+
+  // A dispatched request generated `tokens` more output tokens. On a
+  // per_token endpoint they are charged to its tenant at once (DRR deficit,
+  // service counters); elsewhere this only counts them. False for an unknown
+  // handle or one not in flight.
+  bool charge(Handle h, std::uint32_t tokens, TimeNs now);
+
+  // A dispatched request goes back to its tenant's queue at its old place
+  // (its worker was lost before it produced anything): what its dispatch
+  // charged is given back, its token reservation is kept. False for an
+  // unknown handle or one not in flight.
+  bool requeue(Handle h, TimeNs now);
 
   // A dispatched request finished after producing `output_tokens`: refunds
   // the unused token reservation and, under the adaptive cost model, corrects
@@ -209,7 +228,9 @@ class Scheduler {
   struct Slot {
     Request req;
     TimeNs arrival = 0;
-    std::int64_t charged = 0;  // DRR cost charged at dispatch
+    std::int64_t charged = 0;  // DRR cost charged at dispatch (and per token since)
+    std::uint64_t seq = 0;     // arrival order, kept across a requeue
+    std::uint32_t emitted = 0;  // output tokens charged through charge()
     std::uint32_t ts = 0;      // index of the tenant's state on the endpoint
     std::uint32_t gen = 1;
     SlotState state = SlotState::kFree;
@@ -297,7 +318,13 @@ class Scheduler {
   void refreshHead(EndpointState& ep, std::uint32_t ts_index);
   // Unqueue a request (cancel, expiry): bookkeeping and the completion.
   void withdraw(Slot& s, Status why, std::vector<Done>& done);
-  bool takeFair(EndpointState& ep, TimeNs now, Batch& out, std::vector<Done>& done);
+  struct Limits {
+    std::uint32_t requests;
+    std::uint64_t tokens;
+  };
+  // Queues slot `index` (already filled in, state kQueued) on its tenant.
+  void enqueue(EndpointState& ep, std::uint32_t index, TimeNs now);
+  bool takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& out, std::vector<Done>& done);
   static constexpr std::size_t kPrefetchDepth = 4;
   void prefetchUpcoming(const EndpointState& ep, const DrrScheduler& drr) const;
   void prefetchSlot(Handle h) const {
@@ -305,7 +332,7 @@ class Scheduler {
     __builtin_prefetch(p);
     __builtin_prefetch(p + sizeof(Slot) - 1);  // a Slot may straddle two lines
   }
-  bool takeFifo(EndpointState& ep, TimeNs now, Batch& out, std::vector<Done>& done);
+  bool takeFifo(EndpointState& ep, TimeNs now, Limits limits, Batch& out, std::vector<Done>& done);
   void dispatch(EndpointState& ep, Slot& s, Batch& out);
   // Bookkeeping shared by dispatch and withdraw: the request leaves the queue.
   void unqueue(EndpointState& ep, TenantState& ts, std::uint64_t tokens);

@@ -22,6 +22,11 @@ struct EndpointSpec {
   std::uint32_t max_output_tokens = 4096;
   TimeNs latency_target = 0;      // backlog throttle; 0 = off
   std::uint32_t parallelism = 1;  // executor slots (streams, threads)
+  // Workers stream tokens (design.md §7): the `tokens` and `adaptive` cost
+  // models charge a request's prompt at dispatch and each output token as it
+  // is generated (Scheduler::charge), so the DRR deficit follows service at
+  // iteration granularity; the final count settles nothing further.
+  bool per_token = false;
 };
 
 struct TierSpec {

@@ -68,7 +68,8 @@ typedef enum fairsched_status {
   FAIRSCHED_STATUS_UNAUTHORIZED = 6,
   FAIRSCHED_STATUS_CANCELLED = 7,
   FAIRSCHED_STATUS_SHUTTING_DOWN = 8,
-  FAIRSCHED_STATUS_EXECUTOR_FAILED = 9
+  FAIRSCHED_STATUS_EXECUTOR_FAILED = 9,
+  FAIRSCHED_STATUS_SLOW_CONSUMER = 10
 } fairsched_status;
 
 /* Fill with fairsched_options_init(), then change what you need. */

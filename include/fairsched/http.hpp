@@ -11,6 +11,7 @@
 //   CANCELLED          499  (nginx's "client closed request")
 //   SHUTTING_DOWN      503  (also what the library reports when the daemon went away)
 //   EXECUTOR_FAILED    500
+//   SLOW_CONSUMER      499  (the caller stopped reading its stream)
 //
 // Submit errors (no completion exists) map through httpStatus(ErrorCode).
 #pragma once

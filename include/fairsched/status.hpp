@@ -20,6 +20,7 @@ enum class Status : std::uint8_t {
   kCancelled,         // withdrawn (client gone, tenant removed)
   kShuttingDown,      // the daemon is stopping
   kExecutorFailed,    // the batch's executor reported an error
+  kSlowConsumer,      // the client did not read its token stream; the request was aborted
 };
 
 // The status as the docs, logs and metrics spell it ("RATE_LIMITED").
@@ -45,20 +46,22 @@ constexpr std::string_view toString(Status s) {
       return "SHUTTING_DOWN";
     case Status::kExecutorFailed:
       return "EXECUTOR_FAILED";
+    case Status::kSlowConsumer:
+      return "SLOW_CONSUMER";
   }
   return "UNKNOWN";
 }
 
 // On the wire (a completion slot in shared memory) a status is its number;
-// layout version 1 fixes these numbers.
-static_assert(static_cast<int>(Status::kOk) == 0 && static_cast<int>(Status::kExecutorFailed) == 9,
+// the layout version fixes these numbers.
+static_assert(static_cast<int>(Status::kOk) == 0 && static_cast<int>(Status::kSlowConsumer) == 10,
               "Status values are part of the shared-memory layout: bump kLayoutVersion");
 constexpr std::uint32_t encodeStatus(Status s) {
   return static_cast<std::uint32_t>(s);
 }
 // A number read from memory another process writes: nullopt when it names no status.
 constexpr std::optional<Status> decodeStatus(std::uint32_t wire) {
-  if (wire > static_cast<std::uint32_t>(Status::kExecutorFailed)) return std::nullopt;
+  if (wire > static_cast<std::uint32_t>(Status::kSlowConsumer)) return std::nullopt;
   return static_cast<Status>(wire);
 }
 

@@ -454,7 +454,7 @@ TEST(ConfigEndpoint, UnknownCostIsRejected) {
 
 TEST(ConfigEndpoint, UnknownExecutorIsRejected) {
   EXPECT_EQ(errorOf(withBase("[endpoints.x]\nexecutor = \"rocm\"\n")),
-            "cfg.toml:12: endpoints.x.executor: expected one of cpu|cuda, got 'rocm'");
+            "cfg.toml:12: endpoints.x.executor: expected one of cpu|cuda|worker, got 'rocm'");
 }
 
 TEST(ConfigEndpoint, ZeroQuantumIsRejected) {

@@ -199,11 +199,13 @@ TEST(CompletionRing, StatusEncodingIsTheLayoutsAndUnknownValuesAreRejected) {
   EXPECT_EQ(encodeStatus(Status::kOk), 0u);
   EXPECT_EQ(encodeStatus(Status::kRateLimited), 1u);
   EXPECT_EQ(encodeStatus(Status::kExecutorFailed), 9u);
-  for (std::uint32_t v = 0; v <= 9; ++v) {
+  EXPECT_EQ(encodeStatus(Status::kSlowConsumer), 10u);
+  for (std::uint32_t v = 0; v <= 10; ++v) {
     ASSERT_TRUE(decodeStatus(v).has_value());
     EXPECT_EQ(encodeStatus(*decodeStatus(v)), v);
   }
-  EXPECT_FALSE(decodeStatus(10).has_value());
+  EXPECT_FALSE(decodeStatus(11).has_value());
+  EXPECT_FALSE(decodeStatus(kStreamChunk).has_value());
   EXPECT_FALSE(decodeStatus(0xffffffffu).has_value());
 }
 

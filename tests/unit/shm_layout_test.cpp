@@ -59,7 +59,7 @@ TEST(Layout, RecordSizesAreFixed) {
   EXPECT_EQ(sizeof(SubmissionSlot), 56u);
   EXPECT_EQ(sizeof(SubmissionCell), 64u);
   EXPECT_EQ(offsetof(SubmissionCell, words), 8u);
-  EXPECT_EQ(sizeof(CompletionSlot), 56u);
+  EXPECT_EQ(sizeof(CompletionSlot), 64u);
   EXPECT_EQ(sizeof(CompletionCell), 64u);
   EXPECT_EQ(offsetof(SubmissionRingControl, consumed), 64u);
   EXPECT_EQ(offsetof(ClientControl, client_sleeping), 64u);

@@ -424,7 +424,7 @@ TEST(Segment, StressDaemonSurvivesAClientScribblingOverItsWritablePart) {
       ++counts[static_cast<int>(r)];
       if (r == PopResult::kOk) {
         ASSERT_EQ(checkSlot(out, arena_tokens), SlotCheck::kValid);
-        ASSERT_EQ(prompt.size(), out.prompt_tokens);
+        ASSERT_EQ(prompt.size(), out.arenaWords());
       } else if (r == PopResult::kCorrupt) {
         consumers[ring] =
             SubmissionConsumer(daemon.submissionRing(ring), consumers[ring].position());
@@ -453,7 +453,7 @@ TEST(SegmentAttach, RejectsATamperedHeader) {
   };
   const Case cases[] = {
       {"magic", [](SegmentHeader& h) { h.magic = 0; }, ErrorCode::kBadMagic},
-      {"version", [](SegmentHeader& h) { h.version = 2; }, ErrorCode::kBadVersion},
+      {"version", [](SegmentHeader& h) { h.version = kLayoutVersion + 1; }, ErrorCode::kBadVersion},
       {"page size", [](SegmentHeader& h) { h.page_size *= 2; }, ErrorCode::kBadPageSize},
       {"total size", [](SegmentHeader& h) { h.total_size += 4096; }, ErrorCode::kSizeMismatch},
       {"geometry", [](SegmentHeader& h) { h.completion_capacity = 3; },

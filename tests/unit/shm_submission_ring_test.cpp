@@ -180,7 +180,7 @@ TEST(SubmissionRing, PromptLargerThanASlotsShareIsRefusedBeforeClaiming) {
   EXPECT_EQ(producer.tryPushPrompt(makeSlot(1), big), PushResult::kPromptTooLarge);
   EXPECT_EQ(producer.sizeApprox(), 0u);
   SubmissionSlot flagged = makeSlot(2);
-  flagged.flags = 1;
+  flagged.flags = 0x80;  // not a known flag
   EXPECT_EQ(producer.tryPushPrompt(flagged, {}), PushResult::kInvalidSlot);
 }
 

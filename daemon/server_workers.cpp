@@ -1,0 +1,417 @@
+// fairschedd's worker role (design.md §7): engines attach to an endpoint with
+// executor = "worker", say what they can take, and are handed the requests
+// the core chooses at that moment (late binding); their tokens are charged
+// to the tenant as they come and relayed to the submitting client; cancels,
+// deadlines, dead clients and dead workers end every request explicitly.
+//
+// The worker's segment (shm/worker_protocol.hpp) is untrusted exactly like a
+// client's: events are copied out, decoded and checked against the daemon's
+// own table (the assignment must be this worker's, the token count within
+// the request's max_output_tokens). A violation drops that worker; its
+// requests end EXECUTOR_FAILED or go back to their queue.
+#include <algorithm>
+#include <cerrno>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/server.hpp"
+#include "fairsched/name.hpp"
+
+namespace fairsched::daemon {
+namespace {
+
+constexpr std::size_t kEventBudget = 256;  // events taken from one worker per pass
+
+std::uint32_t micros(TimeNs ns) {
+  return static_cast<std::uint32_t>(std::min<TimeNs>(ns / 1000, UINT32_MAX));
+}
+
+}  // namespace
+
+void Server::handleWorkerHello(Connection& c, const shm::HelloMessage& m,
+                               shm::HelloReplyMessage& reply, std::string_view name) {
+  (void)m;
+  const std::string_view endpoint = *shm::getString(m.endpoint);
+  std::size_t e = 0;
+  while (e < cfg_.endpoints.size() && cfg_.endpoints[e].name != endpoint) ++e;
+  auto refuse = [&](shm::ControlStatus status, const std::string& why) {
+    reply.status = static_cast<std::uint32_t>(status);
+    shm::setString(reply.message, why);
+    spdlog::warn("worker uid {} pid {} refused: {}", c.cred.uid, c.cred.pid, why);
+    ++stats_.connections_refused;
+    sendReply(c, shm::bytesOf(reply), nullptr, 0);
+    c.closing = true;
+    dropConnection(c.id, "refused");
+  };
+  if (e == cfg_.endpoints.size()) {
+    return refuse(shm::ControlStatus::kBadRequest,
+                  "unknown endpoint \"" + escapeForDisplay(endpoint) + "\"");
+  }
+  const config::EndpointConfig& ec = cfg_.endpoints[e];
+  if (ec.executor != config::ExecutorKind::kWorker) {
+    return refuse(shm::ControlStatus::kBadRequest,
+                  "endpoint " + ec.name + " is not served by workers (executor = \"worker\")");
+  }
+  if (!ClientRules::allowsWorker(*c.rule, ec.name)) {
+    return refuse(shm::ControlStatus::kUnauthorized,
+                  "rule '" + c.rule->name + "' does not let uid " + std::to_string(c.cred.uid) +
+                      " serve endpoint " + ec.name + " (add it to the rule's workers)");
+  }
+  auto seg = shm::Segment::create(
+      shm::workerGeometry(ec.worker.max_sequences, ec.worker.max_prompt_tokens));
+  auto bell_in = shm::EventFd::create();
+  auto bell_out = shm::EventFd::create();
+  for (const shm::Error* err : {std::get_if<shm::Error>(&seg), std::get_if<shm::Error>(&bell_in),
+                                std::get_if<shm::Error>(&bell_out)}) {
+    if (err) {
+      spdlog::error("worker {}: {}", c.id, err->toString());
+      return refuse(shm::ControlStatus::kInternal,
+                    "could not create the shared segment or eventfds");
+    }
+  }
+  c.segment.emplace(std::move(std::get<shm::Segment>(seg)));
+  ++clients_;
+  c.doorbell.emplace(std::move(std::get<shm::EventFd>(bell_in)));
+  c.completion_bell.emplace(std::move(std::get<shm::EventFd>(bell_out)));
+  c.producer.emplace(c.segment->completionRing(), 0);
+  c.ring_pending.assign(1, false);
+  c.endpoint_allowed.assign(cfg_.endpoints.size(), false);
+  WorkerState& w = c.worker.emplace();
+  w.endpoint = static_cast<EndpointId>(e);
+  w.name = std::string(name);
+  w.events.emplace(c.segment->submissionRing(0), 0);
+
+  reply.status = static_cast<std::uint32_t>(shm::ControlStatus::kOk);
+  reply.client_id = c.id;
+  reply.ring_count = 0;
+  shm::EndpointInfo& info = reply.endpoints[reply.endpoint_count++];
+  shm::setString(info.name, ec.name);
+  info.id = static_cast<std::uint16_t>(e);
+  info.max_output_tokens = ec.max_output_tokens;
+  info.max_batch_tokens = ec.max_batch_tokens;
+  shm::setString(reply.message, "welcome, worker");
+  int fds[shm::kHelloReplyFds];
+  fds[shm::kFdSegment] = c.segment->fd();
+  fds[shm::kFdDaemonDoorbell] = c.doorbell->fd();
+  fds[shm::kFdCompletionBell] = c.completion_bell->fd();
+  if (!sendReply(c, shm::bytesOf(reply), fds, shm::kHelloReplyFds)) {
+    c.closing = true;
+    dropConnection(c.id, "could not send the hello reply");
+    return;
+  }
+  c.segment->closeFd();
+  armDoorbell(c);
+  spdlog::info("worker {} attached to endpoint {}: uid {} pid {} rule '{}' name '{}'", c.id,
+               ec.name, c.cred.uid, c.cred.pid, c.rule->name, name);
+}
+
+Server::Pending* Server::assignedTo(std::uint64_t assignment, std::uint64_t worker) {
+  const std::uint64_t key = assignment & 0xffffffffu;
+  Pending* p = findPending(key);
+  if (!p || p->worker != worker || p->gen != (assignment >> 32)) return nullptr;
+  return p;
+}
+
+bool Server::ingestWorker(Connection& c, TimeNs now) {
+  WorkerState& w = *c.worker;
+  c.segment->readyBitmap().takeEach([](std::uint32_t) {});
+  bool worked = false;
+  shm::SubmissionSlot slot;
+  for (std::size_t n = 0; n < kEventBudget; ++n) {
+    const shm::PopResult r = w.events->tryPop(slot, event_words_);
+    if (r == shm::PopResult::kEmpty) break;
+    std::string why;
+    if (r == shm::PopResult::kCorrupt) {
+      why = w.events->corruption() == shm::Corruption::kBadSequence
+                ? "event ring broken (bad sequence)"
+                : "bad event slot: " + std::string(shm::toString(w.events->slotCheck()));
+    } else {
+      shm::WorkerEvent ev;
+      const shm::EventCheck check = shm::decodeWorkerEvent(slot, ev);
+      if (check != shm::EventCheck::kValid) {
+        why = "bad event: " + std::string(shm::toString(check));
+      } else if (!onWorkerEvent(c, ev, event_words_, now)) {
+        why = "event breaks the protocol (an assignment it does not hold, or more tokens than "
+              "max_output_tokens)";
+      }
+    }
+    if (!why.empty()) {
+      ++stats_.bad_slots;
+      spdlog::warn("worker {} (pid {}): {}; dropping it", c.id, c.cred.pid, why);
+      c.closing = true;
+      drop_later_.push_back(c.id);
+      return true;
+    }
+    worked = true;
+  }
+  return worked;
+}
+
+bool Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
+                           std::span<const std::uint32_t> words, TimeNs now) {
+  WorkerState& w = *c.worker;
+  switch (ev.kind) {
+    case shm::WorkerEventKind::kCapacity: {
+      if (ev.assignments_seen > w.assigned || ev.assignments_seen < w.seen) return false;
+      while (w.seen < ev.assignments_seen) {
+        w.unseen_token_sum -= w.unseen_tokens.front();
+        w.unseen_tokens.pop_front();
+        ++w.seen;
+      }
+      w.free_sequences = ev.free_sequences;
+      w.free_kv_tokens = ev.free_kv_tokens;
+      return true;
+    }
+    case shm::WorkerEventKind::kTokens: {
+      Pending* p = assignedTo(ev.assignment, c.id);
+      if (!p) return false;
+      const std::uint64_t count = words.size();
+      if (p->streamed + count > p->max_output_tokens) return false;
+      sched_.charge(p->handle, static_cast<std::uint32_t>(count), now);
+      if (metrics_) metrics_->tokensStreamed(p->tenant, p->endpoint, count);
+      if (p->streamed == 0) {
+        p->first_token = now;
+        if (metrics_ && !p->aborted) metrics_->firstToken(p->tenant, p->endpoint, now - p->dispatched);
+      }
+      p->streamed += static_cast<std::uint32_t>(count);
+      w.tokens += count;
+      stats_.tokens_streamed += count;
+      if (p->aborted || !p->stream) return true;  // charged, not relayed
+      if (!relayTokens(*p, words, ev.emit_ns)) {
+        const std::uint64_t key = ev.assignment & 0xffffffffu;
+        spdlog::warn("client {}: request {} ends SLOW_CONSUMER: its token stream is not read", p->conn,
+                     p->request_id);
+        abortRunning(key, Status::kSlowConsumer, now);
+      }
+      return true;
+    }
+    case shm::WorkerEventKind::kFinish: {
+      Pending* p = assignedTo(ev.assignment, c.id);
+      if (!p) return false;
+      if (ev.output_tokens < p->streamed || ev.output_tokens > p->max_output_tokens) return false;
+      const std::uint64_t key = ev.assignment & 0xffffffffu;
+      if (ev.output_tokens > p->streamed) {  // generated but not streamed: charged now
+        sched_.charge(p->handle, ev.output_tokens - p->streamed, now);
+      }
+      if (w.running > 0) --w.running;
+      ++w.finished;
+      Status st = ev.status;
+      if (st == Status::kCancelled && !p->aborted) st = Status::kExecutorFailed;  // unasked
+      if (st != Status::kOk && st != Status::kCancelled && !p->aborted) {
+        std::string msg(reinterpret_cast<const char*>(words.data()),
+                        std::min<std::size_t>(ev.message_bytes, words.size_bytes()));
+        spdlog::warn("worker {}: request {} of client {} ends {}: {}", c.id, p->request_id, p->conn,
+                     toString(st), escapeForDisplay(msg));
+      }
+      finishWorkerRequest(key, st, ev.output_tokens, now);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Server::relayTokens(Pending& p, std::span<const std::uint32_t> tokens, TimeNs emit_ns) {
+  auto it = conns_.find(p.conn);
+  if (it == conns_.end()) return true;  // gone: nothing to relay to
+  Connection& c = *it->second;
+  const std::uint32_t per_chunk = c.segment->layout().geometry.reply_tokens_per_slot;
+  const std::size_t chunks = (tokens.size() + per_chunk - 1) / per_chunk;
+  if (c.backlog_chunks + chunks > cfg_.endpoints[p.endpoint].worker.client_buffer_chunks) {
+    return false;
+  }
+  const std::uint32_t first = p.streamed - static_cast<std::uint32_t>(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); i += per_chunk) {
+    const std::size_t n = std::min<std::size_t>(per_chunk, tokens.size() - i);
+    Outgoing o;
+    o.slot.request_id = p.request_id;
+    o.slot.tag = p.tag;
+    o.slot.status = shm::kStreamChunk;
+    o.slot.output_tokens = static_cast<std::uint32_t>(n);
+    o.slot.queue_wait_ns = first + i;
+    o.slot.service_ns = static_cast<std::uint64_t>(emit_ns);
+    o.tokens_at = c.backlog_tokens.size();
+    c.backlog_tokens.insert(c.backlog_tokens.end(), tokens.begin() + static_cast<std::ptrdiff_t>(i),
+                            tokens.begin() + static_cast<std::ptrdiff_t>(i + n));
+    c.backlog.push_back(o);
+    ++c.backlog_chunks;
+  }
+  return true;
+}
+
+void Server::finishWorkerRequest(std::uint64_t key, Status status, std::uint32_t output_tokens,
+                                 TimeNs now) {
+  Pending& p = pending_[key];
+  sched_.complete(p.handle, output_tokens, now);
+  if (!p.aborted) {  // an aborted request's completion went out when it was aborted
+    shm::CompletionSlot s = completionFor(p.request_id, p.tag, status);
+    s.queue_wait_ns = static_cast<std::uint64_t>(p.dispatched - p.admitted);
+    s.service_ns = static_cast<std::uint64_t>(now - p.dispatched);
+    s.output_tokens = output_tokens;
+    s.input_tokens = p.prompt_tokens;
+    s.ttft_us = p.first_token == 0 ? 0 : micros(p.first_token - p.dispatched);
+    if (metrics_) {
+      metrics_->completed(p.tenant, p.endpoint, status, p.admitted, p.dispatched, now,
+                          std::uint64_t{p.prompt_tokens} + output_tokens);
+    }
+    const std::uint64_t conn = p.conn;
+    releasePending(key);
+    complete(conn, s, true);
+    return;
+  }
+  releasePending(key);
+}
+
+void Server::abortRunning(std::uint64_t key, Status why, TimeNs now) {
+  Pending& p = pending_[key];
+  if (p.aborted) return;
+  shm::CompletionSlot s = completionFor(p.request_id, p.tag, why);
+  s.queue_wait_ns = static_cast<std::uint64_t>(p.dispatched - p.admitted);
+  s.service_ns = static_cast<std::uint64_t>(now - p.dispatched);
+  s.output_tokens = p.streamed;
+  s.input_tokens = p.prompt_tokens;
+  s.ttft_us = p.first_token == 0 ? 0 : micros(p.first_token - p.dispatched);
+  if (metrics_) {
+    metrics_->completed(p.tenant, p.endpoint, why, p.admitted, p.dispatched, now,
+                        std::uint64_t{p.prompt_tokens} + p.streamed);
+  }
+  p.aborted = true;
+  complete(p.conn, s, true);
+  auto it = conns_.find(p.worker);
+  if (it == conns_.end() || !it->second->worker) return;
+  shm::AssignmentRecord a;
+  a.kind = shm::AssignmentKind::kAbort;
+  a.assignment = assignmentId(key);
+  it->second->worker->aborts.push_back(shm::encodeAssignment(a));
+}
+
+Server::Connection* Server::roomiestWorker(EndpointId e) {
+  Connection* best = nullptr;
+  std::uint32_t best_free = 0;
+  for (auto& [id, cp] : conns_) {
+    Connection& c = *cp;
+    if (!c.worker || c.closing || c.worker->endpoint != e) continue;
+    const std::uint32_t free = c.worker->freeSequences();
+    if (free == 0 || c.worker->freeKvTokens() == 0) continue;
+    // Room in its assignment ring too (aborts waiting there come first).
+    if (c.producer->freeSlots(1) <= c.worker->aborts.size()) continue;
+    if (free > best_free) {
+      best = &c;
+      best_free = free;
+    }
+  }
+  return best;
+}
+
+bool Server::assignToWorkers(TimeNs now) {
+  bool worked = false;
+  for (std::size_t e = 0; e < cfg_.endpoints.size(); ++e) {
+    if (!isWorkerEndpoint(e)) continue;
+    const auto ep = static_cast<EndpointId>(e);
+    while (sched_.queued(ep) > 0) {
+      Connection* wc = roomiestWorker(ep);
+      if (!wc) break;
+      WorkerState& w = *wc->worker;
+      const std::uint64_t ring_room = wc->producer->freeSlots(1) - w.aborts.size();
+      const auto max_requests =
+          static_cast<std::uint32_t>(std::min<std::uint64_t>(w.freeSequences(), ring_room));
+      if (!sched_.take(ep, now, max_requests, w.freeKvTokens(), batch_, done_)) break;
+      for (const core::Dispatched& d : batch_.requests) {
+        Pending& p = pending_[d.id];
+        p.dispatched = now;
+        p.worker = wc->id;
+        ++running_on_workers_;
+        shm::AssignmentRecord a;
+        a.assignment = assignmentId(d.id);
+        a.tenant = p.tenant;
+        a.priority = p.priority;
+        a.deadline_ns = p.deadline == kNever ? 0 : p.deadline;
+        a.prompt_tokens = p.prompt_tokens;
+        a.max_output_tokens = p.max_output_tokens;
+        a.params_bytes = p.params_bytes;
+        a.counts_only = p.counts_only;
+        wc->producer->write(shm::encodeAssignment(a), p.prompt);
+        const std::uint64_t tokens = std::uint64_t{d.input_tokens} + d.max_output_tokens;
+        ++w.assigned;
+        w.unseen_tokens.push_back(tokens);
+        w.unseen_token_sum += tokens;
+        ++w.running;
+      }
+      wc->producer->publish();
+      stats_.batches += 1;
+      worked = true;
+      if (wc->segment->peerSleepFlag().sleeping()) {
+        loop_->write(wc->completion_bell->fd(), &bell_value_, sizeof bell_value_, nullptr);
+      }
+    }
+    finishDone(done_);
+  }
+  return worked;
+}
+
+void Server::cancelRequest(Connection& c, std::uint64_t request_id, TimeNs now) {
+  for (std::uint64_t key = 0; key < pending_.size(); ++key) {
+    Pending& p = pending_[key];
+    if (!p.live || p.conn != c.id || p.request_id != request_id || p.aborted) continue;
+    if (p.worker != 0) {
+      abortRunning(key, Status::kCancelled, now);
+    } else if (sched_.cancel(p.handle, Status::kCancelled, done_)) {
+      finishDone(done_);
+    }  // running on an in-daemon executor: it finishes, as it cannot be stopped
+    return;
+  }
+}
+
+void Server::abortClientRequests(const Connection& c, TimeNs now) {
+  if (running_on_workers_ == 0) return;
+  for (std::uint64_t key = 0; key < pending_.size(); ++key) {
+    const Pending& p = pending_[key];
+    if (p.live && p.conn == c.id && p.worker != 0 && !p.aborted) {
+      abortRunning(key, Status::kCancelled, now);
+    }
+  }
+}
+
+void Server::workerLost(Connection& c, TimeNs now) {
+  const bool requeue =
+      cfg_.endpoints[c.worker->endpoint].worker.requeue_on_loss && !shutting_down_;
+  std::size_t requeued = 0, failed = 0;
+  for (std::uint64_t key = 0; key < pending_.size(); ++key) {
+    Pending& p = pending_[key];
+    if (!p.live || p.worker != c.id) continue;
+    if (p.aborted) {  // its completion is out; only the core's account is left
+      finishWorkerRequest(key, Status::kCancelled, p.streamed, now);
+    } else if (requeue && p.streamed == 0 && sched_.requeue(p.handle, now)) {
+      p.worker = 0;
+      --running_on_workers_;
+      ++p.gen;  // a late event from the lost worker can never match it
+      ++requeued;
+    } else {
+      ++failed;
+      finishWorkerRequest(key, Status::kExecutorFailed, p.streamed, now);
+    }
+  }
+  spdlog::warn("worker {} of endpoint {} is gone: {} requests requeued, {} end EXECUTOR_FAILED",
+               c.id, cfg_.endpoints[c.worker->endpoint].name, requeued, failed);
+}
+
+void Server::expireRunning(TimeNs now) {
+  if (running_on_workers_ == 0 || now < next_running_check_) return;
+  next_running_check_ = now + 10 * kNsPerMs;
+  for (std::uint64_t key = 0; key < pending_.size(); ++key) {
+    const Pending& p = pending_[key];
+    if (!p.live || p.worker == 0 || p.aborted) continue;
+    if (p.deadline <= now) {
+      abortRunning(key, Status::kDeadlineExceeded, now);
+      continue;
+    }
+    const std::uint64_t timeout_ms = cfg_.endpoints[p.endpoint].batch_timeout_ms;
+    if (timeout_ms != 0 && now - p.dispatched >= static_cast<TimeNs>(timeout_ms) * kNsPerMs) {
+      spdlog::error("worker {}: request {} of client {} still running after batch_timeout_ms = {}; "
+                    "it ends EXECUTOR_FAILED",
+                    p.worker, p.request_id, p.conn, timeout_ms);
+      abortRunning(key, Status::kExecutorFailed, now);
+    }
+  }
+}
+
+}  // namespace fairsched::daemon

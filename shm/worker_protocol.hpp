@@ -1,0 +1,136 @@
+// The worker protocol: how an engine process (design.md §7) takes the
+// requests fairschedd chooses and streams their tokens back, over a segment
+// of the ordinary layout (shm/layout.hpp) used the other way round.
+//
+//   worker                                        fairschedd
+//   Hello{role = worker, endpoint} ─────────────▶ SO_PEERCRED → a rule whose `workers`
+//                                                 names the endpoint
+//        ◀── HelloReply + SCM_RIGHTS[segment, doorbell, wake-up eventfd]
+//   event ring (submission ring 0, worker-written, UNTRUSTED):
+//     CAPACITY{free sequences, free KV tokens, assignments seen}
+//     TOKENS{assignment, emit time, token ids in the ring's arena}
+//     FINISH{assignment, status, output tokens, message}
+//   assignment ring (the completion ring, daemon-written, read-only to the worker):
+//     ASSIGN{assignment, tenant, priority, deadline, max output tokens,
+//            prompt token ids and parameters in the reply arena}
+//     ABORT{assignment}          answered by FINISH{CANCELLED}
+//
+// Capacity is pulled: the daemon assigns a request only when the worker's
+// last CAPACITY leaves room for it (one sequence, and prompt + max output
+// tokens of KV), so nothing waits in front of the engine. A CAPACITY record
+// says what was free after the worker had taken `assignments_seen`
+// assignments; the daemon subtracts what it assigned since, so the two sides
+// never race.
+//
+// Every record is one SubmissionSlot / CompletionSlot; the field mapping is
+// private to worker_protocol.cpp. decodeWorkerEvent() is the only reader of
+// worker-written records: it checks every field, and a record it refuses
+// drops that worker (its requests end or are requeued), never the daemon.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "fairsched/status.hpp"
+#include "shm/layout.hpp"
+
+namespace fairsched::shm {
+
+// HelloMessage::role.
+enum class PeerRole : std::uint32_t { kClient = 0, kWorker = 1 };
+
+enum class WorkerEventKind : std::uint16_t {
+  kCapacity = 1,
+  kTokens = 2,
+  kFinish = 3,
+  // 4 is kept for PREEMPTED (a sequence given back with the tokens it generated).
+};
+
+struct WorkerEvent {
+  WorkerEventKind kind = WorkerEventKind::kCapacity;
+  std::uint64_t assignment = 0;  // kTokens, kFinish
+  // kCapacity
+  std::uint32_t free_sequences = 0;
+  std::uint64_t free_kv_tokens = 0;
+  std::uint64_t assignments_seen = 0;
+  // kTokens: the token ids are the record's arena words
+  std::int64_t emit_ns = 0;  // CLOCK_MONOTONIC
+  // kFinish
+  Status status = Status::kOk;  // kOk, kCancelled (abort acknowledged), kExecutorFailed, kInvalid
+  std::uint32_t output_tokens = 0;  // generated in all
+  std::uint32_t message_bytes = 0;  // an error message in the arena words (escaped when shown)
+};
+
+// Most token ids one TOKENS record carries (the event ring's arena words per slot).
+inline constexpr std::uint32_t kWorkerTokensPerEvent = 256;
+
+enum class EventCheck : std::uint8_t {
+  kValid,
+  kUnknownKind,
+  kBadFlags,        // submission flags, or parameters where the kind has none
+  kBadTokens,       // kTokens without tokens or with more than kWorkerTokensPerEvent
+  kStrayTokens,     // token ids on a record that carries none
+  kBadStatus,       // kFinish with a status a worker may not report
+  kNegativeTime,    // kTokens with emit_ns < 0
+};
+std::string_view toString(EventCheck check);
+
+// The slot a worker publishes for `event` (arena words: the token ids, or
+// the message, which the caller writes through tryPushPrompt).
+SubmissionSlot encodeWorkerEvent(const WorkerEvent& event);
+
+// Decodes a slot copied out of a worker's event ring (already checkSlot'ed
+// by the ring). Pure; safe on arbitrary bytes.
+EventCheck decodeWorkerEvent(const SubmissionSlot& slot, WorkerEvent& out);
+
+enum class AssignmentKind : std::uint32_t { kAssign = 0x200, kAbort = 0x201 };
+
+struct AssignmentRecord {
+  AssignmentKind kind = AssignmentKind::kAssign;
+  std::uint64_t assignment = 0;
+  std::uint32_t tenant = 0;  // the daemon's tenant id (stable while the tenant is active)
+  std::int32_t priority = 0;
+  std::int64_t deadline_ns = 0;  // absolute CLOCK_MONOTONIC; 0 = none
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t max_output_tokens = 0;
+  std::uint32_t params_bytes = 0;
+  bool counts_only = false;  // no token ids: the parameters reference the body
+  // Tokens this request already generated elsewhere (a resumed sequence);
+  // they follow the prompt in the payload. 0 until preemption exists.
+  std::uint32_t resume_tokens = 0;
+
+  // Payload words: prompt ids (none when counts_only), resumed ids, parameters.
+  std::uint64_t payloadWords() const {
+    return (counts_only ? 0 : std::uint64_t{prompt_tokens}) + resume_tokens +
+           (std::uint64_t{params_bytes} + 3) / 4;
+  }
+};
+
+CompletionSlot encodeAssignment(const AssignmentRecord& a);
+// The worker's check of a record the daemon wrote (it trusts the daemon,
+// but a record from another build must not index past its payload):
+// nullopt when malformed or when its payload would exceed `payload_words`.
+std::optional<AssignmentRecord> decodeAssignment(const CompletionSlot& slot,
+                                                 std::uint32_t payload_words);
+// PayloadWords for a worker's CompletionConsumer::tryPop.
+std::uint32_t assignmentPayloadWords(const CompletionSlot& slot);
+// PayloadWords for a client's: a stream chunk's tokens, nothing otherwise.
+std::uint32_t streamPayloadWords(const CompletionSlot& slot);
+
+// The geometry of a worker's segment: one event ring; an assignment ring of
+// `assignments` cells whose payload holds a prompt of `max_prompt_words`
+// words and kMaxParamsBytes of parameters.
+Geometry workerGeometry(std::uint32_t assignments, std::uint32_t max_prompt_words);
+
+// The reference token stream (design.md §7): output token j of a request
+// whose prompt is p (n > 0 tokens) is (p[j % n] + j + 1) mod 2^32; with an
+// empty prompt, j + 1.
+inline std::uint32_t referenceToken(std::span<const std::uint32_t> prompt, std::uint32_t j) {
+  const std::uint32_t base = prompt.empty() ? 0 : prompt[j % prompt.size()];
+  return base + j + 1;
+}
+
+}  // namespace fairsched::shm
