@@ -36,9 +36,9 @@ constexpr auto kBoundsNs = boundsNs();
 constexpr Status kRejectReasons[] = {Status::kRateLimited,  Status::kOverloaded,
                                      Status::kQueueFull,    Status::kInvalid,
                                      Status::kUnauthorized, Status::kShuttingDown};
-constexpr Status kFinalStatuses[] = {Status::kOk, Status::kDeadlineExceeded, Status::kCancelled,
-                                     Status::kShuttingDown, Status::kExecutorFailed,
-                                     Status::kSlowConsumer};
+constexpr Status kFinalStatuses[] = {
+    Status::kOk,           Status::kDeadlineExceeded, Status::kCancelled,
+    Status::kShuttingDown, Status::kExecutorFailed,   Status::kSlowConsumer};
 
 bool listedIn(std::span<const Status> list, std::size_t s) {
   return std::any_of(list.begin(), list.end(),

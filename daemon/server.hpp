@@ -118,7 +118,7 @@ class Server {
     EndpointId endpoint = 0;
     std::string name;
     std::optional<shm::SubmissionConsumer> events;  // its event ring (ring 0)
-    std::uint64_t assigned = 0;  // assignments written so far
+    std::uint64_t assigned = 0;                     // assignments written so far
     // Its last CAPACITY: free after it had taken `seen` assignments.
     std::uint64_t seen = 0;
     std::uint32_t free_sequences = 0;
@@ -126,9 +126,9 @@ class Server {
     // Tokens (prompt + max output) of every assignment after `seen`, oldest first.
     std::deque<std::uint64_t> unseen_tokens;
     std::uint64_t unseen_token_sum = 0;
-    std::uint32_t running = 0;       // assigned, not finished
-    std::uint64_t tokens = 0;        // output tokens it streamed
-    std::uint64_t finished = 0;      // requests it finished
+    std::uint32_t running = 0;               // assigned, not finished
+    std::uint64_t tokens = 0;                // output tokens it streamed
+    std::uint64_t finished = 0;              // requests it finished
     std::deque<shm::CompletionSlot> aborts;  // ABORT records not yet in its ring
     // What the daemon may still assign: its statement less what it was given since.
     std::uint32_t freeSequences() const {
@@ -158,11 +158,12 @@ class Server {
     std::vector<Ring> rings;
     std::vector<std::uint32_t> pending_rings;  // taken from the bitmap, not yet drained dry
     std::vector<bool> ring_pending;
-    std::deque<Outgoing> backlog;  // completions and stream chunks not yet in the ring
+    std::deque<Outgoing> backlog;               // completions and stream chunks not yet in the ring
     std::vector<std::uint32_t> backlog_tokens;  // stream chunks' token ids, see Outgoing
     std::size_t backlog_chunks = 0;             // stream chunks in `backlog`
-    std::uint64_t outstanding = 0;              // admitted, not yet completed
-    std::optional<WorkerState> worker;          // the worker role
+    bool unpublished = false;       // records written into the ring, not yet published (flush())
+    std::uint64_t outstanding = 0;  // admitted, not yet completed
+    std::optional<WorkerState> worker;  // the worker role
     bool closing = false;
     // io_uring operations queued on this connection's buffers; a closed
     // connection is freed only when the last one has completed.
@@ -200,7 +201,7 @@ class Server {
     bool counts_only = false;
     bool stream = false;  // the client wants the tokens
     // Worker endpoints (server_workers.cpp).
-    std::uint32_t gen = 0;  // bumped at every reuse: assignment ids never repeat
+    std::uint32_t gen = 0;     // bumped at every reuse: assignment ids never repeat
     std::uint64_t worker = 0;  // the worker's connection while assigned; 0 = none
     std::uint32_t max_output_tokens = 0;
     std::int32_t priority = 0;
@@ -257,8 +258,8 @@ class Server {
                          std::string_view name);
   bool ingestWorker(Connection& c, TimeNs now);
   // False: the event breaks the protocol (the worker is dropped).
-  bool onWorkerEvent(Connection& c, const shm::WorkerEvent& ev, std::span<const std::uint32_t> words,
-                     TimeNs now);
+  bool onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
+                     std::span<const std::uint32_t> words, TimeNs now);
   bool assignToWorkers(TimeNs now);
   // The worker `c` with the most room on endpoint `e` that can take one more
   // request; null when none.

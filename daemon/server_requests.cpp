@@ -337,6 +337,14 @@ void Server::complete(std::uint64_t conn_id, shm::CompletionSlot slot, bool was_
   }
   Connection& c = *it->second;
   if (was_admitted && c.outstanding > 0) --c.outstanding;
+  // Straight into the ring when nothing waits before it (flush() publishes
+  // what was written in this pass with one store); held otherwise.
+  if (c.backlog.empty() && c.producer && c.producer->freeSlots(1) > 0) {
+    c.producer->write(slot, {});
+    c.unpublished = true;
+    ++stats_.completions_delivered;
+    return;
+  }
   c.backlog.push_back({slot, 0});
 }
 
@@ -371,7 +379,8 @@ bool Server::flush() {
       c.backlog.erase(c.backlog.begin(), c.backlog.begin() + static_cast<std::ptrdiff_t>(n));
       if (c.backlog_chunks == 0) c.backlog_tokens.clear();  // no chunk refers to them any more
     }
-    if (n == 0) continue;
+    if (n == 0 && !c.unpublished) continue;
+    c.unpublished = false;
     c.producer->publish();
     worked = true;
     if (c.segment->peerSleepFlag().sleeping()) {

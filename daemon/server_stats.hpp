@@ -12,7 +12,7 @@ struct ServerStats {
   std::uint64_t connections_refused = 0;
   std::uint64_t submissions = 0;
   std::uint64_t completions_delivered = 0;
-  std::uint64_t tokens_streamed = 0;  // output tokens workers reported
+  std::uint64_t tokens_streamed = 0;      // output tokens workers reported
   std::uint64_t completions_dropped = 0;  // their client was gone
   std::uint64_t bad_slots = 0;
   std::uint64_t batches = 0;

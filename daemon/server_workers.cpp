@@ -131,8 +131,9 @@ bool Server::ingestWorker(Connection& c, TimeNs now) {
       if (check != shm::EventCheck::kValid) {
         why = "bad event: " + std::string(shm::toString(check));
       } else if (!onWorkerEvent(c, ev, event_words_, now)) {
-        why = "event breaks the protocol (an assignment it does not hold, or more tokens than "
-              "max_output_tokens)";
+        why =
+            "event breaks the protocol (an assignment it does not hold, or more tokens than "
+            "max_output_tokens)";
       }
     }
     if (!why.empty()) {
@@ -171,7 +172,8 @@ bool Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
       if (metrics_) metrics_->tokensStreamed(p->tenant, p->endpoint, count);
       if (p->streamed == 0) {
         p->first_token = now;
-        if (metrics_ && !p->aborted) metrics_->firstToken(p->tenant, p->endpoint, now - p->dispatched);
+        if (metrics_ && !p->aborted)
+          metrics_->firstToken(p->tenant, p->endpoint, now - p->dispatched);
       }
       p->streamed += static_cast<std::uint32_t>(count);
       w.tokens += count;
@@ -179,8 +181,8 @@ bool Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
       if (p->aborted || !p->stream) return true;  // charged, not relayed
       if (!relayTokens(*p, words, ev.emit_ns)) {
         const std::uint64_t key = ev.assignment & 0xffffffffu;
-        spdlog::warn("client {}: request {} ends SLOW_CONSUMER: its token stream is not read", p->conn,
-                     p->request_id);
+        spdlog::warn("client {}: request {} ends SLOW_CONSUMER: its token stream is not read",
+                     p->conn, p->request_id);
         abortRunning(key, Status::kSlowConsumer, now);
       }
       return true;
@@ -216,11 +218,18 @@ bool Server::relayTokens(Pending& p, std::span<const std::uint32_t> tokens, Time
   Connection& c = *it->second;
   const std::uint32_t per_chunk = c.segment->layout().geometry.reply_tokens_per_slot;
   const std::size_t chunks = (tokens.size() + per_chunk - 1) / per_chunk;
-  if (c.backlog_chunks + chunks > cfg_.endpoints[p.endpoint].worker.client_buffer_chunks) {
+  // Chunks go straight into the ring while it has room and nothing waits
+  // before them (flush() publishes them); only what does not fit is held,
+  // and that is bounded per client.
+  const std::uint64_t direct =
+      c.backlog.empty() ? std::min<std::uint64_t>(c.producer->freeSlots(chunks), chunks) : 0;
+  if (c.backlog_chunks + (chunks - direct) >
+      cfg_.endpoints[p.endpoint].worker.client_buffer_chunks) {
     return false;
   }
   const std::uint32_t first = p.streamed - static_cast<std::uint32_t>(tokens.size());
-  for (std::size_t i = 0; i < tokens.size(); i += per_chunk) {
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < tokens.size(); i += per_chunk, ++k) {
     const std::size_t n = std::min<std::size_t>(per_chunk, tokens.size() - i);
     Outgoing o;
     o.slot.request_id = p.request_id;
@@ -229,6 +238,11 @@ bool Server::relayTokens(Pending& p, std::span<const std::uint32_t> tokens, Time
     o.slot.output_tokens = static_cast<std::uint32_t>(n);
     o.slot.queue_wait_ns = first + i;
     o.slot.service_ns = static_cast<std::uint64_t>(emit_ns);
+    if (k < direct) {
+      c.producer->write(o.slot, tokens.subspan(i, n));
+      c.unpublished = true;
+      continue;
+    }
     o.tokens_at = c.backlog_tokens.size();
     c.backlog_tokens.insert(c.backlog_tokens.end(), tokens.begin() + static_cast<std::ptrdiff_t>(i),
                             tokens.begin() + static_cast<std::ptrdiff_t>(i + n));
@@ -372,8 +386,7 @@ void Server::abortClientRequests(const Connection& c, TimeNs now) {
 }
 
 void Server::workerLost(Connection& c, TimeNs now) {
-  const bool requeue =
-      cfg_.endpoints[c.worker->endpoint].worker.requeue_on_loss && !shutting_down_;
+  const bool requeue = cfg_.endpoints[c.worker->endpoint].worker.requeue_on_loss && !shutting_down_;
   std::size_t requeued = 0, failed = 0;
   for (std::uint64_t key = 0; key < pending_.size(); ++key) {
     Pending& p = pending_[key];
@@ -406,9 +419,10 @@ void Server::expireRunning(TimeNs now) {
     }
     const std::uint64_t timeout_ms = cfg_.endpoints[p.endpoint].batch_timeout_ms;
     if (timeout_ms != 0 && now - p.dispatched >= static_cast<TimeNs>(timeout_ms) * kNsPerMs) {
-      spdlog::error("worker {}: request {} of client {} still running after batch_timeout_ms = {}; "
-                    "it ends EXECUTOR_FAILED",
-                    p.worker, p.request_id, p.conn, timeout_ms);
+      spdlog::error(
+          "worker {}: request {} of client {} still running after batch_timeout_ms = {}; "
+          "it ends EXECUTOR_FAILED",
+          p.worker, p.request_id, p.conn, timeout_ms);
       abortRunning(key, Status::kExecutorFailed, now);
     }
   }

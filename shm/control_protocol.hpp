@@ -274,8 +274,8 @@ inline DecodeError peekHeader(std::span<const std::byte> bytes, MessageHeader& o
 
 namespace detail {
 inline bool stringsOk(const HelloMessage& m) {
-  return getString(m.client_name).has_value() && getString(m.endpoint).has_value() &&
-         m.role <= 1 && m.reserved == 0;
+  return getString(m.client_name).has_value() && getString(m.endpoint).has_value() && m.role <= 1 &&
+         m.reserved == 0;
 }
 inline bool stringsOk(const HelloReplyMessage& m) {
   if (!getString(m.message)) return false;

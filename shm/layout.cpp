@@ -66,8 +66,8 @@ Result<Layout> computeLayout(const Geometry& g, std::uint64_t page_size) {
   l.daemon_offset = l.writable_size;
   l.completion_control_offset = l.daemon_offset;
   l.completion_cells_offset = l.completion_control_offset + sizeof(CompletionControl);
-  l.reply_arena_offset = l.completion_cells_offset +
-                         std::uint64_t{g.completion_capacity} * sizeof(CompletionCell);
+  l.reply_arena_offset =
+      l.completion_cells_offset + std::uint64_t{g.completion_capacity} * sizeof(CompletionCell);
   l.daemon_size = alignUp(l.reply_arena_offset - l.daemon_offset +
                               std::uint64_t{g.completion_capacity} * g.reply_tokens_per_slot * 4,
                           page_size);

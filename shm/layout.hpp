@@ -141,8 +141,8 @@ struct CompletionSlot {
   std::uint64_t checksum = 0;       // the executor's per-request result checksum
   std::uint32_t status = 0;         // a fairsched::Status value (see completion_ring.hpp)
   std::uint32_t output_tokens = 0;
-  std::uint32_t input_tokens = 0;   // prompt tokens served (worker endpoints; else 0)
-  std::uint32_t ttft_us = 0;        // dispatch to first token, µs (worker endpoints; else 0)
+  std::uint32_t input_tokens = 0;  // prompt tokens served (worker endpoints; else 0)
+  std::uint32_t ttft_us = 0;       // dispatch to first token, µs (worker endpoints; else 0)
 
   friend bool operator==(const CompletionSlot&, const CompletionSlot&) = default;
 };

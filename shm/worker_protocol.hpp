@@ -70,11 +70,11 @@ inline constexpr std::uint32_t kWorkerTokensPerEvent = 256;
 enum class EventCheck : std::uint8_t {
   kValid,
   kUnknownKind,
-  kBadFlags,        // submission flags, or parameters where the kind has none
-  kBadTokens,       // kTokens without tokens or with more than kWorkerTokensPerEvent
-  kStrayTokens,     // token ids on a record that carries none
-  kBadStatus,       // kFinish with a status a worker may not report
-  kNegativeTime,    // kTokens with emit_ns < 0
+  kBadFlags,      // submission flags, or parameters where the kind has none
+  kBadTokens,     // kTokens without tokens or with more than kWorkerTokensPerEvent
+  kStrayTokens,   // token ids on a record that carries none
+  kBadStatus,     // kFinish with a status a worker may not report
+  kNegativeTime,  // kTokens with emit_ns < 0
 };
 std::string_view toString(EventCheck check);
 
@@ -124,13 +124,5 @@ std::uint32_t streamPayloadWords(const CompletionSlot& slot);
 // `assignments` cells whose payload holds a prompt of `max_prompt_words`
 // words and kMaxParamsBytes of parameters.
 Geometry workerGeometry(std::uint32_t assignments, std::uint32_t max_prompt_words);
-
-// The reference token stream (design.md §7): output token j of a request
-// whose prompt is p (n > 0 tokens) is (p[j % n] + j + 1) mod 2^32; with an
-// empty prompt, j + 1.
-inline std::uint32_t referenceToken(std::span<const std::uint32_t> prompt, std::uint32_t j) {
-  const std::uint32_t base = prompt.empty() ? 0 : prompt[j % prompt.size()];
-  return base + j + 1;
-}
 
 }  // namespace fairsched::shm

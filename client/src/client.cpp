@@ -30,6 +30,10 @@ Result<RequestId> Client::submit(const SubmitRequest& request) {
   return impl_->submit(request, nullptr);
 }
 
+Result<void> Client::cancel(RequestId id) {
+  return impl_->cancel(id);
+}
+
 std::size_t Client::poll(std::vector<Completion>& out, std::size_t max) {
   return impl_->poll(out, max);
 }

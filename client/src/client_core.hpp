@@ -118,6 +118,7 @@ class ClientCore {
   // submit.cpp. `await_efd` non-null: a submitAndWait() call's; the
   // completion goes to a mailbox that writes it, not to poll().
   Result<RequestId> submit(const SubmitRequest& req, const shm::EventFd* await_efd);
+  Result<void> cancel(RequestId id);
 
   // completions.cpp
   std::size_t poll(std::vector<Completion>& out, std::size_t max);

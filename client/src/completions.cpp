@@ -16,6 +16,7 @@
 #include "client_core.hpp"
 #include "shm/completion_ring.hpp"
 #include "shm/shared_word.hpp"
+#include "shm/worker_protocol.hpp"
 
 namespace fairsched::client_detail {
 
@@ -59,7 +60,23 @@ Completion fromSlot(const shm::CompletionSlot& slot, const Pending& p) {
   c.queue_wait = fromWire(slot.queue_wait_ns);
   c.service = fromWire(slot.service_ns);
   c.output_tokens = slot.output_tokens;
+  c.input_tokens = slot.input_tokens;
+  c.time_to_first_token = std::chrono::microseconds(slot.ttft_us);
   c.checksum = slot.checksum;
+  return c;
+}
+
+// A stream chunk (slot.status == shm::kStreamChunk) of `p`.
+Completion chunkFromSlot(const shm::CompletionSlot& slot, const Pending& p,
+                         const std::vector<std::uint32_t>& tokens) {
+  Completion c;
+  c.request_id = slot.request_id;
+  c.tag = p.tag;
+  c.partial = true;
+  c.tokens = tokens;
+  c.first_token =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(slot.queue_wait_ns, UINT32_MAX));
+  c.emitted = Clock::time_point(fromWire(slot.service_ns));
   return c;
 }
 
@@ -92,7 +109,17 @@ class SleepScope {
 std::size_t ClientCore::popLocked(Session& s, std::vector<Completion>* out, std::size_t max) {
   std::size_t n = 0;
   shm::CompletionSlot slot;
-  while (n < max && s.consumer.tryPop(slot)) {
+  while (n < max && s.consumer.tryPop(slot, s.chunk_tokens, shm::streamPayloadWords)) {
+    if (slot.status == shm::kStreamChunk) {
+      const std::optional<Pending> p = pending_.find(slot.request_id);
+      if (!p) {
+        bump(counters_.unknown_completions);
+      } else if (!p->awaited) {  // submitAndWait() returns the final completion only
+        deliver(chunkFromSlot(slot, *p, s.chunk_tokens), *p, out);
+        ++n;
+      }
+      continue;
+    }
     std::optional<Pending> p = pending_.erase(slot.request_id);
     if (!p) {
       bump(counters_.unknown_completions);

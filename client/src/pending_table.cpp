@@ -20,6 +20,14 @@ std::optional<Pending> PendingTable::erase(RequestId id) {
   return p;
 }
 
+std::optional<Pending> PendingTable::find(RequestId id) {
+  Shard& s = shard(id);
+  std::lock_guard lk(s.mu);
+  auto it = s.map.find(id);
+  if (it == s.map.end()) return std::nullopt;
+  return it->second;
+}
+
 std::vector<std::pair<RequestId, Pending>> PendingTable::takeGeneration(std::uint64_t generation) {
   std::vector<std::pair<RequestId, Pending>> out;
   for (Shard& s : shards_) {

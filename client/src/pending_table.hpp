@@ -23,6 +23,7 @@ struct Pending {
   std::uint64_t tag = 0;
   std::uint64_t generation = 0;  // the Session it was submitted on
   bool awaited = false;          // a submitAndWait() caller wants it
+  std::uint32_t tenant = 0;      // the client's tenant index (cancel() finds its ring)
 };
 
 class PendingTable {
@@ -30,6 +31,8 @@ class PendingTable {
   void insert(RequestId id, const Pending& pending);
   // The entry, removed; nullopt when there is none (already completed).
   std::optional<Pending> erase(RequestId id);
+  // A copy of the entry, left in place; nullopt when there is none.
+  std::optional<Pending> find(RequestId id);
   // Removes and returns every entry of `generation`, in request id order.
   std::vector<std::pair<RequestId, Pending>> takeGeneration(std::uint64_t generation);
   std::size_t size() const;

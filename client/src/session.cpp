@@ -7,6 +7,7 @@
 #include <string>
 
 #include "shm/shared_word.hpp"
+#include "shm/worker_protocol.hpp"
 
 namespace fairsched::client_detail {
 namespace {
@@ -73,7 +74,8 @@ Session::Session(std::uint64_t gen, shm::UniqueFd sock_fd, shm::Segment segment,
 }
 
 Result<std::shared_ptr<Session>> Session::open(const ClientOptions& options,
-                                               std::uint64_t generation, std::uint32_t seq) {
+                                               std::uint64_t generation, std::uint32_t seq,
+                                               std::string_view worker_endpoint) {
   const auto deadline = Clock::now() + options.connect_timeout;
   Result<shm::UniqueFd> sock = connectControlSocket(options.socket_path, options.connect_timeout);
   if (!sock) return std::move(sock).error();
@@ -82,6 +84,10 @@ Result<std::shared_ptr<Session>> Session::open(const ClientOptions& options,
   hello.layout_version = shm::kLayoutVersion;
   hello.pid = static_cast<std::uint32_t>(::getpid());
   shm::setString(hello.client_name, options.client_name);
+  if (!worker_endpoint.empty()) {
+    hello.role = static_cast<std::uint32_t>(shm::PeerRole::kWorker);
+    shm::setString(hello.endpoint, worker_endpoint);
+  }
   std::vector<shm::UniqueFd> fds;
   Result<shm::HelloReplyMessage> got =
       exchange<shm::HelloReplyMessage>(sock->get(), hello, deadline, fds);

@@ -36,8 +36,10 @@ class Session {
   // (kFdSegment), the daemon's doorbell (kFdDaemonDoorbell) and the
   // completion eventfd (kFdCompletionBell). `seq` is the Hello's sequence
   // number. Errors: see Client::connect.
+  // `worker_endpoint` non-empty: attach in the worker role to that endpoint.
   static Result<std::shared_ptr<Session>> open(const ClientOptions& options,
-                                               std::uint64_t generation, std::uint32_t seq);
+                                               std::uint64_t generation, std::uint32_t seq,
+                                               std::string_view worker_endpoint = {});
 
   // Sends OpenTenant and returns the ring the daemon assigned. REQUIRES: the
   // caller holds the Client's control mutex. Errors: kUnauthorized,
@@ -90,7 +92,8 @@ class Session {
   std::atomic<bool> alive{true};
 
   std::mutex consumer_mu;
-  shm::CompletionConsumer consumer;  // guarded by consumer_mu
+  shm::CompletionConsumer consumer;         // guarded by consumer_mu
+  std::vector<std::uint32_t> chunk_tokens;  // a stream chunk's tokens; guarded by consumer_mu
 
  private:
   Session(std::uint64_t gen, shm::UniqueFd sock, shm::Segment segment, shm::EventFd doorbell,

@@ -32,10 +32,23 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
     return Error{ErrorCode::kUnknownEndpoint, 0,
                  "the daemon has no endpoint '" + std::string(req.endpoint) + "'"};
   }
-  if (req.prompt.size() > s->promptTokensPerSlot()) {
+  if (req.params.size() > kMaxParamsBytes) {
+    return Error{ErrorCode::kInvalidArgument, 0,
+                 std::to_string(req.params.size()) + " bytes of params; at most " +
+                     std::to_string(kMaxParamsBytes)};
+  }
+  if (req.prompt_token_count && !req.prompt.empty()) {
+    return Error{ErrorCode::kInvalidArgument, 0,
+                 "prompt_token_count (counts only) is set and prompt is not empty"};
+  }
+  const std::uint64_t prompt_tokens =
+      req.prompt_token_count ? *req.prompt_token_count : req.prompt.size();
+  const std::uint64_t words = req.prompt.size() + (req.params.size() + 3) / 4;
+  if (words > s->promptTokensPerSlot()) {
     return Error{ErrorCode::kPromptTooLarge, 0,
-                 std::to_string(req.prompt.size()) + " prompt tokens; a slot holds " +
-                     std::to_string(s->promptTokensPerSlot())};
+                 std::to_string(req.prompt.size()) + " prompt tokens and " +
+                     std::to_string(req.params.size()) + " bytes of params; a slot holds " +
+                     std::to_string(s->promptTokensPerSlot()) + " words"};
   }
   if (ep->max_output_tokens != 0 && req.max_output_tokens > ep->max_output_tokens) {
     return Error{ErrorCode::kInvalidArgument, 0,
@@ -43,7 +56,7 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
                      ep->name + "' limit " + std::to_string(ep->max_output_tokens)};
   }
   if (ep->max_batch_tokens != 0 &&
-      req.prompt.size() + std::uint64_t{req.max_output_tokens} > ep->max_batch_tokens) {
+      prompt_tokens + std::uint64_t{req.max_output_tokens} > ep->max_batch_tokens) {
     return Error{ErrorCode::kPromptTooLarge, 0,
                  "prompt + max_output_tokens exceed '" + ep->name + "' batch limit " +
                      std::to_string(ep->max_batch_tokens)};
@@ -63,7 +76,7 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
 
   const RequestId id = next_id_.fetch_add(1, std::memory_order_relaxed);
   if (await_efd != nullptr) router_.openMailbox(id, await_efd->fd());
-  pending_.insert(id, Pending{req.tag, s->generation, await_efd != nullptr});
+  pending_.insert(id, Pending{req.tag, s->generation, await_efd != nullptr, index});
 
   shm::SubmissionSlot slot;
   slot.request_id = id;
@@ -72,8 +85,13 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
   slot.max_output_tokens = req.max_output_tokens;
   slot.priority = req.priority;
   slot.endpoint = ep->id;
+  if (req.stream) slot.flags |= shm::kSlotStream;
+  if (req.prompt_token_count) {
+    slot.flags |= shm::kSlotCountsOnly;
+    slot.prompt_tokens = *req.prompt_token_count;
+  }
   const shm::PushResult pushed =
-      s->producers[static_cast<std::size_t>(ring)].tryPushPrompt(slot, req.prompt);
+      s->producers[static_cast<std::size_t>(ring)].tryPushPrompt(slot, req.prompt, req.params);
   if (pushed != shm::PushResult::kOk) {
     withdraw(id, await_efd != nullptr);
     if (pushed == shm::PushResult::kFull) {
@@ -97,6 +115,34 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
   }
   bump(counters_.submitted);
   return id;
+}
+
+Result<void> ClientCore::cancel(RequestId id) {
+  const std::optional<Pending> p = pending_.find(id);
+  if (!p) {
+    return Error{ErrorCode::kInvalidArgument, 0,
+                 "request " + std::to_string(id) + " is not outstanding (completed or unknown)"};
+  }
+  std::shared_ptr<Session> s = current();
+  if (!live(s) || s->generation != p->generation) {
+    // Submitted on a lost connection: it completes SHUTTING_DOWN by itself.
+    return notConnected();
+  }
+  const std::int32_t ring = s->tenant_ring[p->tenant].load(std::memory_order_acquire);
+  if (ring < 0) return Error{ErrorCode::kUnknownTenant, 0, "the tenant is not open"};
+  shm::SubmissionSlot slot;
+  slot.request_id = id;
+  slot.flags = shm::kSlotCancel;
+  if (s->producers[static_cast<std::size_t>(ring)].tryPushPrompt(slot, {}) !=
+      shm::PushResult::kOk) {
+    bump(counters_.ring_full);
+    return Error{ErrorCode::kRingFull, 0, {}};
+  }
+  if (s->daemon_sleeping.sleeping()) {
+    s->doorbell.signal();
+    bump(counters_.doorbell_rings);
+  }
+  return {};
 }
 
 bool ClientCore::withdraw(RequestId id, bool awaited) {

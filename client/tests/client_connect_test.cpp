@@ -95,7 +95,9 @@ TEST(ClientConnect, ReplyInAnotherProtocolVersionIsVersionMismatch) {
   Result<Client> c = Client::connect(optionsFor(fake));
   ASSERT_FALSE(c);
   EXPECT_EQ(c.code(), ErrorCode::kVersionMismatch);
-  EXPECT_NE(c.error().message.find("version " + std::to_string(shm::kControlVersion + 1)), std::string::npos) << c.error().message;
+  EXPECT_NE(c.error().message.find("version " + std::to_string(shm::kControlVersion + 1)),
+            std::string::npos)
+      << c.error().message;
 }
 
 TEST(ClientConnect, DaemonShuttingDownIsShuttingDown) {

@@ -88,9 +88,10 @@ std::vector<std::string> reloadBlockers(const Config& running, const Config& nex
     differs(a.cuda.device != b.cuda.device || a.cuda.streams != b.cuda.streams ||
                 a.cuda.staging_bytes != b.cuda.staging_bytes || a.cuda.fallback != b.cuda.fallback,
             key + ".cuda");
-    differs(a.worker.max_prompt_tokens != b.worker.max_prompt_tokens ||
-                a.worker.max_sequences != b.worker.max_sequences,
-            key + ".worker.max_prompt_tokens/max_sequences (a worker's segment is sized at attach)");
+    differs(
+        a.worker.max_prompt_tokens != b.worker.max_prompt_tokens ||
+            a.worker.max_sequences != b.worker.max_sequences,
+        key + ".worker.max_prompt_tokens/max_sequences (a worker's segment is sized at attach)");
     differs(b.max_batch_tokens < a.max_batch_tokens,
             key + ".max_batch_tokens (it may grow, not shrink)");
     // A cuda executor's staging buffers are sized for these at start.

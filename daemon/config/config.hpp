@@ -43,11 +43,11 @@ struct WorkerEndpointConfig {
 // [endpoints.NAME.engine]: the engine model of the reference worker
 // (fairsched-worker) and of `fairsched-bench replay` (continuous batching).
 struct EngineConfig {
-  std::uint32_t max_sequences = 64;     // sequences batched at once
-  std::uint64_t kv_tokens = 262144;     // KV cache, in tokens (prompt + output of every sequence)
-  double step_us = 200.0;               // fixed cost of one engine iteration
-  double prefill_token_us = 0.02;       // per prompt token processed
-  double decode_token_us = 2.0;         // per sequence decoding one token in the step
+  std::uint32_t max_sequences = 64;  // sequences batched at once
+  std::uint64_t kv_tokens = 262144;  // KV cache, in tokens (prompt + output of every sequence)
+  double step_us = 200.0;            // fixed cost of one engine iteration
+  double prefill_token_us = 0.02;    // per prompt token processed
+  double decode_token_us = 2.0;      // per sequence decoding one token in the step
   std::uint32_t chunked_prefill_tokens = 2048;  // prompt tokens processed per step, all sequences
 };
 

@@ -124,9 +124,9 @@ bool readEndpointList(ParseContext& ctx, const toml::node& n, const std::string&
       const EndpointConfig* ep = ctx.findEndpoint(name);
       if (ep == nullptr) return ctx.fail(line, path, "unknown endpoint " + quote(name));
       if (workers_only && ep->executor != ExecutorKind::kWorker) {
-        return ctx.fail(line, path,
-                        "endpoint " + quote(name) + " is not served by workers (executor = \"" +
-                            "worker\")");
+        return ctx.fail(
+            line, path,
+            "endpoint " + quote(name) + " is not served by workers (executor = \"" + "worker\")");
       }
     }
     endpoints.add(name);

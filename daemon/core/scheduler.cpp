@@ -530,8 +530,8 @@ bool Scheduler::nextBatch(EndpointId e, TimeNs now, Batch& out, std::vector<Done
                                        : takeFifo(ep, now, limits, out, done);
 }
 
-bool Scheduler::take(EndpointId e, TimeNs now, std::uint32_t max_requests,
-                     std::uint64_t max_tokens, Batch& out, std::vector<Done>& done) {
+bool Scheduler::take(EndpointId e, TimeNs now, std::uint32_t max_requests, std::uint64_t max_tokens,
+                     Batch& out, std::vector<Done>& done) {
   out.clear();
   out.endpoint = e;
   if (e >= endpoints_.size() || max_requests == 0) return false;

@@ -228,10 +228,10 @@ class Scheduler {
   struct Slot {
     Request req;
     TimeNs arrival = 0;
-    std::int64_t charged = 0;  // DRR cost charged at dispatch (and per token since)
-    std::uint64_t seq = 0;     // arrival order, kept across a requeue
+    std::int64_t charged = 0;   // DRR cost charged at dispatch (and per token since)
+    std::uint64_t seq = 0;      // arrival order, kept across a requeue
     std::uint32_t emitted = 0;  // output tokens charged through charge()
-    std::uint32_t ts = 0;      // index of the tenant's state on the endpoint
+    std::uint32_t ts = 0;       // index of the tenant's state on the endpoint
     std::uint32_t gen = 1;
     SlotState state = SlotState::kFree;
   };

@@ -128,8 +128,20 @@ class FAIRSCHED_API Client {
   // kDaemonLost (lost while submitting; no completion will come).
   Result<RequestId> submit(const SubmitRequest& request);
 
+  // Withdraws request `id`: queued, it ends CANCELLED at once; running on a
+  // worker, the worker is told to abort it and it ends CANCELLED with the
+  // tokens produced so far (output_tokens); running in an in-daemon
+  // executor, it finishes as it would have. Either way exactly one final
+  // completion still comes. Never blocks. Errors: kInvalidArgument (not
+  // outstanding: already completed, or not this client's), kRingFull (try
+  // again), kNotConnected (the connection it was submitted on is gone; it
+  // completes SHUTTING_DOWN by itself).
+  Result<void> cancel(RequestId id);
+
   // Appends up to `max` completions to `out` and returns how many; never
-  // blocks. Completions the library made up after a loss come first.
+  // blocks. Completions the library made up after a loss come first. With
+  // SubmitRequest::stream, a request's token chunks (Completion::partial)
+  // come in order before its final completion.
   std::size_t poll(std::vector<Completion>& out, std::size_t max = SIZE_MAX);
 
   // Blocks until poll() has something, or `timeout` (negative: forever):

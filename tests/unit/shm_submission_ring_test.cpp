@@ -484,7 +484,7 @@ TEST(SubmissionRing, ConsumerSurvivesAHostileWriter) {
     ++counts[static_cast<int>(r)];
     if (r == PopResult::kOk) {
       ASSERT_EQ(checkSlot(out, f.mem.arenaTokens()), SlotCheck::kValid);
-      ASSERT_EQ(prompt.size(), out.prompt_tokens);
+      ASSERT_EQ(prompt.size(), out.arenaWords());
     } else if (r == PopResult::kCorrupt) {
       consumer = SubmissionConsumer(f.mem, rng() % (4 * kCapacity));
     }

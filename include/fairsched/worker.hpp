@@ -1,0 +1,150 @@
+// fairsched::Worker — the worker role (design.md §7, docs/worker.md): an
+// engine process (vLLM, SGLang, TensorRT-LLM, llama.cpp style, or the
+// reference fairsched-worker) attaches to an endpoint with executor =
+// "worker" and runs the requests fairschedd chooses for it.
+//
+// The loop an engine runs at every iteration:
+//
+//   worker.setCapacity(free_sequences, free_kv_tokens);  // what it can take now
+//   worker.poll(items);               // ASSIGN: add the sequence; ABORT: drop it
+//   ... one engine step ...
+//   worker.emit(id, new_tokens);      // per running sequence, as generated
+//   worker.finish(id, Status::kOk, output_tokens);   // per finished sequence
+//   (and wait() or eventFd() when idle)
+//
+// The daemon never assigns more than the last setCapacity() left room for:
+// one sequence and prompt + max_output_tokens of KV tokens per request,
+// counted from the assignments the worker had taken when it stated it. So a
+// worker states its free capacity whenever it changes (after finishing
+// sequences, after taking assignments) and nothing queues in front of it.
+//
+// Every assignment must end with exactly one finish(): kOk when done,
+// kCancelled to acknowledge an ABORT, kExecutorFailed (with a message) when
+// the engine failed it, kInvalid when it can never serve it (bad parameters).
+// Tokens are charged to the request's tenant as they are emitted; emit()
+// more than max_output_tokens in all and the daemon drops the worker.
+//
+// Thread-safety: emit(), finish() and setCapacity() may be called from any
+// number of threads at once (the event ring is multi-producer); poll(),
+// wait() and prepareToBlock() from one thread at a time. Moving or
+// destroying a Worker requires that no other call is in progress.
+//
+// If the worker dies, its running requests end EXECUTOR_FAILED at their
+// clients — or go back to their queue when nothing was streamed yet and the
+// endpoint's worker.requeue_on_loss says so. If the daemon goes, every call
+// returns kDaemonLost; connect again.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fairsched/client.hpp"
+#include "fairsched/error.hpp"
+#include "fairsched/export.hpp"
+#include "fairsched/status.hpp"
+
+namespace fairsched {
+
+namespace worker_detail {
+class WorkerCore;  // the implementation; not exported
+}
+
+struct WorkerOptions {
+  std::string socket_path = "/run/fairsched/fairsched.sock";
+  std::string endpoint;     // an endpoint with executor = "worker"
+  std::string worker_name;  // informational (logs, fairschedctl); at most 63 bytes
+  std::chrono::nanoseconds connect_timeout = std::chrono::seconds(5);
+  // How long emit()/finish()/setCapacity() wait for room in a full event
+  // ring (the daemon drains it continuously) before kRingFull.
+  std::chrono::nanoseconds event_timeout = std::chrono::seconds(1);
+};
+
+// A request the daemon assigned to this worker.
+struct Assignment {
+  std::uint64_t id = 0;      // the daemon's; emit() and finish() name it
+  std::uint32_t tenant = 0;  // the daemon's tenant id (stable while the tenant is active)
+  std::int32_t priority = 0;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t max_output_tokens = 0;
+  std::vector<std::uint32_t> prompt;  // the token ids; empty when counts_only
+  std::vector<std::byte> params;      // the submitter's opaque parameters
+  bool counts_only = false;           // prompt_tokens is a count; params name the body
+};
+
+struct WorkItem {
+  enum class Kind : std::uint8_t {
+    kAssign,  // run `assignment`
+    kAbort,   // stop `id` and finish it with Status::kCancelled
+  };
+  Kind kind = Kind::kAssign;
+  std::uint64_t id = 0;
+  Assignment assignment;  // kAssign
+};
+
+struct WorkerStats {
+  std::uint64_t assigned = 0;
+  std::uint64_t aborted = 0;
+  std::uint64_t tokens_emitted = 0;
+  std::uint64_t finished = 0;
+  std::uint64_t ring_full_waits = 0;  // event pushes that found the ring full at first
+};
+
+class FAIRSCHED_API Worker {
+ public:
+  // Connects and attaches to options.endpoint. Errors: those of
+  // Client::connect, and kInvalidArgument (no endpoint or a bad name),
+  // kRefused (no such endpoint, or not executor = "worker"), kUnauthorized
+  // (no [[clients]] rule lists the endpoint in its `workers`).
+  static Result<Worker> connect(WorkerOptions options);
+  Worker(Worker&&) noexcept;
+  Worker& operator=(Worker&&) noexcept;
+  // Closes the connection: what it still runs ends or is requeued (above).
+  ~Worker();
+
+  // What it can take now. Errors: kDaemonLost, kRingFull (event_timeout).
+  Result<void> setCapacity(std::uint32_t free_sequences, std::uint64_t free_kv_tokens);
+
+  // Takes up to `max` assignments and aborts, in the daemon's order.
+  // Returns how many were appended to `out`. Never blocks.
+  std::size_t poll(std::vector<WorkItem>& out, std::size_t max = SIZE_MAX);
+
+  // Blocks until poll() has something, `timeout` passes (kTimedOut; a
+  // negative timeout waits forever) or the daemon goes (kDaemonLost).
+  Result<void> wait(std::chrono::nanoseconds timeout);
+
+  // For an event loop: readable when poll() may have something, once
+  // prepareToBlock() returned false (true: poll() has something now).
+  int eventFd() const;
+  Result<bool> prepareToBlock();
+
+  // Output tokens of assignment `id`, in order, as generated (any count;
+  // sent in records of up to 256). Errors: kDaemonLost, kRingFull,
+  // kInvalidArgument (empty).
+  Result<void> emit(std::uint64_t id, std::span<const std::uint32_t> tokens);
+
+  // Ends assignment `id` after `output_tokens` tokens in all (at least those
+  // emitted; any not emitted are charged, not streamed). `message` (at most
+  // kMaxParamsBytes) says why when status is not kOk.
+  Result<void> finish(std::uint64_t id, Status status, std::uint32_t output_tokens,
+                      std::string_view message = {});
+
+  bool connected() const;
+  // The endpoint served, as the daemon described it.
+  EndpointDescription endpoint() const;
+  std::uint64_t workerId() const;  // the daemon's id for this connection
+  WorkerStats stats() const;
+
+ private:
+  explicit Worker(std::unique_ptr<worker_detail::WorkerCore> impl);
+  std::unique_ptr<worker_detail::WorkerCore> impl_;
+};
+
+}  // namespace fairsched

@@ -1,0 +1,580 @@
+// Workers (design.md §7) against a real fairschedd, all real processes:
+// reference engines attached as workers, clients streaming tokens. Every
+// token must reach its own request in order (checked against the reference
+// function), every request must end exactly once with an explicit status,
+// whatever dies or misbehaves.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "daemon/config/config.hpp"
+#include "fairsched/client.hpp"
+#include "fairsched/worker.hpp"
+#include "tests/support/forked_daemon.hpp"
+#include "tests/support/temp_dir.hpp"
+#include "worker/reference_engine.hpp"
+
+namespace fairsched {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+struct EndpointSetup {
+  std::uint32_t max_sequences = 256;  // [endpoints.chat.worker]
+  std::uint32_t client_buffer_chunks = 1024;
+  bool requeue_on_loss = true;
+  std::uint32_t max_output_tokens = 256;
+  std::string extra;  // more TOML
+};
+
+config::Config makeConfig(const std::string& socket, const EndpointSetup& s = {}) {
+  const std::string text =
+      "[daemon]\nsocket = \"" + socket + "\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\n" +
+      testing::testEventLoopLine() +
+      "[[tiers]]\nname = \"paid\"\n"
+      "[endpoints.chat]\nexecutor = \"worker\"\nmax_batch_tokens = 65536\n"
+      "max_output_tokens = " +
+      std::to_string(s.max_output_tokens) + "\nbatch_timeout_ms = 60000\n" +
+      "[endpoints.chat.worker]\nmax_sequences = " + std::to_string(s.max_sequences) +
+      "\nclient_buffer_chunks = " + std::to_string(s.client_buffer_chunks) +
+      "\nrequeue_on_loss = " + (s.requeue_on_loss ? "true" : "false") +
+      "\n"
+      "[endpoints.embed]\nmax_wait_us = 100\n"
+      "[[clients]]\nname = \"tests\"\nuids = [" +
+      std::to_string(getuid()) +
+      "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\nworkers = [\"chat\"]\n" + s.extra;
+  auto parsed = config::parseConfig(text, "test");
+  if (auto* err = std::get_if<config::ConfigError>(&parsed)) ADD_FAILURE() << err->toString();
+  return std::get<config::Config>(parsed);
+}
+
+// A forked reference worker; SIGKILLed by the destructor if still running.
+class WorkerProcess {
+ public:
+  WorkerProcess(const std::string& socket, reference::EngineModel model) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      WorkerOptions o;
+      o.socket_path = socket;
+      o.endpoint = "chat";
+      o.worker_name = "ref";
+      Result<Worker> w = Worker::connect(o);
+      if (!w) {
+        std::fprintf(stderr, "worker: %s\n", w.error().message.c_str());
+        _exit(1);
+      }
+      static std::atomic<bool> stop{false};
+      signal(SIGTERM, [](int) { stop.store(true); });
+      reference::ReferenceEngine engine(*w, model);
+      Result<void> r = engine.run(stop);
+      _exit(r || r.error().code == ErrorCode::kDaemonLost ? 0 : 1);
+    }
+  }
+  ~WorkerProcess() { kill(); }
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+reference::EngineModel fastModel() {
+  reference::EngineModel m;
+  m.max_sequences = 32;
+  m.kv_tokens = 1 << 20;
+  m.step_us = 50;
+  m.prefill_token_us = 0;
+  m.decode_token_us = 1;
+  return m;
+}
+
+reference::EngineModel slowModel() {
+  reference::EngineModel m = fastModel();
+  m.max_sequences = 1;
+  m.step_us = 5000;  // 200 tokens/s
+  return m;
+}
+
+std::vector<std::uint32_t> promptFor(std::uint64_t salt) {
+  std::vector<std::uint32_t> p(1 + salt % 23);
+  for (std::size_t i = 0; i < p.size(); ++i)
+    p[i] = static_cast<std::uint32_t>(salt * 2654435761u + i * 7919u);
+  return p;
+}
+
+std::string paramsFor(std::uint32_t output_tokens) {
+  return "output_tokens=" + std::to_string(output_tokens) + ";temperature=0";
+}
+
+// What one client saw of one request.
+struct Seen {
+  std::vector<std::uint32_t> prompt;
+  std::uint32_t want = 0;  // true output length
+  std::vector<std::uint32_t> tokens;
+  int finals = 0;
+  Completion final_completion;
+  std::string error;
+};
+
+// Applies one completion to `seen`; records the first inconsistency.
+void account(std::map<RequestId, Seen>& seen, const Completion& c) {
+  auto it = seen.find(c.request_id);
+  if (it == seen.end()) return;
+  Seen& s = it->second;
+  if (c.partial) {
+    if (s.finals > 0 && s.error.empty()) s.error = "a chunk after the final completion";
+    if (c.first_token != s.tokens.size() && s.error.empty()) {
+      s.error = "chunk starts at " + std::to_string(c.first_token) + ", expected " +
+                std::to_string(s.tokens.size());
+    }
+    for (const std::uint32_t t : c.tokens) {
+      const auto j = static_cast<std::uint32_t>(s.tokens.size());
+      if (t != reference::referenceToken(s.prompt, j) && s.error.empty()) {
+        s.error = "token " + std::to_string(j) + " is not this request's";
+      }
+      s.tokens.push_back(t);
+    }
+    return;
+  }
+  ++s.finals;
+  s.final_completion = c;
+}
+
+// A client that submits `n` streamed requests per tenant and checks each
+// one; "" when everything arrived right.
+std::string runStreamingClient(const std::string& socket, const std::vector<std::string>& tenants,
+                               int n, std::uint64_t salt) {
+  ClientOptions o;
+  o.socket_path = socket;
+  auto client = Client::connect(o);
+  if (!client) return "connect: " + client.error().message;
+  std::map<RequestId, Seen> seen;
+  std::vector<Completion> got;
+  std::vector<std::string> params;
+  params.reserve(static_cast<std::size_t>(n) * tenants.size());
+  for (const std::string& name : tenants) {
+    auto tenant = client->openTenant(name);
+    if (!tenant) return "open " + name + ": " + tenant.error().message;
+    for (int i = 0; i < n; ++i, ++salt) {
+      Seen s;
+      s.prompt = promptFor(salt);
+      s.want = 1 + static_cast<std::uint32_t>(salt % 40);
+      params.push_back(paramsFor(s.want));
+      SubmitRequest r;
+      r.tenant = *tenant;
+      r.endpoint = "chat";
+      r.prompt = s.prompt;
+      r.max_output_tokens = 64;
+      r.stream = true;
+      r.params = std::as_bytes(std::span<const char>(params.back().data(), params.back().size()));
+      for (;;) {
+        auto id = client->submit(r);
+        if (id) {
+          seen.emplace(*id, std::move(s));
+          break;
+        }
+        if (id.error().code != ErrorCode::kRingFull) return "submit: " + id.error().message;
+        (void)client->wait(10ms);
+        got.clear();
+        client->poll(got);
+        for (const Completion& c : got) account(seen, c);
+      }
+    }
+  }
+  const auto until = Clock::now() + 60s;
+  auto done = [&] {
+    for (const auto& [id, s] : seen)
+      if (s.finals == 0) return false;
+    return true;
+  };
+  while (!done() && Clock::now() < until) {
+    (void)client->wait(50ms);
+    got.clear();
+    client->poll(got);
+    for (const Completion& c : got) account(seen, c);
+  }
+  for (const auto& [id, s] : seen) {
+    if (!s.error.empty()) return "request " + std::to_string(id) + ": " + s.error;
+    if (s.finals != 1)
+      return "request " + std::to_string(id) + " ended " + std::to_string(s.finals) + " times";
+    const Completion& f = s.final_completion;
+    if (f.status != Status::kOk) return "request ended " + std::string(toString(f.status));
+    if (s.tokens.size() != s.want || f.output_tokens != s.want) {
+      return "request " + std::to_string(id) + ": " + std::to_string(s.tokens.size()) +
+             " tokens streamed, output_tokens " + std::to_string(f.output_tokens) + ", wanted " +
+             std::to_string(s.want);
+    }
+    if (f.input_tokens != s.prompt.size()) return "input_tokens differs from the prompt";
+  }
+  return "";
+}
+
+class Workers : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_FALSE(tmp_.path().empty()) << "no temporary directory"; }
+  std::string socket() const { return tmp_.path() + "/fairsched.sock"; }
+  testing::TempDir tmp_{"fairsched-workers"};
+};
+
+TEST_F(Workers, StressManyClientProcessesSeveralWorkersEveryTokenReachesItsRequestInOrder) {
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  WorkerProcess w1(socket(), fastModel());
+  WorkerProcess w2(socket(), fastModel());
+  std::vector<pid_t> clients;
+  for (int p = 0; p < 3; ++p) {
+    const pid_t child = fork();
+    if (child == 0) {
+      const std::string base = "t" + std::to_string(p);
+      const std::string err = runStreamingClient(socket(), {base + "a", base + "b"}, 60,
+                                                 static_cast<std::uint64_t>(p) << 32);
+      if (!err.empty()) std::fprintf(stderr, "client %d: %s\n", p, err.c_str());
+      _exit(err.empty() ? 0 : 1);
+    }
+    clients.push_back(child);
+  }
+  for (pid_t c : clients) {
+    int status = 0;
+    waitpid(c, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a client process failed";
+  }
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+TEST_F(Workers, OneClientOneWorkerStreamsTheReferenceTokens) {
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  WorkerProcess w(socket(), fastModel());
+  EXPECT_EQ(runStreamingClient(socket(), {"acme"}, 20, 7), "");
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+// Polls `client` until `pred` holds or `timeout`; feeds every completion to `sink`.
+template <class Sink, class Pred>
+bool pollUntil(Client& client, Sink&& sink, Pred&& pred, std::chrono::nanoseconds timeout = 20s) {
+  std::vector<Completion> got;
+  const auto until = Clock::now() + timeout;
+  while (!pred()) {
+    if (Clock::now() >= until) return false;
+    (void)client.wait(20ms);
+    got.clear();
+    client.poll(got);
+    for (const Completion& c : got) sink(c);
+  }
+  return true;
+}
+
+TEST_F(Workers, CancelEndsAQueuedRequestAtOnceAndARunningOneWithItsTokensSoFar) {
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  WorkerProcess w(socket(), slowModel());  // one sequence at a time, 200 tokens/s
+  ClientOptions o;
+  o.socket_path = socket();
+  auto client = Client::connect(o);
+  ASSERT_TRUE(client) << client.error().message;
+  auto tenant = client->openTenant("acme");
+  ASSERT_TRUE(tenant);
+  std::map<RequestId, Seen> seen;
+  const std::string params = paramsFor(250);
+  SubmitRequest r;
+  r.tenant = *tenant;
+  r.endpoint = "chat";
+  r.max_output_tokens = 250;
+  r.stream = true;
+  r.params = std::as_bytes(std::span<const char>(params.data(), params.size()));
+  std::vector<std::uint32_t> prompts[2] = {promptFor(1), promptFor(2)};
+  r.prompt = prompts[0];
+  auto running = client->submit(r);
+  ASSERT_TRUE(running);
+  seen[*running].prompt = prompts[0];
+  auto sink = [&](const Completion& c) { account(seen, c); };
+  ASSERT_TRUE(pollUntil(*client, sink, [&] { return seen[*running].tokens.size() >= 3; }))
+      << "no tokens from the running request";
+  r.prompt = prompts[1];
+  auto queued = client->submit(r);  // the worker is full: it waits in the queue
+  ASSERT_TRUE(queued);
+  seen[*queued].prompt = prompts[1];
+  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(client->cancel(*queued));
+  ASSERT_TRUE(pollUntil(
+      *client, sink, [&] { return seen[*queued].finals > 0; }, 2s));
+  EXPECT_EQ(seen[*queued].final_completion.status, Status::kCancelled);
+  EXPECT_EQ(seen[*queued].final_completion.output_tokens, 0u);
+  EXPECT_TRUE(seen[*queued].tokens.empty());
+
+  ASSERT_TRUE(client->cancel(*running));
+  ASSERT_TRUE(pollUntil(
+      *client, sink, [&] { return seen[*running].finals > 0; }, 2s));
+  const Seen& s = seen[*running];
+  EXPECT_EQ(s.error, "");
+  EXPECT_EQ(s.final_completion.status, Status::kCancelled);
+  EXPECT_LT(s.final_completion.output_tokens, 250u);
+  EXPECT_GE(s.final_completion.output_tokens, 3u);
+  EXPECT_EQ(s.tokens.size(), s.final_completion.output_tokens)
+      << "the CANCELLED completion counts the tokens the client received";
+  // Cancelling again: it is no longer outstanding.
+  EXPECT_EQ(client->cancel(*running).code(), ErrorCode::kInvalidArgument);
+
+  // The worker's one sequence is free again: a new request runs to the end.
+  const std::string short_params = paramsFor(5);
+  r.params = std::as_bytes(std::span<const char>(short_params.data(), short_params.size()));
+  r.prompt = prompts[0];
+  auto next = client->submit(r);
+  ASSERT_TRUE(next);
+  seen[*next].prompt = prompts[0];
+  ASSERT_TRUE(pollUntil(
+      *client, sink, [&] { return seen[*next].finals > 0; }, 5s));
+  EXPECT_EQ(seen[*next].final_completion.status, Status::kOk);
+  EXPECT_EQ(seen[*next].tokens.size(), 5u);
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+TEST_F(Workers, AClientKilledMidStreamHasItsRequestAbortedAndTheWorkerServesOthers) {
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  WorkerProcess w(socket(), slowModel());  // one sequence: the victim holds it
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t victim = fork();
+  if (victim == 0) {
+    ClientOptions o;
+    o.socket_path = socket();
+    auto client = Client::connect(o);
+    if (!client) _exit(1);
+    auto tenant = client->openTenant("victim");
+    if (!tenant) _exit(1);
+    const std::vector<std::uint32_t> prompt = promptFor(3);
+    SubmitRequest r;
+    r.tenant = *tenant;
+    r.endpoint = "chat";
+    r.prompt = prompt;
+    r.max_output_tokens = 250;  // 1.25 s at 200 tokens/s
+    r.stream = true;
+    if (!client->submit(r)) _exit(1);
+    std::vector<Completion> got;
+    while (got.empty()) {
+      (void)client->wait(100ms);
+      client->poll(got);
+    }
+    const char byte = 1;
+    if (write(ready[1], &byte, 1) != 1) _exit(1);
+    pause();  // killed mid-stream
+    _exit(0);
+  }
+  char byte;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1) << "the victim saw no token";
+  ::kill(victim, SIGKILL);
+  waitpid(victim, nullptr, 0);
+  const auto killed_at = Clock::now();
+  // The abort frees the worker's only sequence long before the victim's
+  // 250 tokens would have: another client's request runs at once.
+  ClientOptions o;
+  o.socket_path = socket();
+  auto client = Client::connect(o);
+  ASSERT_TRUE(client);
+  auto tenant = client->openTenant("other");
+  ASSERT_TRUE(tenant);
+  const std::vector<std::uint32_t> prompt = promptFor(4);
+  const std::string params = paramsFor(2);
+  SubmitRequest r;
+  r.tenant = *tenant;
+  r.endpoint = "chat";
+  r.prompt = prompt;
+  r.max_output_tokens = 8;
+  r.params = std::as_bytes(std::span<const char>(params.data(), params.size()));
+  auto done = client->submitAndWait(r, 10s);
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_EQ(done->status, Status::kOk);
+  EXPECT_EQ(done->output_tokens, 2u);
+  EXPECT_LT(Clock::now() - killed_at, 1s) << "the victim's sequence was not aborted";
+  close(ready[0]);
+  close(ready[1]);
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+TEST_F(Workers, AWorkerKilledMidStreamEndsOrRequeuesItsRequestsAndTheOtherWorkerGoesOn) {
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  reference::EngineModel m = fastModel();
+  m.step_us = 2000;  // 500 tokens/s per sequence: long enough to be killed mid-stream
+  auto victim = std::make_unique<WorkerProcess>(socket(), m);
+  WorkerProcess survivor(socket(), m);
+  ClientOptions o;
+  o.socket_path = socket();
+  auto client = Client::connect(o);
+  ASSERT_TRUE(client);
+  auto tenant = client->openTenant("acme");
+  ASSERT_TRUE(tenant);
+  std::map<RequestId, Seen> seen;
+  const std::string params = paramsFor(200);
+  std::vector<std::vector<std::uint32_t>> prompts;
+  for (int i = 0; i < 80; ++i) prompts.push_back(promptFor(100 + i));
+  for (int i = 0; i < 80; ++i) {
+    SubmitRequest r;
+    r.tenant = *tenant;
+    r.endpoint = "chat";
+    r.prompt = prompts[i];
+    r.max_output_tokens = 200;
+    r.stream = true;
+    r.params = std::as_bytes(std::span<const char>(params.data(), params.size()));
+    auto id = client->submit(r);
+    ASSERT_TRUE(id);
+    seen[*id].prompt = prompts[i];
+  }
+  auto sink = [&](const Completion& c) { account(seen, c); };
+  std::size_t streaming = 0;
+  ASSERT_TRUE(pollUntil(*client, sink, [&] {
+    streaming = 0;
+    for (const auto& [id, s] : seen) streaming += !s.tokens.empty();
+    return streaming >= 40;
+  }));
+  victim->kill();
+  ASSERT_TRUE(pollUntil(
+      *client, sink,
+      [&] {
+        for (const auto& [id, s] : seen)
+          if (s.finals == 0) return false;
+        return true;
+      },
+      60s))
+      << "requests of the killed worker never ended";
+  int ok = 0, failed = 0;
+  for (const auto& [id, s] : seen) {
+    EXPECT_EQ(s.error, "");
+    EXPECT_EQ(s.finals, 1);
+    if (s.final_completion.status == Status::kOk) {
+      ++ok;
+      EXPECT_EQ(s.tokens.size(), 200u);
+    } else {
+      ++failed;
+      EXPECT_EQ(s.final_completion.status, Status::kExecutorFailed);
+      EXPECT_EQ(s.tokens.size(), s.final_completion.output_tokens);
+      EXPECT_GT(s.tokens.size(), 0u) << "one that streamed nothing is requeued, not failed";
+    }
+  }
+  EXPECT_GT(failed, 0) << "the victim held streaming requests when it died";
+  EXPECT_GT(ok, 40) << "the survivor served the rest, requeued ones included";
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+TEST_F(Workers, AWorkerBreakingTheProtocolIsDroppedAndTheDaemonAndOtherWorkersGoOn) {
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  // A rogue worker: takes an assignment, then emits for one it does not hold
+  // and more tokens than max_output_tokens.
+  const pid_t rogue = fork();
+  if (rogue == 0) {
+    WorkerOptions wo;
+    wo.socket_path = socket();
+    wo.endpoint = "chat";
+    auto w = Worker::connect(wo);
+    if (!w) _exit(1);
+    if (!w->setCapacity(4, 1 << 20)) _exit(1);
+    std::vector<WorkItem> items;
+    while (items.empty()) {
+      (void)w->wait(100ms);
+      w->poll(items);
+    }
+    const std::vector<std::uint32_t> junk(300, 7);
+    (void)w->emit(items[0].id ^ 0x5555, junk);  // not its assignment
+    for (;;) {
+      if (!w->connected()) _exit(0);  // dropped, as it should be
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  ClientOptions o;
+  o.socket_path = socket();
+  auto client = Client::connect(o);
+  ASSERT_TRUE(client);
+  auto tenant = client->openTenant("acme");
+  ASSERT_TRUE(tenant);
+  const std::vector<std::uint32_t> prompt = promptFor(9);
+  const std::string params = paramsFor(3);
+  SubmitRequest r;
+  r.tenant = *tenant;
+  r.endpoint = "chat";
+  r.prompt = prompt;
+  r.max_output_tokens = 8;
+  r.params = std::as_bytes(std::span<const char>(params.data(), params.size()));
+  auto first = client->submit(r);  // goes to the rogue, the only worker
+  ASSERT_TRUE(first);
+  int status = 0;
+  ASSERT_EQ(waitpid(rogue, &status, 0), rogue);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the rogue was not dropped";
+  // Its request streamed nothing: requeued. A good worker serves it.
+  WorkerProcess good(socket(), fastModel());
+  std::vector<Completion> got;
+  ASSERT_TRUE(pollUntil(
+      *client, [&](const Completion& c) { got.push_back(c); }, [&] { return !got.empty(); }, 10s));
+  EXPECT_EQ(got[0].request_id, *first);
+  EXPECT_EQ(got[0].status, Status::kOk);
+  EXPECT_EQ(got[0].output_tokens, 3u);
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+TEST_F(Workers, AClientThatNeverReadsItsStreamEndsSlowConsumerAndOthersAreUnaffected) {
+  EndpointSetup s;
+  s.client_buffer_chunks = 64;
+  s.max_output_tokens = 60000;
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket(), s));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  reference::EngineModel m = fastModel();
+  m.step_us = 0;
+  m.decode_token_us = 0;
+  WorkerProcess w(socket(), m);
+  ClientOptions o;
+  o.socket_path = socket();
+  auto sleeper = Client::connect(o);
+  ASSERT_TRUE(sleeper);
+  auto st = sleeper->openTenant("sleepy");
+  ASSERT_TRUE(st);
+  const std::vector<std::uint32_t> prompt = promptFor(11);
+  SubmitRequest r;
+  r.tenant = *st;
+  r.endpoint = "chat";
+  r.prompt = prompt;
+  r.max_output_tokens = 60000;  // more chunks than its ring and buffer hold
+  r.stream = true;
+  auto id = sleeper->submit(r);
+  ASSERT_TRUE(id);
+  // Meanwhile another client streams normally.
+  const auto started = Clock::now();
+  EXPECT_EQ(runStreamingClient(socket(), {"busy"}, 20, 99), "");
+  // The sleeper's ring (16384 chunks) and buffer (64) fill within this at
+  // 8,000 tokens/s or more — the worker's pace is several times that even
+  // under sanitizers.
+  std::this_thread::sleep_until(started + 3s);
+  // Now the sleeper reads: a prefix of its tokens, in order, then SLOW_CONSUMER.
+  std::map<RequestId, Seen> seen;
+  seen[*id].prompt = prompt;
+  ASSERT_TRUE(pollUntil(
+      *sleeper, [&](const Completion& c) { account(seen, c); },
+      [&] { return seen[*id].finals > 0; }, 20s));
+  const Seen& got = seen[*id];
+  EXPECT_EQ(got.error, "");
+  EXPECT_EQ(got.final_completion.status, Status::kSlowConsumer);
+  EXPECT_LT(got.tokens.size(), 60000u);
+  EXPECT_GT(got.tokens.size(), 0u);
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+}  // namespace
+}  // namespace fairsched

@@ -1,0 +1,103 @@
+// fairsched-worker: the reference worker (design.md §7). Attaches to a
+// worker endpoint of a running fairschedd and serves it with the
+// continuous-batching engine model of [endpoints.NAME.engine] in --config
+// (defaults without one), emitting the documented reference tokens.
+// SIGTERM/SIGINT: finish the step, close (running requests end or are
+// requeued by the daemon), exit 0.
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "daemon/config/config.hpp"
+#include "worker/reference_engine.hpp"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void onSignal(int) {
+  g_stop.store(true);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fairsched;
+  CLI::App app{
+      "fairsched-worker: a reference continuous-batching engine serving a worker endpoint"};
+  app.set_version_flag("--version", std::string("fairsched-worker ") + FAIRSCHED_VERSION);
+  std::string socket = "/run/fairsched/fairsched.sock", endpoint, config_path, name;
+  app.add_option("--socket", socket, "fairschedd's socket")->capture_default_str();
+  app.add_option("--endpoint", endpoint, "the executor = \"worker\" endpoint to serve")->required();
+  app.add_option("--config", config_path,
+                 "the daemon's TOML: the engine model is [endpoints.NAME.engine]")
+      ->check(CLI::ExistingFile);
+  app.add_option("--name", name, "the worker's name in the daemon's log and status");
+  bool cuda = false;
+  app.add_flag("--cuda", cuda, "run each engine step's work on CUDA streams");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (cuda) {
+    std::fprintf(stderr, "fairsched-worker: --cuda is not available in this build yet\n");
+    return 2;
+  }
+
+  reference::EngineModel model;
+  if (!config_path.empty()) {
+    config::ConfigResult loaded = config::loadConfigFile(config_path);
+    if (auto* err = std::get_if<config::ConfigError>(&loaded)) {
+      std::fprintf(stderr, "fairsched-worker: %s\n", err->toString().c_str());
+      return 1;
+    }
+    const config::Config& cfg = std::get<config::Config>(loaded);
+    const config::EndpointConfig* ep = nullptr;
+    for (const auto& e : cfg.endpoints) {
+      if (e.name == endpoint) ep = &e;
+    }
+    if (ep == nullptr) {
+      std::fprintf(stderr, "fairsched-worker: %s has no endpoint '%s'\n", config_path.c_str(),
+                   endpoint.c_str());
+      return 1;
+    }
+    const config::EngineConfig& e = ep->engine;
+    model = {e.max_sequences,    e.kv_tokens,       e.step_us,
+             e.prefill_token_us, e.decode_token_us, e.chunked_prefill_tokens};
+  }
+
+  struct sigaction sa {};
+  sa.sa_handler = onSignal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
+  WorkerOptions options;
+  options.socket_path = socket;
+  options.endpoint = endpoint;
+  options.worker_name = name;
+  Result<Worker> worker = Worker::connect(options);
+  if (!worker) {
+    std::fprintf(stderr, "fairsched-worker: %s\n", worker.error().message.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "fairsched-worker: serving %s (%u sequences, %llu KV tokens)\n",
+               endpoint.c_str(), model.max_sequences,
+               static_cast<unsigned long long>(model.kv_tokens));
+  reference::ReferenceEngine engine(*worker, model);
+  Result<void> r = engine.run(g_stop);
+  const reference::EngineStats& s = engine.stats();
+  std::fprintf(stderr, "fairsched-worker: %llu steps, %llu tokens, %llu finished, %llu aborted\n",
+               static_cast<unsigned long long>(s.steps), static_cast<unsigned long long>(s.tokens),
+               static_cast<unsigned long long>(s.finished),
+               static_cast<unsigned long long>(s.aborted));
+  if (!r) {
+    std::fprintf(stderr, "fairsched-worker: %s\n", r.error().message.c_str());
+    return r.error().code == ErrorCode::kDaemonLost ? 3 : 1;
+  }
+  return 0;
+}

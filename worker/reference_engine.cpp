@@ -1,0 +1,157 @@
+#include "worker/reference_engine.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string_view>
+
+namespace fairsched::reference {
+
+std::uint32_t referenceToken(std::span<const std::uint32_t> prompt, std::uint32_t j) {
+  const std::uint32_t base = prompt.empty() ? 0 : prompt[j % prompt.size()];
+  return base + j + 1;
+}
+
+std::uint32_t outputTokensParam(std::span<const std::byte> params) {
+  const std::string_view text(reinterpret_cast<const char*>(params.data()), params.size());
+  constexpr std::string_view kKey = "output_tokens=";
+  std::size_t at = text.find(kKey);
+  while (at != std::string_view::npos && at != 0 && text[at - 1] != ';' && text[at - 1] != ' ') {
+    at = text.find(kKey, at + 1);
+  }
+  if (at == std::string_view::npos) return 0;
+  std::uint64_t n = 0;
+  std::size_t i = at + kKey.size();
+  if (i >= text.size() || text[i] < '0' || text[i] > '9') return 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    n = n * 10 + static_cast<std::uint64_t>(text[i] - '0');
+    if (n > UINT32_MAX) return 0;
+  }
+  return static_cast<std::uint32_t>(n);
+}
+
+ReferenceEngine::ReferenceEngine(Worker& worker, EngineModel model)
+    : worker_(worker), model_(model) {}
+
+Result<void> ReferenceEngine::stateCapacity() {
+  const auto free_seqs = static_cast<std::uint32_t>(
+      model_.max_sequences - std::min<std::size_t>(seqs_.size(), model_.max_sequences));
+  const std::uint64_t free_kv = model_.kv_tokens - std::min(kv_used_, model_.kv_tokens);
+  if (free_seqs == stated_seqs_ && free_kv == stated_kv_) return {};
+  Result<void> r = worker_.setCapacity(free_seqs, free_kv);
+  if (r) {
+    stated_seqs_ = free_seqs;
+    stated_kv_ = free_kv;
+  }
+  return r;
+}
+
+void ReferenceEngine::spend(double micros) {
+  if (micros <= 0) return;
+  using Clock = std::chrono::steady_clock;
+  const auto until =
+      Clock::now() + std::chrono::nanoseconds(static_cast<std::int64_t>(micros * 1e3));
+  if (micros >= 50) {
+    const auto ns = static_cast<long>(micros * 1e3);
+    timespec ts{ns / 1000000000L, ns % 1000000000L};
+    ::nanosleep(&ts, nullptr);
+    return;
+  }
+  while (Clock::now() < until) {
+  }
+}
+
+Result<void> ReferenceEngine::step(std::chrono::nanoseconds idle_wait) {
+  if (Result<void> r = stateCapacity(); !r) return r;
+  if (seqs_.empty()) {
+    Result<void> w = worker_.wait(idle_wait);
+    if (!w && w.error().code != ErrorCode::kTimedOut) return w;
+  }
+  items_.clear();
+  worker_.poll(items_);
+  bool took = false;
+  for (WorkItem& item : items_) {
+    if (item.kind == WorkItem::Kind::kAbort) {
+      auto it = std::find_if(seqs_.begin(), seqs_.end(),
+                             [&](const Sequence& s) { return s.id == item.id; });
+      if (it == seqs_.end()) continue;  // finished before the abort arrived
+      kv_used_ -= it->reserved;
+      if (Result<void> r = worker_.finish(it->id, Status::kCancelled, it->generated); !r) return r;
+      seqs_.erase(it);
+      ++stats_.aborted;
+      continue;
+    }
+    Assignment& a = item.assignment;
+    Sequence s;
+    s.id = a.id;
+    s.prompt = std::move(a.prompt);
+    s.prompt_tokens = a.prompt_tokens;
+    const std::uint32_t asked = outputTokensParam(a.params);
+    s.target = asked == 0 ? a.max_output_tokens : std::min(asked, a.max_output_tokens);
+    s.reserved = std::uint64_t{a.prompt_tokens} + a.max_output_tokens;
+    kv_used_ += s.reserved;
+    if (s.target == 0) {  // nothing to generate
+      kv_used_ -= s.reserved;
+      if (Result<void> r = worker_.finish(s.id, Status::kOk, 0); !r) return r;
+      ++stats_.finished;
+      continue;
+    }
+    seqs_.push_back(std::move(s));
+    took = true;
+  }
+  if (took) {
+    if (Result<void> r = stateCapacity(); !r) return r;
+  }
+  if (seqs_.empty()) return {};
+
+  // Prefill within the chunk budget, oldest first; then one token per
+  // prefilled sequence.
+  std::uint64_t budget = model_.chunked_prefill_tokens;
+  std::uint64_t prefilled = 0;
+  std::uint32_t decoding = 0;
+  for (Sequence& s : seqs_) {
+    if (s.prefilled < s.prompt_tokens) {
+      const auto n = static_cast<std::uint32_t>(
+          std::min<std::uint64_t>(budget, s.prompt_tokens - s.prefilled));
+      s.prefilled += n;
+      budget -= n;
+      prefilled += n;
+      if (s.prefilled < s.prompt_tokens) continue;
+    }
+    ++decoding;
+  }
+  spend(model_.step_us + model_.prefill_token_us * static_cast<double>(prefilled) +
+        model_.decode_token_us * decoding);
+  ++stats_.steps;
+  for (std::size_t i = 0; i < seqs_.size();) {
+    Sequence& s = seqs_[i];
+    if (s.prefilled < s.prompt_tokens) {
+      ++i;
+      continue;
+    }
+    const std::uint32_t token = referenceToken(s.prompt, s.generated);
+    ++s.generated;
+    ++stats_.tokens;
+    if (Result<void> r = worker_.emit(s.id, std::span<const std::uint32_t>(&token, 1)); !r)
+      return r;
+    if (s.generated >= s.target) {
+      if (Result<void> r = worker_.finish(s.id, Status::kOk, s.generated); !r) return r;
+      kv_used_ -= s.reserved;
+      ++stats_.finished;
+      seqs_.erase(seqs_.begin() + static_cast<std::ptrdiff_t>(i));  // keeps arrival order
+      continue;
+    }
+    ++i;
+  }
+  return stateCapacity();
+}
+
+Result<void> ReferenceEngine::run(const std::atomic<bool>& stop) {
+  while (!stop.load(std::memory_order_relaxed)) {
+    if (Result<void> r = step(std::chrono::milliseconds(50)); !r) return r;
+  }
+  return {};
+}
+
+}  // namespace fairsched::reference

@@ -1,0 +1,94 @@
+// The reference engine behind fairsched-worker: a continuous-batching model
+// of an inference engine (vLLM/SGLang style) that serves a worker endpoint
+// through fairsched::Worker and emits the documented deterministic tokens
+// (design.md §7), so that anyone can check that no token reached the wrong
+// request.
+//
+// Per iteration (step): take assignments (each reserves prompt + max output
+// tokens of KV) and aborts; prefill waiting prompts within the chunked
+// prefill budget, oldest first; every fully prefilled sequence decodes one
+// token; the step takes
+//     step_us + prefill_token_us × prompt tokens prefilled
+//             + decode_token_us × sequences decoding
+// of modelled time (spent sleeping, or spinning when under 50 µs); then the
+// new tokens are emitted, finished sequences reported and the free capacity
+// stated again.
+//
+// A request's true output length: `output_tokens=N` in its parameters
+// (ASCII, e.g. "output_tokens=17;temperature=0"), capped at
+// max_output_tokens; without it, max_output_tokens. So a benchmark can make
+// requests stop before what they reserved, as real ones do.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "fairsched/worker.hpp"
+
+namespace fairsched::reference {
+
+struct EngineModel {
+  std::uint32_t max_sequences = 64;
+  std::uint64_t kv_tokens = 262144;
+  double step_us = 200.0;
+  double prefill_token_us = 0.02;
+  double decode_token_us = 2.0;
+  std::uint32_t chunked_prefill_tokens = 2048;
+};
+
+// Output token j of a request whose prompt is `prompt`: (p[j % n] + j + 1)
+// mod 2^32, or j + 1 for an empty prompt (counts-only requests).
+std::uint32_t referenceToken(std::span<const std::uint32_t> prompt, std::uint32_t j);
+
+// `output_tokens=N` from a parameters blob; 0 when absent or malformed.
+std::uint32_t outputTokensParam(std::span<const std::byte> params);
+
+struct EngineStats {
+  std::uint64_t steps = 0;
+  std::uint64_t tokens = 0;
+  std::uint64_t finished = 0;
+  std::uint64_t aborted = 0;
+};
+
+class ReferenceEngine {
+ public:
+  ReferenceEngine(Worker& worker, EngineModel model);
+
+  // One iteration. `idle_wait`: how long to wait for work when nothing is
+  // running. Errors: the worker's (kDaemonLost when the daemon went away).
+  Result<void> step(std::chrono::nanoseconds idle_wait);
+
+  // Steps until `stop` is set or the worker fails; returns that failure (or OK).
+  Result<void> run(const std::atomic<bool>& stop);
+
+  const EngineStats& stats() const { return stats_; }
+  std::size_t running() const { return seqs_.size(); }
+
+ private:
+  struct Sequence {
+    std::uint64_t id = 0;
+    std::vector<std::uint32_t> prompt;
+    std::uint32_t prompt_tokens = 0;
+    std::uint32_t prefilled = 0;
+    std::uint32_t target = 0;  // true output length
+    std::uint32_t generated = 0;
+    std::uint64_t reserved = 0;  // KV tokens
+  };
+
+  Result<void> stateCapacity();
+  void spend(double micros);
+
+  Worker& worker_;
+  EngineModel model_;
+  std::vector<Sequence> seqs_;
+  std::uint64_t kv_used_ = 0;
+  std::uint32_t stated_seqs_ = UINT32_MAX;
+  std::uint64_t stated_kv_ = UINT64_MAX;
+  std::vector<WorkItem> items_;
+  EngineStats stats_;
+};
+
+}  // namespace fairsched::reference
