@@ -292,6 +292,9 @@ void Metrics::publish(TimeNs now, const core::Scheduler& sched, const ServerStat
   shared_.gauges = std::move(gauges);
   shared_.clients = clients_;
   shared_.endpoint_queued = std::move(endpoint_queued);
+  shared_.endpoint_workers = stats.workers;
+  shared_.endpoint_running = stats.running_on_workers;
+  shared_.tokens_streamed = stats.tokens_streamed;
   shared_.in_flight = sched.inFlight();
   shared_.tenants = sched.tenants().size();
   shared_.connections = clients;
@@ -471,6 +474,16 @@ std::vector<prometheus::MetricFamily> Metrics::collect() const {
         static_cast<double>(s.endpoint_queued[e]));
   }
   out.push_back(std::move(endpoint_queue));
+  auto workers = family("fairsched_workers", "Workers attached to the endpoint", MetricType::Gauge);
+  auto running = family("fairsched_worker_running_requests",
+                        "Requests running on the endpoint's workers", MetricType::Gauge);
+  for (std::size_t e = 0; e < s.endpoint_workers.size() && e + 1 < s.endpoint_names.size(); ++e) {
+    const Labels l{{"endpoint", s.endpoint_names[e]}};
+    add(workers, l, static_cast<double>(s.endpoint_workers[e]));
+    add(running, l, static_cast<double>(e < s.endpoint_running.size() ? s.endpoint_running[e] : 0));
+  }
+  out.push_back(std::move(workers));
+  out.push_back(std::move(running));
   const std::uint64_t listed = s.listed_series;
   const std::uint64_t unlisted = s.series_names.size() - 1 - listed;
   auto series_family = family("fairsched_metrics_tenant_labels",
@@ -504,6 +517,8 @@ std::vector<prometheus::MetricFamily> Metrics::collect() const {
        MetricType::Counter, s.completions_dropped},
       {"fairsched_loop_iterations_total", "Event loop iterations", MetricType::Counter,
        s.loop_iterations},
+      {"fairsched_worker_tokens_total", "Output tokens workers reported, all endpoints",
+       MetricType::Counter, s.tokens_streamed},
   };
   const Scalar fleet_scalars[] = {
       {"fairsched_fleet_breaker_state",

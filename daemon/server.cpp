@@ -86,7 +86,10 @@ Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg,
 }
 
 Server::Server(const config::Config& cfg, core::SchedulerSpec spec)
-    : cfg_(cfg), rules_(cfg_), sched_(std::move(spec)), notifier_(makeSystemdNotifier()) {}
+    : cfg_(cfg), rules_(cfg_), sched_(std::move(spec)), notifier_(makeSystemdNotifier()) {
+  stats_.workers.assign(cfg_.endpoints.size(), 0);
+  stats_.running_on_workers.assign(cfg_.endpoints.size(), 0);
+}
 
 std::string Server::statusLine() const {
   std::size_t queued = 0;
@@ -315,11 +318,21 @@ Result<> Server::reload() {
 }
 
 void Server::reapplyRules() {
+  std::vector<std::uint64_t> revoked_workers;
   for (auto& [id, cp] : conns_) {
     Connection& c = *cp;
     if (c.closing) continue;
     c.rule = rules_.match(c.cred.uid, c.cred.gid);
     if (!c.segment) continue;
+    if (c.worker) {
+      const std::string& ep = cfg_.endpoints[c.worker->endpoint].name;
+      if (!c.rule || !ClientRules::allowsWorker(*c.rule, ep)) {
+        spdlog::warn("worker {} (uid {}): the config no longer lets it serve endpoint {}", c.id,
+                     c.cred.uid, ep);
+        revoked_workers.push_back(c.id);
+      }
+      continue;
+    }
     for (std::size_t e = 0; e < c.endpoint_allowed.size() && e < cfg_.endpoints.size(); ++e) {
       c.endpoint_allowed[e] =
           c.rule && ClientRules::allowsEndpoint(*c.rule, cfg_.endpoints[e].name);
@@ -343,6 +356,9 @@ void Server::reapplyRules() {
         spdlog::info("client {} (uid {}): tenant '{}' allowed again", c.id, c.cred.uid, r.name);
       }
     }
+  }
+  for (const std::uint64_t id : revoked_workers) {
+    dropConnection(id, "is no longer allowed to serve its endpoint");
   }
 }
 

@@ -264,6 +264,9 @@ class Server {
   // The worker `c` with the most room on endpoint `e` that can take one more
   // request; null when none.
   Connection* roomiestWorker(EndpointId e);
+  // How many more requests worker `c` may be given now: its statement, the
+  // endpoint's max_sequences and room in its assignment ring.
+  std::uint32_t sequencesFor(Connection& c);
   // Ends request `key` on its worker now with `why` (its completion goes
   // out at once with the tokens streamed so far) and tells the worker to
   // abort; the entry lives on until the worker acknowledges.
@@ -321,7 +324,10 @@ class Server {
   }
   void releasePending(std::uint64_t id) {
     Pending& p = pending_[id];
-    if (p.worker != 0 && running_on_workers_ > 0) --running_on_workers_;
+    if (p.worker != 0 && running_on_workers_ > 0) {
+      --running_on_workers_;
+      --stats_.running_on_workers[p.endpoint];
+    }
     p.live = false;
     p.worker = 0;
     p.aborted = false;

@@ -204,6 +204,29 @@ std::string Server::statusJson() const {
   }
   j["queued"] = queued;
   j["endpoints"] = std::move(endpoints);
+  // Engines attached as workers (design.md §7), in attach order.
+  std::vector<const Connection*> attached;
+  for (const auto& [id, cp] : conns_) {
+    if (cp->worker && !cp->closing) attached.push_back(cp.get());
+  }
+  std::sort(attached.begin(), attached.end(),
+            [](const Connection* a, const Connection* b) { return a->id < b->id; });
+  json workers = json::array();
+  for (const Connection* c : attached) {
+    const WorkerState& w = *c->worker;
+    workers.push_back({{"id", c->id},
+                       {"endpoint", cfg_.endpoints[w.endpoint].name},
+                       {"name", w.name},
+                       {"pid", c->cred.pid},
+                       {"running", w.running},
+                       {"free_sequences", w.freeSequences()},
+                       {"free_kv_tokens", w.freeKvTokens()},
+                       {"assigned", w.assigned},
+                       {"finished", w.finished},
+                       {"tokens", w.tokens}});
+  }
+  j["workers"] = std::move(workers);
+  j["running_on_workers"] = running_on_workers_;
   if (fleet_) {
     const fleet::FleetStats f = fleet_->stats();
     j["fleet"] = {{"backend", cfg_.fleet ? cfg_.fleet->url : ""},
@@ -224,6 +247,7 @@ std::string Server::statusJson() const {
                    {"completions_delivered", stats_.completions_delivered},
                    {"completions_dropped", stats_.completions_dropped},
                    {"bad_slots", stats_.bad_slots},
+                   {"tokens_streamed", stats_.tokens_streamed},
                    {"batches", stats_.batches}};
   return dumpJson(j);
 }

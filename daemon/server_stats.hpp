@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace fairsched::daemon {
 
@@ -16,6 +17,9 @@ struct ServerStats {
   std::uint64_t completions_dropped = 0;  // their client was gone
   std::uint64_t bad_slots = 0;
   std::uint64_t batches = 0;
+  // Per endpoint (index = EndpointId), worker endpoints only nonzero.
+  std::vector<std::uint64_t> workers;             // attached workers
+  std::vector<std::uint64_t> running_on_workers;  // requests assigned, not finished
 };
 
 }  // namespace fairsched::daemon

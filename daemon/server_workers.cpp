@@ -80,6 +80,7 @@ void Server::handleWorkerHello(Connection& c, const shm::HelloMessage& m,
   w.endpoint = static_cast<EndpointId>(e);
   w.name = std::string(name);
   w.events.emplace(c.segment->submissionRing(0), 0);
+  ++stats_.workers[e];
 
   reply.status = static_cast<std::uint32_t>(shm::ControlStatus::kOk);
   reply.client_id = c.id;
@@ -298,19 +299,32 @@ void Server::abortRunning(std::uint64_t key, Status why, TimeNs now) {
   it->second->worker->aborts.push_back(shm::encodeAssignment(a));
 }
 
+std::uint32_t Server::sequencesFor(Connection& c) {
+  const WorkerState& w = *c.worker;
+  const std::uint32_t cap = cfg_.endpoints[w.endpoint].worker.max_sequences;
+  const std::uint32_t below_cap = w.running >= cap ? 0 : cap - w.running;
+  const std::uint64_t ring = c.producer->freeSlots(1);
+  const std::uint64_t ring_room = ring > w.aborts.size() ? ring - w.aborts.size() : 0;
+  return static_cast<std::uint32_t>(
+      std::min<std::uint64_t>({w.freeSequences(), below_cap, ring_room}));
+}
+
 Server::Connection* Server::roomiestWorker(EndpointId e) {
+  // The most free KV tokens first (then sequences): if the next fair choice
+  // does not fit there, it fits nowhere now.
   Connection* best = nullptr;
-  std::uint32_t best_free = 0;
+  std::uint64_t best_kv = 0;
+  std::uint32_t best_seqs = 0;
   for (auto& [id, cp] : conns_) {
     Connection& c = *cp;
     if (!c.worker || c.closing || c.worker->endpoint != e) continue;
-    const std::uint32_t free = c.worker->freeSequences();
-    if (free == 0 || c.worker->freeKvTokens() == 0) continue;
-    // Room in its assignment ring too (aborts waiting there come first).
-    if (c.producer->freeSlots(1) <= c.worker->aborts.size()) continue;
-    if (free > best_free) {
+    const std::uint32_t seqs = sequencesFor(c);
+    const std::uint64_t kv = c.worker->freeKvTokens();
+    if (seqs == 0 || kv == 0) continue;
+    if (kv > best_kv || (kv == best_kv && seqs > best_seqs)) {
       best = &c;
-      best_free = free;
+      best_kv = kv;
+      best_seqs = seqs;
     }
   }
   return best;
@@ -325,15 +339,13 @@ bool Server::assignToWorkers(TimeNs now) {
       Connection* wc = roomiestWorker(ep);
       if (!wc) break;
       WorkerState& w = *wc->worker;
-      const std::uint64_t ring_room = wc->producer->freeSlots(1) - w.aborts.size();
-      const auto max_requests =
-          static_cast<std::uint32_t>(std::min<std::uint64_t>(w.freeSequences(), ring_room));
-      if (!sched_.take(ep, now, max_requests, w.freeKvTokens(), batch_, done_)) break;
+      if (!sched_.take(ep, now, sequencesFor(*wc), w.freeKvTokens(), batch_, done_)) break;
       for (const core::Dispatched& d : batch_.requests) {
         Pending& p = pending_[d.id];
         p.dispatched = now;
         p.worker = wc->id;
         ++running_on_workers_;
+        ++stats_.running_on_workers[ep];
         shm::AssignmentRecord a;
         a.assignment = assignmentId(d.id);
         a.tenant = p.tenant;
@@ -396,6 +408,7 @@ void Server::workerLost(Connection& c, TimeNs now) {
     } else if (requeue && p.streamed == 0 && sched_.requeue(p.handle, now)) {
       p.worker = 0;
       --running_on_workers_;
+      --stats_.running_on_workers[p.endpoint];
       ++p.gen;  // a late event from the lost worker can never match it
       ++requeued;
     } else {
@@ -403,6 +416,7 @@ void Server::workerLost(Connection& c, TimeNs now) {
       finishWorkerRequest(key, Status::kExecutorFailed, p.streamed, now);
     }
   }
+  --stats_.workers[c.worker->endpoint];
   spdlog::warn("worker {} of endpoint {} is gone: {} requests requeued, {} end EXECUTOR_FAILED",
                c.id, cfg_.endpoints[c.worker->endpoint].name, requeued, failed);
 }

@@ -166,7 +166,7 @@ Geometry workerGeometry(std::uint32_t assignments, std::uint32_t max_prompt_word
   g.ring_count = 1;
   g.ring_capacity = 1024;
   g.prompt_tokens_per_slot = std::max(kWorkerTokensPerEvent, (kMaxParamsBytes + 3) / 4);
-  g.completion_capacity = assignments;
+  g.completion_capacity = std::bit_ceil(std::max<std::uint32_t>(assignments, 2));
   g.reply_tokens_per_slot = max_prompt_words + (kMaxParamsBytes + 3) / 4;
   return g;
 }

@@ -121,8 +121,8 @@ std::uint32_t assignmentPayloadWords(const CompletionSlot& slot);
 std::uint32_t streamPayloadWords(const CompletionSlot& slot);
 
 // The geometry of a worker's segment: one event ring; an assignment ring of
-// `assignments` cells whose payload holds a prompt of `max_prompt_words`
-// words and kMaxParamsBytes of parameters.
+// at least `assignments` cells (the next power of two) whose payload holds
+// a prompt of `max_prompt_words` words and kMaxParamsBytes of parameters.
 Geometry workerGeometry(std::uint32_t assignments, std::uint32_t max_prompt_words);
 
 }  // namespace fairsched::shm

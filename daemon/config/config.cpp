@@ -9,6 +9,10 @@ namespace fairsched::config {
 std::uint64_t EndpointConfig::resolvedQuantum() const {
   if (quantum != 0) return quantum;
   const bool perRequest = cost == CostModel::kRequests;
+  // Worker endpoints charge output as it is generated: a small quantum makes
+  // each turn about one request, so a tenant that becomes backlogged gets
+  // the next free sequence instead of waiting out another tenant's turn.
+  if (executor == ExecutorKind::kWorker) return perRequest ? 1 : kWorkerQuantum;
   if (kind == EndpointKind::kBatch) {
     return std::max<std::uint64_t>(1, perRequest ? max_batch_requests : max_batch_tokens);
   }

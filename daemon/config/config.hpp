@@ -32,7 +32,8 @@ struct WorkerEndpointConfig {
   // Longest prompt a worker may be handed, in tokens (the assignment
   // payload); longer submissions end INVALID.
   std::uint32_t max_prompt_tokens = 8192;
-  // Assignment ring cells per worker: no worker may run more sequences.
+  // Most requests one worker runs at once, whatever capacity it states
+  // (its assignment ring holds this many, rounded up to a power of two).
   std::uint32_t max_sequences = 256;
   // Stream chunks held for a client that does not read its completion ring,
   // beyond the ring itself; past it the client's streamed request ends
@@ -93,6 +94,8 @@ struct EndpointConfig {
   // for kStreaming about one request (max_batch_tokens / max_batch_requests,
   // or 1 under the requests cost model).
   std::uint64_t resolvedQuantum() const;
+  // The quantum of a worker endpoint under a token cost model when none is set.
+  static constexpr std::uint64_t kWorkerQuantum = 16;
 };
 
 // Limits for one endpoint, as set at some level (tier or tenant).

@@ -126,6 +126,16 @@ void printStatus(const json& s) {
                 e.value("queued_tokens", 0ull), e.value("free_executor_slots", 0ull),
                 e.value("tokens_last_10s", 0ull));
   }
+  if (s.contains("workers") && !s["workers"].empty()) {
+    std::printf("\n%-8s %-16s %-20s %8s %8s %10s %14s %12s\n", "WORKER", "ENDPOINT", "NAME", "PID",
+                "RUNNING", "FREE_SEQS", "FREE_KV", "TOKENS");
+    for (const json& w : s["workers"]) {
+      std::printf("%-8llu %-16s %-20s %8llu %8llu %10llu %14llu %12llu\n", w.value("id", 0ull),
+                  text(w, "endpoint").c_str(), text(w, "name").c_str(), w.value("pid", 0ull),
+                  w.value("running", 0ull), w.value("free_sequences", 0ull),
+                  w.value("free_kv_tokens", 0ull), w.value("tokens", 0ull));
+    }
+  }
   if (s.contains("fleet")) {
     const json& f = s["fleet"];
     std::cout << "\nfleet     " << text(f, "backend", "") << ": breaker " << text(f, "breaker", "?")

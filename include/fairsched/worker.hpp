@@ -120,8 +120,9 @@ class FAIRSCHED_API Worker {
   // negative timeout waits forever) or the daemon goes (kDaemonLost).
   Result<void> wait(std::chrono::nanoseconds timeout);
 
-  // For an event loop: readable when poll() may have something, once
-  // prepareToBlock() returned false (true: poll() has something now).
+  // For an event loop: readable when poll() may have something or the
+  // daemon went away. Call prepareToBlock() before each blocking wait on it:
+  // true means block now; false means poll() has something already.
   int eventFd() const;
   Result<bool> prepareToBlock();
 

@@ -17,10 +17,13 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include "daemon/config/config.hpp"
 #include "fairsched/client.hpp"
 #include "fairsched/worker.hpp"
+
 #include "tests/support/forked_daemon.hpp"
+#include "tests/support/run_command.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "worker/reference_engine.hpp"
 
@@ -53,7 +56,7 @@ config::Config makeConfig(const std::string& socket, const EndpointSetup& s = {}
       "[endpoints.embed]\nmax_wait_us = 100\n"
       "[[clients]]\nname = \"tests\"\nuids = [" +
       std::to_string(getuid()) +
-      "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\nworkers = [\"chat\"]\n" + s.extra;
+      "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\nworkers = [\"chat\"]\nadmin = true\n" + s.extra;
   auto parsed = config::parseConfig(text, "test");
   if (auto* err = std::get_if<config::ConfigError>(&parsed)) ADD_FAILURE() << err->toString();
   return std::get<config::Config>(parsed);
@@ -158,6 +161,21 @@ void account(std::map<RequestId, Seen>& seen, const Completion& c) {
   s.final_completion = c;
 }
 
+// Polls `client` until `pred` holds or `timeout`; feeds every completion to `sink`.
+template <class Sink, class Pred>
+bool pollUntil(Client& client, Sink&& sink, Pred&& pred, std::chrono::nanoseconds timeout = 20s) {
+  std::vector<Completion> got;
+  const auto until = Clock::now() + timeout;
+  while (!pred()) {
+    if (Clock::now() >= until) return false;
+    (void)client.wait(20ms);
+    got.clear();
+    client.poll(got);
+    for (const Completion& c : got) sink(c);
+  }
+  return true;
+}
+
 // A client that submits `n` streamed requests per tenant and checks each
 // one; "" when everything arrived right.
 std::string runStreamingClient(const std::string& socket, const std::vector<std::string>& tenants,
@@ -259,27 +277,233 @@ TEST_F(Workers, StressManyClientProcessesSeveralWorkersEveryTokenReachesItsReque
   EXPECT_EQ(d.value().terminate(), 0);
 }
 
-TEST_F(Workers, OneClientOneWorkerStreamsTheReferenceTokens) {
+TEST_F(Workers, OneClientOneWorkerStreamsTheReferenceTokensAndStatusShowsTheWorker) {
   auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
   ASSERT_TRUE(d.ok()) << d.error().message;
   WorkerProcess w(socket(), fastModel());
   EXPECT_EQ(runStreamingClient(socket(), {"acme"}, 20, 7), "");
+  std::string out;
+  ASSERT_EQ(testing::runFairschedctl("--socket " + socket() + " status --json", &out), 0) << out;
+  const auto status = nlohmann::json::parse(out);
+  ASSERT_EQ(status["workers"].size(), 1u) << out;
+  const auto& worker = status["workers"][0];
+  EXPECT_EQ(worker["endpoint"], "chat");
+  EXPECT_EQ(worker["name"], "ref");
+  EXPECT_EQ(worker["pid"], w.pid());
+  EXPECT_EQ(worker["assigned"], 20);
+  EXPECT_EQ(worker["finished"], 20);
+  EXPECT_EQ(worker["running"], 0);
+  EXPECT_EQ(worker["free_sequences"], fastModel().max_sequences);
+  EXPECT_GT(worker["tokens"].get<std::uint64_t>(), 20u);
+  EXPECT_EQ(status["counters"]["tokens_streamed"], worker["tokens"]);
+  ASSERT_EQ(testing::runFairschedctl("--socket " + socket() + " status", &out), 0) << out;
+  EXPECT_NE(out.find("WORKER"), std::string::npos) << out;
   EXPECT_EQ(d.value().terminate(), 0);
 }
 
-// Polls `client` until `pred` holds or `timeout`; feeds every completion to `sink`.
-template <class Sink, class Pred>
-bool pollUntil(Client& client, Sink&& sink, Pred&& pred, std::chrono::nanoseconds timeout = 20s) {
-  std::vector<Completion> got;
-  const auto until = Clock::now() + timeout;
-  while (!pred()) {
-    if (Clock::now() >= until) return false;
-    (void)client.wait(20ms);
-    got.clear();
-    client.poll(got);
-    for (const Completion& c : got) sink(c);
+TEST_F(Workers, ADeadlineThatPassesWhileRunningEndsTheRequestWithItsTokensSoFar) {
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  WorkerProcess w(socket(), slowModel());  // 200 tokens/s
+  ClientOptions o;
+  o.socket_path = socket();
+  auto client = Client::connect(o);
+  ASSERT_TRUE(client);
+  auto tenant = client->openTenant("acme");
+  ASSERT_TRUE(tenant);
+  std::map<RequestId, Seen> seen;
+  const std::vector<std::uint32_t> prompt = promptFor(5);
+  SubmitRequest r;
+  r.tenant = *tenant;
+  r.endpoint = "chat";
+  r.prompt = prompt;
+  r.max_output_tokens = 250;  // 1.25 s of work
+  r.stream = true;
+  r.timeout = 150ms;
+  auto id = client->submit(r);
+  ASSERT_TRUE(id);
+  seen[*id].prompt = prompt;
+  ASSERT_TRUE(pollUntil(
+      *client, [&](const Completion& c) { account(seen, c); }, [&] { return seen[*id].finals > 0; },
+      5s));
+  const Seen& s = seen[*id];
+  EXPECT_EQ(s.error, "");
+  EXPECT_EQ(s.final_completion.status, Status::kDeadlineExceeded);
+  EXPECT_GT(s.tokens.size(), 0u);
+  EXPECT_LT(s.tokens.size(), 250u);
+  EXPECT_EQ(s.final_completion.output_tokens, s.tokens.size());
+  EXPECT_GT(s.final_completion.time_to_first_token.count(), 0);
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+TEST_F(Workers, AWorkerThatNeverFinishesARequestCannotHoldItsClientPastBatchTimeout) {
+  EndpointSetup s;
+  s.extra = "";
+  config::Config cfg = makeConfig(socket(), s);
+  cfg.endpoints[0].batch_timeout_ms = 300;
+  auto d = daemon::ForkedDaemon::start(cfg);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  const pid_t stuck = fork();
+  if (stuck == 0) {  // takes work, never emits or finishes
+    WorkerOptions wo;
+    wo.socket_path = socket();
+    wo.endpoint = "chat";
+    auto w = Worker::connect(wo);
+    if (!w || !w->setCapacity(8, 1 << 20)) _exit(1);
+    for (;;) pause();
   }
-  return true;
+  ClientOptions o;
+  o.socket_path = socket();
+  auto client = Client::connect(o);
+  ASSERT_TRUE(client);
+  auto tenant = client->openTenant("acme");
+  ASSERT_TRUE(tenant);
+  const std::vector<std::uint32_t> prompt = promptFor(6);
+  SubmitRequest r;
+  r.tenant = *tenant;
+  r.endpoint = "chat";
+  r.prompt = prompt;
+  r.max_output_tokens = 8;
+  const auto t0 = Clock::now();
+  auto done = client->submitAndWait(r, 10s);
+  ::kill(stuck, SIGKILL);
+  waitpid(stuck, nullptr, 0);
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_EQ(done->status, Status::kExecutorFailed);
+  EXPECT_GE(Clock::now() - t0, 300ms);
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+struct Ttft {
+  std::chrono::nanoseconds median{std::chrono::hours(1)};
+  std::chrono::nanoseconds max{std::chrono::hours(1)};
+};
+
+// Client-side time to first token (submit → first chunk received) of `n`
+// requests of tenant "light", spaced `gap` apart.
+Ttft lightTtft(const std::string& socket, int n, std::chrono::milliseconds gap) {
+  ClientOptions o;
+  o.socket_path = socket;
+  auto client = Client::connect(o);
+  if (!client) return {};
+  auto tenant = client->openTenant("light");
+  if (!tenant) return {};
+  std::vector<std::chrono::nanoseconds> ttft;
+  const std::vector<std::uint32_t> prompt = promptFor(77);
+  const std::string params = paramsFor(4);
+  for (int i = 0; i < n; ++i) {
+    SubmitRequest r;
+    r.tenant = *tenant;
+    r.endpoint = "chat";
+    r.prompt = prompt;
+    r.max_output_tokens = 16;
+    r.stream = true;
+    r.params = std::as_bytes(std::span<const char>(params.data(), params.size()));
+    const auto t0 = Clock::now();
+    auto id = client->submit(r);
+    if (!id) return {};
+    bool first = false, final_seen = false;
+    std::vector<Completion> got;
+    while (!final_seen && Clock::now() - t0 < 30s) {
+      (void)client->wait(50ms);
+      got.clear();
+      client->poll(got);
+      for (const Completion& c : got) {
+        if (c.partial && !first) {
+          first = true;
+          ttft.push_back(Clock::now() - t0);
+        }
+        if (!c.partial) final_seen = true;
+      }
+    }
+    if (!first) return {};
+    std::this_thread::sleep_for(gap);
+  }
+  std::sort(ttft.begin(), ttft.end());
+  return {ttft[ttft.size() / 2], ttft.back()};
+}
+
+// A flooding tenant ("heavy", 600 requests of 1 to 31 output tokens at
+// once) and a light one on a continuous-batching worker of 32 sequences:
+// under `fair` the light tenant's median time to first token stays within 2×
+// of its time alone, plus one engine step (a busy engine takes a new
+// sequence only at its next step, an idle one at once); under `fifo` in the
+// same setup it waits behind the flood, which shows the comparison can fail.
+TEST_F(Workers, StressUnderContinuousBatchingALightTenantsTtftStaysWithinTwiceAlone) {
+  reference::EngineModel m = fastModel();
+  m.max_sequences = 32;
+  m.step_us = 1000;
+  int run = 0;
+  auto measure = [&](const std::string& policy, bool flood) {
+    // A socket of its own per run: a killed daemon's listening socket may
+    // linger while the kernel tears its io_uring down.
+    const std::string sock = tmp_.path() + "/run" + std::to_string(run++) + ".sock";
+    config::Config cfg = makeConfig(sock);
+    cfg.daemon.policy = policy == "fair" ? Policy::kFair : Policy::kFifo;
+    auto d = daemon::ForkedDaemon::start(cfg);
+    if (!d.ok()) return Ttft{};
+    WorkerProcess w(sock, m);
+    pid_t heavy = -1;
+    int ready[2];
+    if (pipe(ready) != 0) return Ttft{};
+    if (flood) {
+      heavy = fork();
+      if (heavy == 0) {
+        ClientOptions o;
+        o.socket_path = sock;
+        auto client = Client::connect(o);
+        if (!client) _exit(1);
+        auto tenant = client->openTenant("heavy");
+        if (!tenant) _exit(1);
+        const std::vector<std::uint32_t> prompt = promptFor(1);
+        std::vector<std::string> params;
+        for (int i = 0; i < 31; ++i) params.push_back(paramsFor(1 + static_cast<std::uint32_t>(i)));
+        for (int i = 0; i < 600; ++i) {
+          SubmitRequest r;
+          r.tenant = *tenant;
+          r.endpoint = "chat";
+          r.prompt = prompt;
+          r.max_output_tokens = 32;
+          const std::string& p = params[static_cast<std::size_t>(i * 7) % params.size()];
+          r.params = std::as_bytes(std::span<const char>(p.data(), p.size()));
+          while (!client->submit(r)) (void)client->wait(1ms);
+        }
+        const char byte = 1;
+        if (write(ready[1], &byte, 1) != 1) _exit(1);
+        std::vector<Completion> got;
+        for (int done = 0; done < 600;) {
+          (void)client->wait(100ms);
+          got.clear();
+          done += static_cast<int>(client->poll(got));
+        }
+        _exit(0);
+      }
+      char byte;
+      if (read(ready[0], &byte, 1) != 1) return Ttft{};
+    }
+    const Ttft t = lightTtft(sock, 9, 10ms);
+    if (heavy > 0) {
+      ::kill(heavy, SIGKILL);
+      waitpid(heavy, nullptr, 0);
+    }
+    close(ready[0]);
+    close(ready[1]);
+    d.value().kill();
+    return t;
+  };
+  const auto alone = measure("fair", false);
+  const auto fair = measure("fair", true);
+  const auto fifo = measure("fifo", true);
+  const auto us = [](std::chrono::nanoseconds x) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(x).count();
+  };
+  std::cout << "light tenant's TTFT (median / max): alone " << us(alone.median) << " / "
+            << us(alone.max) << " µs; with a flood: fair " << us(fair.median) << " / "
+            << us(fair.max) << " µs, fifo " << us(fifo.median) << " / " << us(fifo.max) << " µs\n";
+  const auto step = std::chrono::microseconds(static_cast<std::int64_t>(m.step_us));
+  EXPECT_LE(fair.median, 2 * alone.median + step);
+  EXPECT_GT(fifo.max, 10 * alone.median)
+      << "fifo should make the light tenant wait behind the flood";
 }
 
 TEST_F(Workers, CancelEndsAQueuedRequestAtOnceAndARunningOneWithItsTokensSoFar) {
