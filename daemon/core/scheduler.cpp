@@ -325,6 +325,13 @@ bool Scheduler::requeue(Handle h, TimeNs now) {
   s->state = SlotState::kQueued;
   ts.last_active = now;
   enqueue(ep, indexOf(h), now);
+  // Its deadline entry may be gone: nextDeadline() and expireDeadlines() drop
+  // the entries of requests in flight. A second entry is harmless (stale ones
+  // are skipped).
+  if (s->req.deadline != kNever) {
+    deadlines_.push_back({s->req.deadline, h});
+    std::push_heap(deadlines_.begin(), deadlines_.end(), std::greater<>{});
+  }
   return true;
 }
 
@@ -530,8 +537,8 @@ bool Scheduler::nextBatch(EndpointId e, TimeNs now, Batch& out, std::vector<Done
                                        : takeFifo(ep, now, limits, out, done);
 }
 
-bool Scheduler::take(EndpointId e, TimeNs now, std::uint32_t max_requests,
-                     std::uint64_t max_tokens, Batch& out, std::vector<Done>& done) {
+bool Scheduler::take(EndpointId e, TimeNs now, std::uint32_t max_requests, std::uint64_t max_tokens,
+                     Batch& out, std::vector<Done>& done) {
   out.clear();
   out.endpoint = e;
   if (e >= endpoints_.size() || max_requests == 0) return false;
