@@ -1,11 +1,14 @@
 // [endpoints.<name>]: batching, cost, default limits and the executor of each
 // endpoint, with its [endpoints.<name>.cpu] and [endpoints.<name>.cuda] tables.
+#include <bit>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "daemon/config/key_table.hpp"
 #include "daemon/config/parse_limits.hpp"
 #include "daemon/config/sections.hpp"
+#include "shm/worker_protocol.hpp"
 
 namespace fairsched::config {
 
@@ -34,11 +37,38 @@ constexpr KeyRule<CudaExecutorConfig> kCudaKeys[] = {
     {"fallback", enumKey<&CudaExecutorConfig::fallback, kFallbackExecutors>},
 };
 
+// The assignment ring's cells: a power of two, as every ring's capacity.
+bool readMaxSequences(ParseContext& ctx, const toml::node& n, const std::string& path,
+                      WorkerEndpointConfig& w) {
+  if (!intKey<&WorkerEndpointConfig::max_sequences, 2, 4096>(ctx, n, path, w)) return false;
+  if (!std::has_single_bit(w.max_sequences)) {
+    return ctx.fail(n, path, "must be a power of two, got " + std::to_string(w.max_sequences));
+  }
+  return true;
+}
+
+// A worker's segment (shm::workerGeometry) must be one the layout allows,
+// or every worker of the endpoint is refused at attach. Laid out with 64 KiB
+// pages, the largest a host uses: it then fits any page size.
+bool checkWorkerSegment(ParseContext& ctx, const toml::node& table, const std::string& path,
+                        WorkerEndpointConfig& w) {
+  const shm::Result<shm::Layout> layout =
+      shm::computeLayout(shm::workerGeometry(w.max_sequences, w.max_prompt_tokens), 65536);
+  if (const auto* err = std::get_if<shm::Error>(&layout)) {
+    return ctx.fail(
+        table, path,
+        std::to_string(w.max_sequences) + " sequences of " + std::to_string(w.max_prompt_tokens) +
+            " prompt tokens need a worker segment over the layout's limit (" + err->message + ")");
+  }
+  return true;
+}
+
 constexpr KeyRule<WorkerEndpointConfig> kWorkerKeys[] = {
     {"requeue_on_loss", boolKey<&WorkerEndpointConfig::requeue_on_loss>},
     {"max_prompt_tokens", intKey<&WorkerEndpointConfig::max_prompt_tokens, 1, 1U << 18>},
-    {"max_sequences", intKey<&WorkerEndpointConfig::max_sequences, 2, 4096>},
+    {"max_sequences", readMaxSequences},
     {"client_buffer_chunks", intKey<&WorkerEndpointConfig::client_buffer_chunks, 1, 1U << 20>},
+    {kTableCheck, checkWorkerSegment},
 };
 
 constexpr KeyRule<EngineConfig> kEngineKeys[] = {

@@ -325,6 +325,13 @@ bool Scheduler::requeue(Handle h, TimeNs now) {
   s->state = SlotState::kQueued;
   ts.last_active = now;
   enqueue(ep, indexOf(h), now);
+  // Its deadline entry may be gone: nextDeadline() and expireDeadlines() drop
+  // the entries of requests in flight. A second entry is harmless (stale ones
+  // are skipped).
+  if (s->req.deadline != kNever) {
+    deadlines_.push_back({s->req.deadline, h});
+    std::push_heap(deadlines_.begin(), deadlines_.end(), std::greater<>{});
+  }
   return true;
 }
 

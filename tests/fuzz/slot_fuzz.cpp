@@ -64,8 +64,9 @@ void fuzzRing(Bytes& in) {
     const PopResult r = consumer.tryPop(slot, prompt);
     if (r == PopResult::kOk) {
       require(checkSlot(slot, mem.arenaTokens()) == SlotCheck::kValid);
-      require(prompt.size() == slot.prompt_tokens);
-      require(slot.prompt_offset + slot.prompt_tokens <= mem.arenaTokens());
+      // The prompt's ids (none when counts-only), then the parameters.
+      require(prompt.size() == slot.arenaWords());
+      require(slot.prompt_offset + slot.arenaWords() <= mem.arenaTokens());
       require(consumer.position() == before + 1);
       require(cells[before & (capacity - 1)].sequence == before + capacity);
     } else {

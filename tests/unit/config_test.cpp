@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "daemon/config/account_lookup.hpp"
+#include "daemon/config/scheduler_setup.hpp"
+#include "shm/worker_protocol.hpp"
 
 namespace fairsched::config {
 namespace {
@@ -1558,6 +1560,202 @@ TEST(ConfigReload, BlockersNameWhatOnlyARestartCanChange) {
   fewer.endpoints.pop_back();
   EXPECT_EQ(reloadBlockers(base, fewer),
             std::vector<std::string>{"endpoints (the set and order of endpoints)"});
+}
+
+// --- executor = "worker" -----------------------------------------------------------
+
+// Lines 11 and 12: an endpoint served by workers.
+constexpr std::string_view kWorkerEndpoint = "[endpoints.gen]\nexecutor = \"worker\"\n";
+
+std::string withWorker(std::string_view snippet) {
+  return withBase(std::string(kWorkerEndpoint) + std::string(snippet));
+}
+
+TEST(ConfigWorker, WorkerEndpointGetsWorkerAndEngineDefaults) {
+  const Config cfg = parsedOk(withWorker(""));
+  const EndpointConfig* ep = cfg.findEndpoint("gen");
+  ASSERT_NE(ep, nullptr);
+  EXPECT_EQ(ep->executor, ExecutorKind::kWorker);
+  EXPECT_TRUE(ep->worker.requeue_on_loss);
+  EXPECT_EQ(ep->worker.max_prompt_tokens, 8192u);
+  EXPECT_EQ(ep->worker.max_sequences, 256u);
+  EXPECT_EQ(ep->worker.client_buffer_chunks, 1024u);
+  EXPECT_EQ(ep->engine.max_sequences, 64u);
+  EXPECT_EQ(ep->engine.kv_tokens, 262144u);
+  EXPECT_EQ(ep->engine.step_us, 200.0);
+  EXPECT_EQ(ep->engine.prefill_token_us, 0.02);
+  EXPECT_EQ(ep->engine.decode_token_us, 2.0);
+  EXPECT_EQ(ep->engine.chunked_prefill_tokens, 2048u);
+}
+
+TEST(ConfigWorker, WorkerAndEngineKeysParse) {
+  const Config cfg = parsedOk(withWorker(R"([endpoints.gen.worker]
+requeue_on_loss = false
+max_prompt_tokens = 262144
+max_sequences = 128
+client_buffer_chunks = 1048576
+[endpoints.gen.engine]
+max_sequences = 4096
+kv_tokens = 17179869184
+step_us = 150.5
+prefill_token_us = 0
+decode_token_us = 3
+chunked_prefill_tokens = 512
+)"));
+  const EndpointConfig& ep = *cfg.findEndpoint("gen");
+  EXPECT_FALSE(ep.worker.requeue_on_loss);
+  EXPECT_EQ(ep.worker.max_prompt_tokens, 262144u);
+  EXPECT_EQ(ep.worker.max_sequences, 128u);
+  EXPECT_EQ(ep.worker.client_buffer_chunks, 1048576u);
+  EXPECT_EQ(ep.engine.max_sequences, 4096u);
+  EXPECT_EQ(ep.engine.kv_tokens, 17179869184u);
+  EXPECT_EQ(ep.engine.step_us, 150.5);
+  EXPECT_EQ(ep.engine.prefill_token_us, 0.0);
+  EXPECT_EQ(ep.engine.decode_token_us, 3.0);
+  EXPECT_EQ(ep.engine.chunked_prefill_tokens, 512u);
+}
+
+TEST(ConfigWorker, WorkerEndpointIsChargedPerTokenWithItsSequencesAsParallelism) {
+  const Config cfg = parsedOk(withWorker("[endpoints.gen.worker]\nmax_sequences = 32\n"));
+  const core::SchedulerSpec spec = buildSchedulerSpec(cfg);
+  ASSERT_EQ(spec.endpoints.size(), 3u);
+  EXPECT_EQ(spec.endpoints[2].name, "gen");
+  EXPECT_TRUE(spec.endpoints[2].per_token);
+  EXPECT_EQ(spec.endpoints[2].parallelism, 32u);
+  EXPECT_FALSE(spec.endpoints[0].per_token) << "a cpu endpoint charges at dispatch";
+}
+
+TEST(ConfigWorker, WorkerKeysOutOfRangeAreRejected) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"max_prompt_tokens = 0", "max_prompt_tokens: must be at least 1, got 0"},
+      {"max_prompt_tokens = 262145", "max_prompt_tokens: must be at most 262144, got 262145"},
+      {"max_sequences = 1", "max_sequences: must be at least 2, got 1"},
+      {"max_sequences = 8192", "max_sequences: must be at most 4096, got 8192"},
+      {"max_sequences = -4", "max_sequences: must be at least 2, got -4"},
+      {"client_buffer_chunks = 0", "client_buffer_chunks: must be at least 1, got 0"},
+      {"client_buffer_chunks = 1048577",
+       "client_buffer_chunks: must be at most 1048576, got 1048577"},
+      {"requeue_on_loss = 1", "requeue_on_loss: expected boolean, got integer"},
+      {"max_prompt_tokens = \"8k\"", "max_prompt_tokens: expected integer, got string"},
+      {"max_sequence = 5", "max_sequence: unknown key (did you mean 'max_sequences'?)"},
+  };
+  for (const auto& [line, error] : cases) {
+    EXPECT_EQ(errorOf(withWorker("[endpoints.gen.worker]\n" + line + "\n")),
+              "cfg.toml:14: endpoints.gen.worker." + error)
+        << line;
+  }
+}
+
+TEST(ConfigWorker, EngineKeysOutOfRangeAreRejected) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"max_sequences = 0", "max_sequences: must be at least 1, got 0"},
+      {"max_sequences = 4097", "max_sequences: must be at most 4096, got 4097"},
+      {"kv_tokens = 0", "kv_tokens: must be at least 1, got 0"},
+      {"step_us = -1", "step_us: must be non-negative and finite, got -1"},
+      {"prefill_token_us = nan", "prefill_token_us: must be non-negative and finite, got nan"},
+      {"decode_token_us = \"fast\"", "decode_token_us: expected float, got string"},
+      {"chunked_prefill_tokens = 0", "chunked_prefill_tokens: must be at least 1, got 0"},
+      {"kv_token = 5", "kv_token: unknown key (did you mean 'kv_tokens'?)"},
+  };
+  for (const auto& [line, error] : cases) {
+    EXPECT_EQ(errorOf(withWorker("[endpoints.gen.engine]\n" + line + "\n")),
+              "cfg.toml:14: endpoints.gen.engine." + error)
+        << line;
+  }
+}
+
+// Regression: the assignment ring has max_sequences cells, and a ring's
+// capacity is a power of two; 100 was accepted and every worker that
+// attached was refused ("could not create the shared segment").
+TEST(ConfigWorker, MaxSequencesThatIsNotAPowerOfTwoIsRejected) {
+  EXPECT_EQ(errorOf(withWorker("[endpoints.gen.worker]\nmax_sequences = 100\n")),
+            "cfg.toml:14: endpoints.gen.worker.max_sequences: must be a power of two, got 100");
+  EXPECT_EQ(parsedOk(withWorker("[endpoints.gen.worker]\nmax_sequences = 2048\n"))
+                .findEndpoint("gen")
+                ->worker.max_sequences,
+            2048u);
+}
+
+// Regression: the largest values of both keys together need a segment over
+// the layout's 4 GiB; accepted, every worker that attached was refused.
+TEST(ConfigWorker, SequencesAndPromptsTooLargeForOneSegmentAreRejected) {
+  EXPECT_EQ(errorOf(withWorker("[endpoints.gen.worker]\nmax_sequences = 4096\n"
+                               "max_prompt_tokens = 262144\n")),
+            "cfg.toml:13: endpoints.gen.worker: 4096 sequences of 262144 prompt tokens need a "
+            "worker segment over the layout's limit (segment of 4316397568 bytes exceeds "
+            "4294967296)");
+  EXPECT_EQ(parsedOk(withWorker("[endpoints.gen.worker]\nmax_sequences = 4096\n"
+                                "max_prompt_tokens = 131072\n"))
+                .findEndpoint("gen")
+                ->worker.max_prompt_tokens,
+            131072u);
+}
+
+// Whatever [endpoints.X.worker] the parser accepts, a worker can attach.
+RC_GTEST_PROP(ConfigWorker, EveryAcceptedWorkerTableGivesASegmentTheLayoutAllows, ()) {
+  const auto sequences = *rc::gen::inRange<std::uint32_t>(0, 5000);
+  const auto prompt =
+      *rc::gen::oneOf(rc::gen::inRange<std::uint32_t>(0, (1U << 18) + 2),
+                      rc::gen::inRange<std::uint32_t>((1U << 18) - 8192, (1U << 18) + 2));
+  const std::string text =
+      withWorker("[endpoints.gen.worker]\nmax_sequences = " + std::to_string(sequences) +
+                 "\nmax_prompt_tokens = " + std::to_string(prompt) + "\n");
+  const auto parsed = parseConfig(text, "cfg.toml");
+  if (const auto* cfg = std::get_if<Config>(&parsed)) {
+    const WorkerEndpointConfig& w = cfg->findEndpoint("gen")->worker;
+    for (const std::uint64_t page : {4096u, 65536u}) {
+      const auto layout =
+          shm::computeLayout(shm::workerGeometry(w.max_sequences, w.max_prompt_tokens), page);
+      RC_ASSERT(std::holds_alternative<shm::Layout>(layout));
+    }
+  }
+}
+
+TEST(ConfigWorker, WorkerTableThatIsNotATableIsRejected) {
+  EXPECT_EQ(errorOf(withWorker("worker = 5\n")),
+            "cfg.toml:13: endpoints.gen.worker: expected table, got integer");
+}
+
+TEST(ConfigWorker, ClientMayServeWorkerEndpoints) {
+  const Config cfg =
+      parsedOk(withWorker("[[clients]]\nuids = [0]\nworkers = [\"gen\", \"gen\"]\n"
+                          "[[clients]]\nuids = [1]\nworkers = [\"*\"]\n[[clients]]\nuids = [2]\n"));
+  ASSERT_EQ(cfg.clients.size(), 3u);
+  EXPECT_EQ(cfg.clients[0].workers, std::vector<std::string>{"gen"});
+  EXPECT_EQ(cfg.clients[1].workers, std::vector<std::string>{"*"});
+  EXPECT_TRUE(cfg.clients[2].workers.empty()) << "serving is never implied";
+}
+
+TEST(ConfigWorker, WorkersNamingAnEndpointNotServedByWorkersAreRejected) {
+  EXPECT_EQ(errorOf(withWorker("[[clients]]\nuids = [0]\nworkers = [\"gen\", \"chat\"]\n")),
+            "cfg.toml:15: clients[0].workers: endpoint 'chat' is not served by workers "
+            "(executor = \"worker\")");
+}
+
+TEST(ConfigWorker, WorkersNamingAnUnknownEndpointAreRejected) {
+  EXPECT_EQ(errorOf(withWorker("[[clients]]\nuids = [0]\nworkers = [\"nope\"]\n")),
+            "cfg.toml:15: clients[0].workers: unknown endpoint 'nope'");
+}
+
+TEST(ConfigWorker, ReloadIsBlockedByWhatSizesAWorkersSegmentOnly) {
+  const Config base = parsedOk(withWorker(""));
+  const std::vector<std::string> blocked = {
+      "endpoints.gen.worker.max_prompt_tokens/max_sequences (a worker's segment is sized at "
+      "attach)"};
+  Config prompt = base;
+  prompt.endpoints[2].worker.max_prompt_tokens *= 2;
+  EXPECT_EQ(reloadBlockers(base, prompt), blocked);
+  Config sequences = base;
+  sequences.endpoints[2].worker.max_sequences /= 2;
+  EXPECT_EQ(reloadBlockers(base, sequences), blocked);
+  Config live = base;
+  live.endpoints[2].worker.requeue_on_loss = false;
+  live.endpoints[2].worker.client_buffer_chunks = 7;
+  live.endpoints[2].engine.kv_tokens = 1;
+  EXPECT_TRUE(reloadBlockers(base, live).empty());
+  Config executor = base;
+  executor.endpoints[2].executor = ExecutorKind::kCpu;
+  EXPECT_EQ(reloadBlockers(base, executor), std::vector<std::string>{"endpoints.gen.executor"});
 }
 
 }  // namespace
