@@ -30,6 +30,7 @@ static_assert(FAIRSCHED_STATUS_RATE_LIMITED == static_cast<int>(fairsched::Statu
 static_assert(FAIRSCHED_STATUS_SHUTTING_DOWN == static_cast<int>(fairsched::Status::kShuttingDown));
 static_assert(FAIRSCHED_STATUS_EXECUTOR_FAILED ==
               static_cast<int>(fairsched::Status::kExecutorFailed));
+static_assert(FAIRSCHED_STATUS_SLOW_CONSUMER == static_cast<int>(fairsched::Status::kSlowConsumer));
 
 thread_local std::string t_last_error;
 
@@ -242,7 +243,7 @@ void fairsched_close(fairsched_client* client) {
 }
 
 const char* fairsched_status_name(int status) {
-  if (status < 0 || status > static_cast<int>(fairsched::Status::kExecutorFailed)) {
+  if (status < 0 || !fairsched::decodeStatus(static_cast<std::uint32_t>(status))) {
     return "UNKNOWN";
   }
   // toString returns views of string literals: NUL-terminated.

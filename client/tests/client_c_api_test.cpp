@@ -112,7 +112,8 @@ TEST(CApi, NamesAndHttpHelpers) {
   EXPECT_STREQ(fairsched_status_name(FAIRSCHED_STATUS_RATE_LIMITED), "RATE_LIMITED");
   EXPECT_STREQ(fairsched_status_name(FAIRSCHED_STATUS_SHUTTING_DOWN), "SHUTTING_DOWN");
   EXPECT_STREQ(fairsched_status_name(FAIRSCHED_STATUS_EXECUTOR_FAILED), "EXECUTOR_FAILED");
-  EXPECT_STREQ(fairsched_status_name(10), "UNKNOWN");
+  EXPECT_STREQ(fairsched_status_name(FAIRSCHED_STATUS_SLOW_CONSUMER), "SLOW_CONSUMER");
+  EXPECT_STREQ(fairsched_status_name(11), "UNKNOWN");
   EXPECT_STREQ(fairsched_status_name(-1), "UNKNOWN");
   EXPECT_STREQ(fairsched_error_name(FAIRSCHED_ERR_RING_FULL), "RING_FULL");
   fairsched_completion c{};
