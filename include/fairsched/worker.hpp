@@ -120,8 +120,10 @@ class FAIRSCHED_API Worker {
   // negative timeout waits forever) or the daemon goes (kDaemonLost).
   Result<void> wait(std::chrono::nanoseconds timeout);
 
-  // For an event loop: readable when poll() may have something, once
-  // prepareToBlock() returned false (true: poll() has something now).
+  // For an event loop: a descriptor that becomes readable when poll() may
+  // have something. Call prepareToBlock() before every blocking wait on it:
+  // true: block now; false: poll() has something already. Errors of
+  // prepareToBlock(): kDaemonLost.
   int eventFd() const;
   Result<bool> prepareToBlock();
 
