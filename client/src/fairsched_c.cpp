@@ -1,20 +1,33 @@
-// The C ABI over fairsched::Client. Nothing here throws: allocation failure
-// aside (which terminates, as everywhere in the library), every path returns
-// a fairsched_error.
+// The C ABI over fairsched::Client and fairsched::Worker. Nothing here
+// throws: allocation failure aside (which terminates, as everywhere in the
+// library), every path returns a fairsched_error.
 #include "fairsched/fairsched.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <new>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fairsched/client.hpp"
+#include "fairsched/worker.hpp"
 
 struct fairsched_client {
   explicit fairsched_client(fairsched::Client c) : client(std::move(c)) {}
   fairsched::Client client;
+};
+
+struct fairsched_worker {
+  explicit fairsched_worker(fairsched::Worker w) : worker(std::move(w)) {}
+  fairsched::Worker worker;
+  // The last fairsched_worker_poll's items: the fairsched_work_item pointers
+  // point into them until the next poll. Used by the one polling thread.
+  std::vector<fairsched::WorkItem> items;
 };
 
 namespace {
@@ -30,6 +43,14 @@ static_assert(FAIRSCHED_STATUS_RATE_LIMITED == static_cast<int>(fairsched::Statu
 static_assert(FAIRSCHED_STATUS_SHUTTING_DOWN == static_cast<int>(fairsched::Status::kShuttingDown));
 static_assert(FAIRSCHED_STATUS_EXECUTOR_FAILED ==
               static_cast<int>(fairsched::Status::kExecutorFailed));
+static_assert(FAIRSCHED_STATUS_SLOW_CONSUMER == static_cast<int>(fairsched::Status::kSlowConsumer));
+static_assert(FAIRSCHED_MAX_PARAMS_BYTES == fairsched::kMaxParamsBytes);
+
+// fairsched_submit_request as it was before the worker fields: a caller
+// built then passes this struct_size and gets their defaults.
+constexpr std::size_t kSubmitRequestV1Size = offsetof(fairsched_submit_request, stream);
+static_assert(kSubmitRequestV1Size == offsetof(fairsched_submit_request, tag) + sizeof(uint64_t),
+              "the worker fields start right after tag");
 
 thread_local std::string t_last_error;
 
@@ -55,6 +76,14 @@ fairsched::SubmitRequest toRequest(const fairsched_submit_request& r) {
   }
   if (r.timeout_ns != 0) req.timeout = nanoseconds(r.timeout_ns);
   req.tag = r.tag;
+  if (r.struct_size >= sizeof(fairsched_submit_request)) {
+    req.stream = r.stream != 0;
+    if (r.params != nullptr) {
+      req.params =
+          std::span<const std::byte>(static_cast<const std::byte*>(r.params), r.params_bytes);
+    }
+    if (r.counts_only != 0) req.prompt_token_count = r.prompt_token_count;
+  }
   return req;
 }
 
@@ -69,6 +98,47 @@ fairsched_completion toC(const fairsched::Completion& c) {
   out.service_ns = c.service.count();
   out.checksum = c.checksum;
   out.local = c.local ? 1 : 0;
+  out.partial = c.partial ? 1 : 0;
+  out.first_token = c.first_token;
+  if (!c.tokens.empty()) {
+    out.tokens = c.tokens.data();
+    out.token_count = static_cast<uint32_t>(c.tokens.size());
+  }
+  out.input_tokens = c.input_tokens;
+  if (c.partial) {
+    out.emitted_ns = std::chrono::duration_cast<nanoseconds>(c.emitted.time_since_epoch()).count();
+  }
+  out.time_to_first_token_ns =
+      std::chrono::duration_cast<nanoseconds>(c.time_to_first_token).count();
+  return out;
+}
+
+fairsched_work_item toC(const fairsched::WorkItem& item) {
+  fairsched_work_item out{};
+  out.id = item.id;
+  if (item.kind == fairsched::WorkItem::Kind::kAbort) {
+    out.kind = FAIRSCHED_WORK_ABORT;
+    return out;
+  }
+  const fairsched::Assignment& a = item.assignment;
+  out.kind = FAIRSCHED_WORK_ASSIGN;
+  out.tenant = a.tenant;
+  out.priority = a.priority;
+  out.counts_only = a.counts_only ? 1 : 0;
+  if (a.deadline) {
+    out.deadline_ns =
+        std::chrono::duration_cast<nanoseconds>(a.deadline->time_since_epoch()).count();
+  }
+  out.prompt_tokens = a.prompt_tokens;
+  out.max_output_tokens = a.max_output_tokens;
+  if (!a.prompt.empty()) {
+    out.prompt = a.prompt.data();
+    out.prompt_len = static_cast<uint32_t>(a.prompt.size());
+  }
+  if (!a.params.empty()) {
+    out.params = a.params.data();
+    out.params_bytes = static_cast<uint32_t>(a.params.size());
+  }
   return out;
 }
 
@@ -82,9 +152,13 @@ fairsched::Completion fromC(const fairsched_completion& c) {
   return out;
 }
 
+// A request from fairsched_submit_request_init (of this or an older header)
+// whose pointers are set where their counts are not 0.
 bool validRequest(const fairsched_submit_request* request) {
-  return request != nullptr && request->struct_size >= sizeof(fairsched_submit_request) &&
-         (request->prompt != nullptr || request->prompt_tokens == 0);
+  if (request == nullptr || request->struct_size < kSubmitRequestV1Size) return false;
+  if (request->prompt == nullptr && request->prompt_tokens != 0) return false;
+  return request->struct_size < sizeof(fairsched_submit_request) || request->params != nullptr ||
+         request->params_bytes == 0;
 }
 
 }  // namespace
@@ -162,7 +236,9 @@ fairsched_error fairsched_open_tenant(fairsched_client* client, const char* tena
 fairsched_error fairsched_submit(fairsched_client* client, const fairsched_submit_request* request,
                                  uint64_t* out_request_id) {
   if (client == nullptr || !validRequest(request)) {
-    return invalid("client or request (use fairsched_submit_request_init)");
+    return invalid(
+        "client or request (use fairsched_submit_request_init; prompt and params may be NULL "
+        "only with a count of 0)");
   }
   fairsched::Result<fairsched::RequestId> r = client->client.submit(toRequest(*request));
   if (!r) return fail(r.error());
@@ -175,8 +251,16 @@ size_t fairsched_poll(fairsched_client* client, fairsched_completion* out, size_
   thread_local std::vector<fairsched::Completion> buffer;
   buffer.clear();
   const std::size_t n = client->client.poll(buffer, max);
+  // Kept until this thread's next call: partial completions point into it.
   for (std::size_t i = 0; i < n; ++i) out[i] = toC(buffer[i]);
   return n;
+}
+
+fairsched_error fairsched_cancel(fairsched_client* client, uint64_t request_id) {
+  if (client == nullptr) return invalid("client is NULL");
+  fairsched::Result<void> r = client->client.cancel(request_id);
+  if (!r) return fail(r.error());
+  return FAIRSCHED_OK;
 }
 
 fairsched_error fairsched_wait(fairsched_client* client, int64_t timeout_ns) {
@@ -202,7 +286,9 @@ fairsched_error fairsched_submit_and_wait(fairsched_client* client,
                                           const fairsched_submit_request* request,
                                           int64_t timeout_ns, fairsched_completion* out) {
   if (client == nullptr || !validRequest(request) || out == nullptr) {
-    return invalid("client, request and out must not be NULL");
+    return invalid(
+        "client, request or out (use fairsched_submit_request_init; prompt and params may be "
+        "NULL only with a count of 0)");
   }
   fairsched::Result<fairsched::Completion> r =
       client->client.submitAndWait(toRequest(*request), nanoseconds(timeout_ns));
@@ -216,7 +302,9 @@ fairsched_error fairsched_submit_with_retry(fairsched_client* client,
                                             const fairsched_retry_policy* policy,
                                             fairsched_completion* out, int32_t* attempts) {
   if (client == nullptr || !validRequest(request) || out == nullptr) {
-    return invalid("client, request and out must not be NULL");
+    return invalid(
+        "client, request or out (use fairsched_submit_request_init; prompt and params may be "
+        "NULL only with a count of 0)");
   }
   fairsched::RetryPolicy p;
   if (policy != nullptr) {
@@ -241,8 +329,115 @@ void fairsched_close(fairsched_client* client) {
   delete client;
 }
 
+void fairsched_worker_options_init(fairsched_worker_options* options) {
+  if (options == nullptr) return;
+  const fairsched::WorkerOptions d;
+  *options = fairsched_worker_options{};
+  options->struct_size = sizeof(fairsched_worker_options);
+  options->connect_timeout_ns = d.connect_timeout.count();
+  options->event_timeout_ns = d.event_timeout.count();
+}
+
+fairsched_error fairsched_worker_connect(const fairsched_worker_options* options,
+                                         fairsched_worker** out) {
+  if (out == nullptr) return invalid("out is NULL");
+  *out = nullptr;
+  if (options == nullptr || options->struct_size < sizeof(fairsched_worker_options)) {
+    return invalid("options not initialised with fairsched_worker_options_init");
+  }
+  fairsched::WorkerOptions o;
+  if (options->socket_path != nullptr) o.socket_path = options->socket_path;
+  if (options->endpoint != nullptr) o.endpoint = options->endpoint;
+  if (options->worker_name != nullptr) o.worker_name = options->worker_name;
+  o.connect_timeout = nanoseconds(options->connect_timeout_ns);
+  o.event_timeout = nanoseconds(options->event_timeout_ns);
+  fairsched::Result<fairsched::Worker> w = fairsched::Worker::connect(std::move(o));
+  if (!w) return fail(w.error());
+  *out = new fairsched_worker(std::move(w).value());
+  return FAIRSCHED_OK;
+}
+
+fairsched_error fairsched_worker_set_capacity(fairsched_worker* worker, uint32_t free_sequences,
+                                              uint64_t free_kv_tokens) {
+  if (worker == nullptr) return invalid("worker is NULL");
+  fairsched::Result<void> r = worker->worker.setCapacity(free_sequences, free_kv_tokens);
+  if (!r) return fail(r.error());
+  return FAIRSCHED_OK;
+}
+
+size_t fairsched_worker_poll(fairsched_worker* worker, fairsched_work_item* out, size_t max) {
+  if (worker == nullptr || out == nullptr || max == 0) return 0;
+  worker->items.clear();
+  const std::size_t n = worker->worker.poll(worker->items, max);
+  for (std::size_t i = 0; i < n; ++i) out[i] = toC(worker->items[i]);
+  return n;
+}
+
+fairsched_error fairsched_worker_wait(fairsched_worker* worker, int64_t timeout_ns) {
+  if (worker == nullptr) return invalid("worker is NULL");
+  fairsched::Result<void> r = worker->worker.wait(nanoseconds(timeout_ns));
+  if (!r) return fail(r.error());
+  return FAIRSCHED_OK;
+}
+
+int fairsched_worker_event_fd(const fairsched_worker* worker) {
+  return worker != nullptr ? worker->worker.eventFd() : -1;
+}
+
+fairsched_error fairsched_worker_prepare_to_block(fairsched_worker* worker, int* block) {
+  if (worker == nullptr || block == nullptr) return invalid("worker and block must not be NULL");
+  fairsched::Result<bool> r = worker->worker.prepareToBlock();
+  if (!r) return fail(r.error());
+  *block = *r ? 1 : 0;
+  return FAIRSCHED_OK;
+}
+
+fairsched_error fairsched_worker_emit(fairsched_worker* worker, uint64_t id, const uint32_t* tokens,
+                                      size_t n) {
+  if (worker == nullptr || (tokens == nullptr && n != 0)) {
+    return invalid("worker is NULL, or tokens is NULL with n > 0");
+  }
+  fairsched::Result<void> r =
+      worker->worker.emit(id, std::span<const std::uint32_t>(tokens, tokens != nullptr ? n : 0));
+  if (!r) return fail(r.error());
+  return FAIRSCHED_OK;
+}
+
+fairsched_error fairsched_worker_finish(fairsched_worker* worker, uint64_t id,
+                                        fairsched_status status, uint32_t output_tokens,
+                                        const char* message) {
+  if (worker == nullptr) return invalid("worker is NULL");
+  const std::optional<fairsched::Status> s =
+      fairsched::decodeStatus(static_cast<std::uint32_t>(status));
+  if (!s) return invalid("status is not a fairsched_status");
+  fairsched::Result<void> r = worker->worker.finish(
+      id, *s, output_tokens, message != nullptr ? std::string_view(message) : std::string_view());
+  if (!r) return fail(r.error());
+  return FAIRSCHED_OK;
+}
+
+int fairsched_worker_connected(const fairsched_worker* worker) {
+  return worker != nullptr && worker->worker.connected() ? 1 : 0;
+}
+
+void fairsched_worker_get_stats(const fairsched_worker* worker, fairsched_worker_stats* out) {
+  if (out == nullptr) return;
+  *out = fairsched_worker_stats{};
+  if (worker == nullptr) return;
+  const fairsched::WorkerStats s = worker->worker.stats();
+  out->assigned = s.assigned;
+  out->aborted = s.aborted;
+  out->tokens_emitted = s.tokens_emitted;
+  out->finished = s.finished;
+  out->ring_full_waits = s.ring_full_waits;
+}
+
+void fairsched_worker_close(fairsched_worker* worker) {
+  delete worker;
+}
+
 const char* fairsched_status_name(int status) {
-  if (status < 0 || status > static_cast<int>(fairsched::Status::kExecutorFailed)) {
+  if (status < 0 || !fairsched::decodeStatus(static_cast<std::uint32_t>(status))) {
     return "UNKNOWN";
   }
   // toString returns views of string literals: NUL-terminated.

@@ -1,9 +1,11 @@
 // The C ABI against the fake daemon: defaults, a round trip, errors with
-// their thread-local messages, names, and the HTTP helpers.
+// their thread-local messages, names, and the HTTP helpers. Streaming,
+// cancel and the worker role against a real daemon: tests/integration/c_api_test.cpp.
 #include "fairsched/fairsched.h"
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -25,9 +27,22 @@ TEST(CApi, OptionsInitFillsTheDefaults) {
   fairsched_submit_request_init(&r);
   EXPECT_EQ(r.struct_size, sizeof(fairsched_submit_request));
   EXPECT_EQ(r.prompt, nullptr);
+  EXPECT_EQ(r.stream, 0);
+  EXPECT_EQ(r.counts_only, 0);
+  EXPECT_EQ(r.params, nullptr);
+  EXPECT_EQ(r.params_bytes, 0u);
   fairsched_retry_policy p;
   fairsched_retry_policy_init(&p);
   EXPECT_EQ(p.max_attempts, 3);
+  fairsched_worker_options w;
+  std::memset(&w, 0xff, sizeof(w));
+  fairsched_worker_options_init(&w);
+  EXPECT_EQ(w.struct_size, sizeof(fairsched_worker_options));
+  EXPECT_EQ(w.socket_path, nullptr);
+  EXPECT_EQ(w.endpoint, nullptr);
+  EXPECT_EQ(w.worker_name, nullptr);
+  EXPECT_EQ(w.connect_timeout_ns, 5'000'000'000);
+  EXPECT_EQ(w.event_timeout_ns, 1'000'000'000);
 }
 
 TEST(CApi, RoundTripThroughTheCAbi) {
@@ -85,6 +100,50 @@ TEST(CApi, RoundTripThroughTheCAbi) {
   fairsched_close(c);
 }
 
+// A program built when the struct ended at `tag` passes that struct_size;
+// what lies after it in its memory is not the library's to read.
+TEST(CApi, ASubmitRequestFromBeforeTheWorkerFieldsIsReadUpToItsSize) {
+  FakeDaemon fake;
+  fake.start();
+  fairsched_options o;
+  fairsched_options_init(&o);
+  o.socket_path = fake.socketPath().c_str();
+  fairsched_client* c = nullptr;
+  ASSERT_EQ(fairsched_connect(&o, &c), FAIRSCHED_OK) << fairsched_last_error_message();
+  uint32_t tenant = 0;
+  ASSERT_EQ(fairsched_open_tenant(c, "acme", nullptr, &tenant), FAIRSCHED_OK);
+  const uint32_t prompt[2] = {1, 2};
+  fairsched_submit_request r;
+  fairsched_submit_request_init(&r);
+  r.tenant = tenant;
+  r.endpoint = "chat";
+  r.prompt = prompt;
+  r.prompt_tokens = 2;
+  r.max_output_tokens = 4;
+  // Garbage where an old caller's struct has ended: read, each is refused.
+  r.stream = -1;
+  r.counts_only = 1;  // with a prompt
+  r.prompt_token_count = 7;
+  r.params = nullptr;
+  r.params_bytes = 100000;  // too many, and no pointer
+  EXPECT_EQ(fairsched_submit(c, &r, nullptr), FAIRSCHED_ERR_INVALID_ARGUMENT);
+  const char params[] = "x";
+  r.params = params;
+  EXPECT_EQ(fairsched_submit(c, &r, nullptr), FAIRSCHED_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fairsched_last_error_message()).find("params"), std::string::npos)
+      << fairsched_last_error_message();
+  r.struct_size = offsetof(fairsched_submit_request, stream);
+  fairsched_completion done;
+  ASSERT_EQ(fairsched_submit_and_wait(c, &r, 5'000'000'000, &done), FAIRSCHED_OK)
+      << fairsched_last_error_message();
+  EXPECT_EQ(done.status, FAIRSCHED_STATUS_OK);
+  EXPECT_EQ(done.partial, 0);
+  EXPECT_EQ(done.tokens, nullptr);
+  r.struct_size = offsetof(fairsched_submit_request, tag);  // older than any header
+  EXPECT_EQ(fairsched_submit(c, &r, nullptr), FAIRSCHED_ERR_INVALID_ARGUMENT);
+  fairsched_close(c);
+}
+
 TEST(CApi, ConnectFailureLeavesAMessageAndNoHandle) {
   fairsched_options o;
   fairsched_options_init(&o);
@@ -105,6 +164,43 @@ TEST(CApi, NullArgumentsAreInvalidNotCrashes) {
   fairsched_options uninitialised{};
   fairsched_client* c = nullptr;
   EXPECT_EQ(fairsched_connect(&uninitialised, &c), FAIRSCHED_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(fairsched_cancel(nullptr, 1), FAIRSCHED_ERR_INVALID_ARGUMENT);
+
+  fairsched_worker* w = nullptr;
+  EXPECT_EQ(fairsched_worker_connect(nullptr, &w), FAIRSCHED_ERR_INVALID_ARGUMENT);
+  fairsched_worker_options wo{};
+  EXPECT_EQ(fairsched_worker_connect(&wo, &w), FAIRSCHED_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(fairsched_worker_connect(&wo, nullptr), FAIRSCHED_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(fairsched_worker_set_capacity(nullptr, 1, 1), FAIRSCHED_ERR_INVALID_ARGUMENT);
+  fairsched_work_item item;
+  EXPECT_EQ(fairsched_worker_poll(nullptr, &item, 1), 0u);
+  EXPECT_EQ(fairsched_worker_wait(nullptr, 0), FAIRSCHED_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(fairsched_worker_event_fd(nullptr), -1);
+  int block = 0;
+  EXPECT_EQ(fairsched_worker_prepare_to_block(nullptr, &block), FAIRSCHED_ERR_INVALID_ARGUMENT);
+  const uint32_t token = 1;
+  EXPECT_EQ(fairsched_worker_emit(nullptr, 1, &token, 1), FAIRSCHED_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(fairsched_worker_finish(nullptr, 1, FAIRSCHED_STATUS_OK, 0, nullptr),
+            FAIRSCHED_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(fairsched_worker_connected(nullptr), 0);
+  fairsched_worker_stats st;
+  std::memset(&st, 0xff, sizeof(st));
+  fairsched_worker_get_stats(nullptr, &st);
+  EXPECT_EQ(st.assigned, 0u);
+  fairsched_worker_close(nullptr);
+}
+
+TEST(CApi, WorkerConnectFailureLeavesAMessageAndNoHandle) {
+  fairsched_worker_options o;
+  fairsched_worker_options_init(&o);
+  o.socket_path = "/nonexistent-fairsched-dir/x.sock";
+  o.endpoint = "chat";
+  fairsched_worker* w = reinterpret_cast<fairsched_worker*>(0x1);
+  EXPECT_EQ(fairsched_worker_connect(&o, &w), FAIRSCHED_ERR_CONNECT_FAILED);
+  EXPECT_EQ(w, nullptr);
+  EXPECT_NE(std::string(fairsched_last_error_message()).find("nonexistent"), std::string::npos);
+  o.endpoint = "bad name";
+  EXPECT_EQ(fairsched_worker_connect(&o, &w), FAIRSCHED_ERR_INVALID_ARGUMENT);
 }
 
 TEST(CApi, NamesAndHttpHelpers) {
@@ -112,7 +208,8 @@ TEST(CApi, NamesAndHttpHelpers) {
   EXPECT_STREQ(fairsched_status_name(FAIRSCHED_STATUS_RATE_LIMITED), "RATE_LIMITED");
   EXPECT_STREQ(fairsched_status_name(FAIRSCHED_STATUS_SHUTTING_DOWN), "SHUTTING_DOWN");
   EXPECT_STREQ(fairsched_status_name(FAIRSCHED_STATUS_EXECUTOR_FAILED), "EXECUTOR_FAILED");
-  EXPECT_STREQ(fairsched_status_name(10), "UNKNOWN");
+  EXPECT_STREQ(fairsched_status_name(FAIRSCHED_STATUS_SLOW_CONSUMER), "SLOW_CONSUMER");
+  EXPECT_STREQ(fairsched_status_name(11), "UNKNOWN");
   EXPECT_STREQ(fairsched_status_name(-1), "UNKNOWN");
   EXPECT_STREQ(fairsched_error_name(FAIRSCHED_ERR_RING_FULL), "RING_FULL");
   fairsched_completion c{};

@@ -17,7 +17,22 @@
  *
  * Errors are fairsched_error values; fairsched_last_error_message() gives
  * the calling thread's message for its last failed call. Times are int64_t
- * nanoseconds; deadlines are absolute CLOCK_MONOTONIC. */
+ * nanoseconds; deadlines are absolute CLOCK_MONOTONIC.
+ *
+ * The worker role (fairsched/worker.hpp) is here too, behind its own handle,
+ * fairsched_worker: an engine attached to an endpoint with executor =
+ * "worker" takes assignments and streams their tokens back.
+ *
+ * Growing the ABI. Every struct only ever grows at its end.
+ * fairsched_options, fairsched_submit_request and fairsched_worker_options
+ * carry struct_size, set by their _init function: the library reads only the
+ * fields the caller's struct_size covers and takes the rest as their
+ * defaults, so a program built against an older header keeps working. The
+ * others (fairsched_retry_policy, and those the library fills:
+ * fairsched_completion, fairsched_work_item, fairsched_worker_stats) carry
+ * no size: when one grows, a program that uses it must be rebuilt against
+ * the new header. fairsched_completion grew (the fields after `reserved`)
+ * when streaming came. */
 #ifndef FAIRSCHED_FAIRSCHED_H
 #define FAIRSCHED_FAIRSCHED_H
 
@@ -35,6 +50,10 @@ extern "C" {
 #endif
 
 typedef struct fairsched_client fairsched_client;
+typedef struct fairsched_worker fairsched_worker;
+
+/* The most bytes of params a request may carry (fairsched::kMaxParamsBytes). */
+#define FAIRSCHED_MAX_PARAMS_BYTES 4096
 
 /* fairsched::ErrorCode + 1; 0 is success. */
 typedef enum fairsched_error {
@@ -98,6 +117,17 @@ typedef struct fairsched_submit_request {
   int64_t deadline_ns; /* absolute CLOCK_MONOTONIC; 0: none */
   int64_t timeout_ns;  /* relative to the call; 0: none; the earlier of the two wins */
   uint64_t tag;        /* echoed in the completion */
+  /* Worker endpoints (executor = "worker") only; the daemon ends a request to
+   * another endpoint that sets any of these INVALID. Added after `tag`: a
+   * struct_size that ends at `tag` leaves them all unset. */
+  int32_t stream;              /* nonzero: the output tokens arrive as partial completions */
+  int32_t counts_only;         /* nonzero: prompt_token_count is the prompt's length and
+                                  prompt is empty (the body is named in params) */
+  const void* params;          /* opaque to the daemon, handed to the worker; copied by
+                                  fairsched_submit; NULL when params_bytes is 0 */
+  size_t params_bytes;         /* at most FAIRSCHED_MAX_PARAMS_BYTES */
+  uint32_t prompt_token_count; /* counts_only: the prompt's length in tokens */
+  uint32_t reserved2;          /* 0 */
 } fairsched_submit_request;
 
 typedef struct fairsched_completion {
@@ -111,6 +141,19 @@ typedef struct fairsched_completion {
   uint64_t checksum;
   int32_t local; /* nonzero: made up by the library because the daemon went away */
   int32_t reserved;
+  /* Added with streaming (worker endpoints). A partial completion is one
+   * chunk of a request submitted with `stream`: request_id, tag, partial,
+   * first_token, tokens, token_count and emitted_ns are set, status is OK
+   * and the rest is 0. A request's chunks come in order, without gaps,
+   * before its one final completion (partial 0, tokens NULL). */
+  int32_t partial;        /* nonzero: a stream chunk, not the end */
+  uint32_t first_token;   /* partial: the index of tokens[0] in the request's output */
+  const uint32_t* tokens; /* partial: the chunk's token_count tokens (lifetime: fairsched_poll) */
+  uint32_t token_count;
+  uint32_t input_tokens;          /* worker endpoints: the prompt tokens served */
+  int64_t emitted_ns;             /* partial: CLOCK_MONOTONIC when the worker produced them */
+  int64_t time_to_first_token_ns; /* worker endpoints: dispatch to the first output token;
+                                     0 when none came (microsecond resolution) */
 } fairsched_completion;
 
 typedef struct fairsched_retry_policy {
@@ -140,9 +183,23 @@ FAIRSCHED_C_API fairsched_error fairsched_open_tenant(fairsched_client* client, 
 FAIRSCHED_C_API fairsched_error fairsched_submit(fairsched_client* client,
                                                  const fairsched_submit_request* request,
                                                  uint64_t* out_request_id);
-/* Copies up to max completions into out; returns how many. Never blocks. */
+/* Copies up to max completions into out; returns how many. Never blocks.
+ * The tokens of partial completions live in a buffer of the calling thread
+ * that the library owns: they stay valid until the same thread calls
+ * fairsched_poll again (for any client) or exits, and not longer. Copy
+ * them to keep them; another thread's fairsched_poll does not touch them,
+ * nor does fairsched_close. */
 FAIRSCHED_C_API size_t fairsched_poll(fairsched_client* client, fairsched_completion* out,
                                       size_t max);
+/* Withdraws request_id: queued, it ends CANCELLED at once; running on a
+ * worker, the worker is told to abort it and it ends CANCELLED with the
+ * tokens produced so far (output_tokens); running in an in-daemon executor,
+ * it finishes as it would have. Either way exactly one final completion
+ * still comes. Never blocks. FAIRSCHED_ERR_INVALID_ARGUMENT (not
+ * outstanding: already completed, or not this client's), _RING_FULL (try
+ * again), _NOT_CONNECTED (the connection it was submitted on is gone: it
+ * completes SHUTTING_DOWN by itself). */
+FAIRSCHED_C_API fairsched_error fairsched_cancel(fairsched_client* client, uint64_t request_id);
 /* Blocks until fairsched_poll has something or timeout_ns passes (negative:
  * forever). FAIRSCHED_ERR_TIMED_OUT, FAIRSCHED_ERR_DAEMON_LOST (outstanding
  * requests are ready to poll as SHUTTING_DOWN), FAIRSCHED_ERR_NOT_CONNECTED. */
@@ -152,7 +209,8 @@ FAIRSCHED_C_API fairsched_error fairsched_wait(fairsched_client* client, int64_t
 FAIRSCHED_C_API int fairsched_completion_fd(const fairsched_client* client);
 /* *block = 1: block on the fd now; 0: poll first. */
 FAIRSCHED_C_API fairsched_error fairsched_prepare_to_block(fairsched_client* client, int* block);
-/* Submits and blocks until this request's completion (timeout_ns negative: forever). */
+/* Submits and blocks until this request's completion (timeout_ns negative:
+ * forever). With `stream`, the chunks are dropped: *out is the final one. */
 FAIRSCHED_C_API fairsched_error fairsched_submit_and_wait(fairsched_client* client,
                                                           const fairsched_submit_request* request,
                                                           int64_t timeout_ns,
@@ -170,6 +228,110 @@ FAIRSCHED_C_API fairsched_error fairsched_submit_with_retry(fairsched_client* cl
 FAIRSCHED_C_API int fairsched_connected(const fairsched_client* client);
 /* Closes the connection and frees the handle; NULL is fine. */
 FAIRSCHED_C_API void fairsched_close(fairsched_client* client);
+
+/* The worker role: an engine attached to one endpoint with executor =
+ * "worker" (fairsched/worker.hpp has the loop it runs and the rules).
+ *
+ * Threading: fairsched_worker_set_capacity, _emit, _finish, _connected and
+ * _get_stats may be called from any number of threads at once; _poll, _wait and
+ * _prepare_to_block from one thread at a time; fairsched_worker_close
+ * REQUIRES that no other call on the handle is in progress. */
+
+/* Fill with fairsched_worker_options_init(), then set at least endpoint. */
+typedef struct fairsched_worker_options {
+  size_t struct_size;      /* sizeof(fairsched_worker_options), set by init */
+  const char* socket_path; /* default "/run/fairsched/fairsched.sock" */
+  const char* endpoint;    /* required: an endpoint with executor = "worker" */
+  const char* worker_name; /* default ""; else a name (informational) */
+  int64_t connect_timeout_ns;
+  int64_t event_timeout_ns; /* how long _emit/_finish/_set_capacity wait for room
+                               in a full event ring before FAIRSCHED_ERR_RING_FULL */
+} fairsched_worker_options;
+
+typedef enum fairsched_work_kind {
+  FAIRSCHED_WORK_ASSIGN = 0, /* run the request */
+  FAIRSCHED_WORK_ABORT = 1   /* stop request id and finish it with FAIRSCHED_STATUS_CANCELLED */
+} fairsched_work_kind;
+
+/* What fairsched_worker_poll hands out. For ABORT only kind and id are set
+ * (the rest is 0 and NULL). prompt and params point into the worker handle:
+ * valid until the next fairsched_worker_poll or fairsched_worker_close. */
+typedef struct fairsched_work_item {
+  int32_t kind;    /* a fairsched_work_kind */
+  uint32_t tenant; /* the daemon's tenant id (stable while the tenant is active) */
+  uint64_t id;     /* the daemon's; _emit and _finish name it */
+  int32_t priority;
+  int32_t counts_only;    /* nonzero: prompt_tokens is a count, prompt is empty, params name
+                             the body */
+  int64_t deadline_ns;    /* absolute CLOCK_MONOTONIC; 0: none */
+  uint32_t prompt_tokens; /* the prompt's length in tokens (charged and reserved by it) */
+  uint32_t max_output_tokens;
+  const uint32_t* prompt; /* the prompt_len token ids; NULL when empty */
+  uint32_t prompt_len;    /* prompt_tokens, or 0 when counts_only */
+  uint32_t params_bytes;
+  const void* params; /* the submitter's opaque parameters; NULL when params_bytes is 0 */
+} fairsched_work_item;
+
+typedef struct fairsched_worker_stats {
+  uint64_t assigned;
+  uint64_t aborted;
+  uint64_t tokens_emitted;
+  uint64_t finished;
+  uint64_t ring_full_waits; /* event pushes that found the ring full at first */
+} fairsched_worker_stats;
+
+FAIRSCHED_C_API void fairsched_worker_options_init(fairsched_worker_options* options);
+
+/* Connects and attaches to options->endpoint. On success *out is a handle
+ * for fairsched_worker_close. Errors: those of fairsched_connect, and
+ * _INVALID_ARGUMENT (no endpoint or a bad name), _REFUSED (no such endpoint,
+ * or not executor = "worker"), _UNAUTHORIZED (no [[clients]] rule lists the
+ * endpoint in its `workers`). */
+FAIRSCHED_C_API fairsched_error fairsched_worker_connect(const fairsched_worker_options* options,
+                                                         fairsched_worker** out);
+/* What the engine can take now: the daemon never assigns more than the last
+ * call left room for. _DAEMON_LOST, _RING_FULL (event_timeout). */
+FAIRSCHED_C_API fairsched_error fairsched_worker_set_capacity(fairsched_worker* worker,
+                                                              uint32_t free_sequences,
+                                                              uint64_t free_kv_tokens);
+/* Copies up to max assignments and aborts into out, in the daemon's order;
+ * returns how many. Never blocks. */
+FAIRSCHED_C_API size_t fairsched_worker_poll(fairsched_worker* worker, fairsched_work_item* out,
+                                             size_t max);
+/* Blocks until fairsched_worker_poll has something or timeout_ns passes
+ * (negative: forever). FAIRSCHED_ERR_TIMED_OUT, _DAEMON_LOST, _SYSTEM. */
+FAIRSCHED_C_API fairsched_error fairsched_worker_wait(fairsched_worker* worker, int64_t timeout_ns);
+/* A descriptor for epoll/poll, readable when fairsched_worker_poll may have
+ * something. Call fairsched_worker_prepare_to_block before every blocking
+ * wait on it. */
+FAIRSCHED_C_API int fairsched_worker_event_fd(const fairsched_worker* worker);
+/* *block = 1: block on the fd now; 0: poll first. _DAEMON_LOST. */
+FAIRSCHED_C_API fairsched_error fairsched_worker_prepare_to_block(fairsched_worker* worker,
+                                                                  int* block);
+/* Output tokens of assignment id, in order, as generated (any count n > 0).
+ * _INVALID_ARGUMENT (none), _DAEMON_LOST, _RING_FULL. Emitting more than
+ * the assignment's max_output_tokens in all gets the worker dropped. */
+FAIRSCHED_C_API fairsched_error fairsched_worker_emit(fairsched_worker* worker, uint64_t id,
+                                                      const uint32_t* tokens, size_t n);
+/* Ends assignment id after output_tokens tokens in all (at least those
+ * emitted; any not emitted are charged, not streamed). Every assignment ends
+ * with exactly one: FAIRSCHED_STATUS_OK when done, _CANCELLED to acknowledge
+ * an ABORT, _EXECUTOR_FAILED when the engine failed it, _INVALID when it can
+ * never serve it. message (may be NULL; at most FAIRSCHED_MAX_PARAMS_BYTES
+ * are sent) says why when status is not OK. */
+FAIRSCHED_C_API fairsched_error fairsched_worker_finish(fairsched_worker* worker, uint64_t id,
+                                                        fairsched_status status,
+                                                        uint32_t output_tokens,
+                                                        const char* message);
+/* Nonzero while attached. */
+FAIRSCHED_C_API int fairsched_worker_connected(const fairsched_worker* worker);
+/* Counters since connect (relaxed). */
+FAIRSCHED_C_API void fairsched_worker_get_stats(const fairsched_worker* worker,
+                                                fairsched_worker_stats* out);
+/* Detaches and frees the handle; NULL is fine. What it still runs ends
+ * EXECUTOR_FAILED at its clients, or goes back to its queue when nothing of
+ * it was streamed yet and the endpoint's worker.requeue_on_loss says so. */
+FAIRSCHED_C_API void fairsched_worker_close(fairsched_worker* worker);
 
 /* "OK", "RATE_LIMITED", ...; "UNKNOWN" for other values. Static strings. */
 FAIRSCHED_C_API const char* fairsched_status_name(int status);

@@ -121,8 +121,9 @@ class FAIRSCHED_API Worker {
   Result<void> wait(std::chrono::nanoseconds timeout);
 
   // For an event loop: readable when poll() may have something or the
-  // daemon went away. Call prepareToBlock() before each blocking wait on it:
-  // true means block now; false means poll() has something already.
+  // daemon went away. Call prepareToBlock() before every blocking wait on
+  // it: true means block now; false means poll() has something already.
+  // Errors of prepareToBlock(): kDaemonLost.
   int eventFd() const;
   Result<bool> prepareToBlock();
 
