@@ -125,4 +125,13 @@ std::uint32_t streamPayloadWords(const CompletionSlot& slot);
 // a prompt of `max_prompt_words` words and kMaxParamsBytes of parameters.
 Geometry workerGeometry(std::uint32_t assignments, std::uint32_t max_prompt_words);
 
+// The reference token stream (design.md §7): output token j of a request
+// whose prompt is p (n > 0 tokens) is (p[j % n] + j + 1) mod 2^32; with an
+// empty prompt (a counts-only request), j + 1. The reference worker emits
+// it, and any client can check that no token reached the wrong request.
+inline std::uint32_t referenceToken(std::span<const std::uint32_t> prompt, std::uint32_t j) {
+  const std::uint32_t base = prompt.empty() ? 0 : prompt[j % prompt.size()];
+  return base + j + 1;
+}
+
 }  // namespace fairsched::shm

@@ -8,11 +8,6 @@
 
 namespace fairsched::reference {
 
-std::uint32_t referenceToken(std::span<const std::uint32_t> prompt, std::uint32_t j) {
-  const std::uint32_t base = prompt.empty() ? 0 : prompt[j % prompt.size()];
-  return base + j + 1;
-}
-
 std::uint32_t outputTokensParam(std::span<const std::byte> params) {
   const std::string_view text(reinterpret_cast<const char*>(params.data()), params.size());
   constexpr std::string_view kKey = "output_tokens=";

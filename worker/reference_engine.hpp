@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "fairsched/worker.hpp"
+#include "shm/worker_protocol.hpp"
 
 namespace fairsched::reference {
 
@@ -39,9 +40,7 @@ struct EngineModel {
   std::uint32_t chunked_prefill_tokens = 2048;
 };
 
-// Output token j of a request whose prompt is `prompt`: (p[j % n] + j + 1)
-// mod 2^32, or j + 1 for an empty prompt (counts-only requests).
-std::uint32_t referenceToken(std::span<const std::uint32_t> prompt, std::uint32_t j);
+using shm::referenceToken;
 
 // `output_tokens=N` from a parameters blob; 0 when absent or malformed.
 std::uint32_t outputTokensParam(std::span<const std::byte> params);

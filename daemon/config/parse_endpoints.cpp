@@ -1,6 +1,5 @@
 // [endpoints.<name>]: batching, cost, default limits and the executor of each
 // endpoint, with its [endpoints.<name>.cpu] and [endpoints.<name>.cuda] tables.
-#include <bit>
 #include <string>
 #include <utility>
 #include <variant>
@@ -37,16 +36,6 @@ constexpr KeyRule<CudaExecutorConfig> kCudaKeys[] = {
     {"fallback", enumKey<&CudaExecutorConfig::fallback, kFallbackExecutors>},
 };
 
-// The assignment ring's cells: a power of two, as every ring's capacity.
-bool readMaxSequences(ParseContext& ctx, const toml::node& n, const std::string& path,
-                      WorkerEndpointConfig& w) {
-  if (!intKey<&WorkerEndpointConfig::max_sequences, 2, 4096>(ctx, n, path, w)) return false;
-  if (!std::has_single_bit(w.max_sequences)) {
-    return ctx.fail(n, path, "must be a power of two, got " + std::to_string(w.max_sequences));
-  }
-  return true;
-}
-
 // A worker's segment (shm::workerGeometry) must be one the layout allows,
 // or every worker of the endpoint is refused at attach. Laid out with 64 KiB
 // pages, the largest a host uses: it then fits any page size.
@@ -66,7 +55,7 @@ bool checkWorkerSegment(ParseContext& ctx, const toml::node& table, const std::s
 constexpr KeyRule<WorkerEndpointConfig> kWorkerKeys[] = {
     {"requeue_on_loss", boolKey<&WorkerEndpointConfig::requeue_on_loss>},
     {"max_prompt_tokens", intKey<&WorkerEndpointConfig::max_prompt_tokens, 1, 1U << 18>},
-    {"max_sequences", readMaxSequences},
+    {"max_sequences", intKey<&WorkerEndpointConfig::max_sequences, 2, 4096>},
     {"client_buffer_chunks", intKey<&WorkerEndpointConfig::client_buffer_chunks, 1, 1U << 20>},
     {kTableCheck, checkWorkerSegment},
 };

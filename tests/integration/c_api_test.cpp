@@ -23,6 +23,7 @@
 
 #include "daemon/config/config.hpp"
 #include "fairsched/fairsched.h"
+#include "shm/worker_protocol.hpp"
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -55,10 +56,7 @@ std::optional<config::Config> makeConfig(const std::string& socket) {
   return std::get<config::Config>(std::move(parsed));
 }
 
-std::uint32_t referenceToken(const std::vector<std::uint32_t>& prompt, std::uint32_t j) {
-  const std::uint32_t base = prompt.empty() ? 0 : prompt[j % prompt.size()];
-  return base + j + 1;
-}
+using shm::referenceToken;
 
 std::vector<std::uint32_t> promptFor(std::uint64_t salt) {
   std::vector<std::uint32_t> p(1 + salt % 23);

@@ -1667,9 +1667,13 @@ TEST(ConfigWorker, EngineKeysOutOfRangeAreRejected) {
 // Regression: the assignment ring has max_sequences cells, and a ring's
 // capacity is a power of two; 100 was accepted and every worker that
 // attached was refused ("could not create the shared segment").
-TEST(ConfigWorker, MaxSequencesThatIsNotAPowerOfTwoIsRejected) {
-  EXPECT_EQ(errorOf(withWorker("[endpoints.gen.worker]\nmax_sequences = 100\n")),
-            "cfg.toml:14: endpoints.gen.worker.max_sequences: must be a power of two, got 100");
+// Any value in range: the assignment ring rounds it up to a power of two.
+TEST(ConfigWorker, MaxSequencesNeedNotBeAPowerOfTwo) {
+  EXPECT_EQ(parsedOk(withWorker("[endpoints.gen.worker]\nmax_sequences = 100\n"))
+                .findEndpoint("gen")
+                ->worker.max_sequences,
+            100u);
+  EXPECT_EQ(shm::workerGeometry(100, 8192).completion_capacity, 128u);
   EXPECT_EQ(parsedOk(withWorker("[endpoints.gen.worker]\nmax_sequences = 2048\n"))
                 .findEndpoint("gen")
                 ->worker.max_sequences,
