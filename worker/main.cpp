@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "daemon/config/config.hpp"
+#include "worker/cuda_step.hpp"
 #include "worker/reference_engine.hpp"
 
 namespace {
@@ -39,14 +40,12 @@ int main(int argc, char** argv) {
   app.add_option("--name", name, "the worker's name in the daemon's log and status");
   bool cuda = false;
   app.add_flag("--cuda", cuda, "run each engine step's work on CUDA streams");
+  int device = 0;
+  app.add_option("--device", device, "the CUDA device of --cuda")->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
-  }
-  if (cuda) {
-    std::fprintf(stderr, "fairsched-worker: --cuda is not available in this build yet\n");
-    return 2;
   }
 
   reference::EngineModel model;
@@ -76,6 +75,20 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
 
+  std::unique_ptr<reference::CudaStepRunner> runner;
+  if (cuda) {
+    reference::CudaStepRunner::Options ro;
+    ro.device = device;
+    ro.max_sequences = model.max_sequences;
+    ro.max_tokens_per_step = model.chunked_prefill_tokens + model.max_sequences;
+    auto made = reference::CudaStepRunner::create(ro);
+    if (!made) {
+      std::fprintf(stderr, "fairsched-worker: --cuda: %s\n", made.error().message.c_str());
+      return 2;
+    }
+    runner = std::move(made).value();
+  }
+
   WorkerOptions options;
   options.socket_path = socket;
   options.endpoint = endpoint;
@@ -89,6 +102,13 @@ int main(int argc, char** argv) {
                endpoint.c_str(), model.max_sequences,
                static_cast<unsigned long long>(model.kv_tokens));
   reference::ReferenceEngine engine(*worker, model);
+  if (runner) {
+    engine.setStepWork(
+        [&](std::span<const std::uint32_t> lengths, std::span<const std::uint32_t> tokens) {
+          return runner->run(lengths, tokens);
+        });
+    std::fprintf(stderr, "fairsched-worker: each step runs on CUDA device %d\n", device);
+  }
   Result<void> r = engine.run(g_stop);
   const reference::EngineStats& s = engine.stats();
   std::fprintf(stderr, "fairsched-worker: %llu steps, %llu tokens, %llu finished, %llu aborted\n",

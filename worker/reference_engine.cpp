@@ -105,19 +105,35 @@ Result<void> ReferenceEngine::step(std::chrono::nanoseconds idle_wait) {
   std::uint64_t budget = model_.chunked_prefill_tokens;
   std::uint64_t prefilled = 0;
   std::uint32_t decoding = 0;
+  step_lengths_.clear();
+  step_tokens_.clear();
   for (Sequence& s : seqs_) {
     if (s.prefilled < s.prompt_tokens) {
       const auto n = static_cast<std::uint32_t>(
           std::min<std::uint64_t>(budget, s.prompt_tokens - s.prefilled));
+      if (step_work_ && n > 0) {  // the chunk's ids (positions when only counted)
+        step_lengths_.push_back(n);
+        for (std::uint32_t i = s.prefilled; i < s.prefilled + n; ++i)
+          step_tokens_.push_back(i < s.prompt.size() ? s.prompt[i] : i);
+      }
       s.prefilled += n;
       budget -= n;
       prefilled += n;
       if (s.prefilled < s.prompt_tokens) continue;
     }
+    if (step_work_) {  // decodes from its newest token
+      step_lengths_.push_back(1);
+      step_tokens_.push_back(s.generated > 0 ? referenceToken(s.prompt, s.generated - 1)
+                                             : (s.prompt.empty() ? 0 : s.prompt.back()));
+    }
     ++decoding;
   }
-  spend(model_.step_us + model_.prefill_token_us * static_cast<double>(prefilled) +
-        model_.decode_token_us * decoding);
+  if (step_work_) {
+    if (Result<void> r = step_work_(step_lengths_, step_tokens_); !r) return r;
+  } else {
+    spend(model_.step_us + model_.prefill_token_us * static_cast<double>(prefilled) +
+          model_.decode_token_us * decoding);
+  }
   ++stats_.steps;
   for (std::size_t i = 0; i < seqs_.size();) {
     Sequence& s = seqs_[i];

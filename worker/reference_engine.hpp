@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,14 @@ class ReferenceEngine {
   // Steps until `stop` is set or the worker fails; returns that failure (or OK).
   Result<void> run(const std::atomic<bool>& stop);
 
+  // The work of one step, run instead of sleeping for the modelled cost
+  // (fairsched-worker --cuda: CudaStepRunner::run): `lengths[i]` tokens of
+  // the i-th sequence the step processes — its prefill chunk, or the token
+  // it decodes from — back to back in `tokens`.
+  using StepWork = std::function<Result<void>(std::span<const std::uint32_t> lengths,
+                                              std::span<const std::uint32_t> tokens)>;
+  void setStepWork(StepWork work) { step_work_ = std::move(work); }
+
   const EngineStats& stats() const { return stats_; }
   std::size_t running() const { return seqs_.size(); }
 
@@ -87,6 +96,8 @@ class ReferenceEngine {
   std::uint32_t stated_seqs_ = UINT32_MAX;
   std::uint64_t stated_kv_ = UINT64_MAX;
   std::vector<WorkItem> items_;
+  StepWork step_work_;
+  std::vector<std::uint32_t> step_lengths_, step_tokens_;
   EngineStats stats_;
 };
 

@@ -29,7 +29,22 @@ summary() {
     case "${results[$i]}" in PASS*) ;; *) fail=1 ;; esac
   done
   if [ -f "$build/gpu-bench.txt" ]; then
-    echo "--- benchmark ---"
+    # The reference worker with --cuda: every engine step on the device, its
+# checksums compared with the CPU reference, every token checked by a client.
+echo "--- fairsched-worker --cuda ---"
+log="$build/worker_cuda.log"
+timeout 120 "$build/tests/worker_test" --gtest_color=no --gtest_filter='*Cuda*' >"$log" 2>&1
+rc=$?
+grep -E '^\[  (PASSED|FAILED|SKIPPED) |needs a CUDA device' "$log" | head -20
+if [ "$rc" -ne 0 ]; then
+  record "fairsched-worker --cuda" "FAIL (exit $rc, see $log)"
+elif grep -q "needs a CUDA device" "$log"; then
+  record "fairsched-worker --cuda" "FAIL (skipped: no CUDA device)"
+else
+  record "fairsched-worker --cuda" "PASS"
+fi
+
+echo "--- benchmark ---"
     grep -E '^(overhead|pack|memcpy|pack_vs_copy|target|cuda:)' "$build/gpu-bench.txt" | sed 's/^/  /'
   fi
   [ "$fail" -eq 0 ] && echo "RESULT: PASS" || echo "RESULT: FAIL"
@@ -69,7 +84,7 @@ fi
 record "configure" "PASS"
 
 targets=(kernels_reference_test kernels_cuda_test cuda_executor_test cpu_executor_test client_daemon_test
-         fairsched_cuda_bench)
+         worker_test fairsched-worker fairsched_cuda_bench)
 echo "--- build (${targets[*]}) ---"
 if ! timeout 240 cmake --build "$build" -j "$jobs" --target "${targets[@]}" \
       >"$build/build.log" 2>&1; then

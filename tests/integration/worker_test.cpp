@@ -25,6 +25,7 @@
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/run_command.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "worker/cuda_step.hpp"
 #include "worker/reference_engine.hpp"
 
 namespace fairsched {
@@ -797,6 +798,40 @@ TEST_F(Workers, AClientThatNeverReadsItsStreamEndsSlowConsumerAndOthersAreUnaffe
   EXPECT_EQ(got.final_completion.status, Status::kSlowConsumer);
   EXPECT_LT(got.tokens.size(), 60000u);
   EXPECT_GT(got.tokens.size(), 0u);
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+// fairsched-worker --cuda (the binary, exec'd): each engine step runs its
+// tokens through the pack and workload kernels on CUDA streams and checks
+// the device's checksums against the CPU reference; the client checks every
+// token as with the modelled engine.
+TEST_F(Workers, CudaReferenceWorkerStreamsTheReferenceTokens) {
+  {
+    reference::CudaStepRunner::Options ro;
+    ro.max_sequences = 4;
+    ro.max_tokens_per_step = 64;
+    auto probe = reference::CudaStepRunner::create(ro);
+    if (!probe)
+      GTEST_SKIP() << "fairsched-worker --cuda needs a CUDA device: " << probe.error().message;
+    const std::uint32_t lengths[] = {3, 1};
+    const std::uint32_t tokens[] = {5, 6, 7, 8};
+    ASSERT_TRUE(probe.value()->run(lengths, tokens)) << "one step on the device";
+  }
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  const pid_t worker = fork();
+  if (worker == 0) {
+    const std::string bin = std::string(FAIRSCHED_BINARY_DIR) + "/bin/fairsched-worker";
+    const std::string sock = socket();
+    execl(bin.c_str(), bin.c_str(), "--socket", sock.c_str(), "--endpoint", "chat", "--cuda",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  EXPECT_EQ(runStreamingClient(socket(), {"acme", "beta"}, 40, 5), "");
+  ::kill(worker, SIGTERM);
+  int status = 0;
+  waitpid(worker, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "fairsched-worker --cuda failed";
   EXPECT_EQ(d.value().terminate(), 0);
 }
 
