@@ -24,6 +24,7 @@
 #include "bench/roundtrip_scenario.hpp"
 #include "bench/scenario.hpp"
 #include "bench/sim_noisy_neighbor.hpp"
+#include "bench/stream_scenario.hpp"
 
 namespace {
 
@@ -49,6 +50,8 @@ constexpr ScenarioInfo kScenarios[] = {
      fairsched::bench::runRateLimit, fairsched::bench::plotRateLimit},
     {"roundtrip", "submit->completion latency through shared memory vs a unix socket",
      fairsched::bench::runRoundtripScenario, fairsched::bench::plotRoundtrip},
+    {"stream", "tokens through the worker path: throughput, emit->receipt latency vs raw shm",
+     fairsched::bench::runStreamScenario, nullptr},
     {"core", "scheduling decisions/s of the core vs a single priority queue",
      fairsched::bench::runCoreScenario, fairsched::bench::plotCoreScenario},
     {"replay", "a JSONL trace through the real core in virtual time", fairsched::bench::runReplay,

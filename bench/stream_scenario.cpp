@@ -1,0 +1,309 @@
+#include "bench/stream_scenario.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "bench/raw_pingpong.hpp"
+#include "fairsched/client.hpp"
+#include "fairsched/worker.hpp"
+#include "shm/worker_protocol.hpp"
+#include "tests/support/forked_daemon.hpp"
+#include "tests/support/temp_dir.hpp"
+#include "worker/reference_engine.hpp"
+
+namespace fairsched::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr std::uint32_t kSequences = 64;  // the worker's, and the client's requests in flight
+constexpr std::size_t kMaxSamples = 200'000;
+
+struct Plan {
+  std::uint32_t requests = 0;
+  std::uint32_t output_tokens = 0;
+  bool sleeping = false;  // the client blocks on its descriptor instead of spinning
+};
+
+// What a client process measured; sent to the parent through a pipe.
+struct ClientResult {
+  std::uint64_t tokens = 0;
+  std::uint64_t mismatched = 0;
+  std::uint64_t lost = 0;    // tokens of OK requests that never arrived
+  std::uint64_t failed = 0;  // requests that did not end OK
+  double seconds = 0;
+  std::uint32_t samples = 0;  // latency samples (ns) that follow
+};
+
+std::variant<config::Config, std::string> streamConfig(const std::string& dir) {
+  const std::string text =
+      "[daemon]\nlog_level = \"error\"\n[[tiers]]\nname = \"bench\"\n"
+      "[endpoints.chat]\nexecutor = \"worker\"\nmax_batch_tokens = 65536\n"
+      "max_output_tokens = 8192\nbatch_timeout_ms = 0\n"
+      "[endpoints.chat.worker]\nmax_sequences = 256\nclient_buffer_chunks = 65536\n"
+      "[tenants.bench]\ntier = \"bench\"\nqueue_limit = 100000\n";
+  auto parsed = config::parseConfig(text, "<stream>");
+  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return err->toString();
+  config::Config cfg = std::get<config::Config>(std::move(parsed));
+  cfg.daemon.socket = dir + "/fairsched.sock";
+  config::ClientRule rule;  // this uid: the client and the worker
+  rule.name = "fairsched-bench";
+  rule.uids = {static_cast<std::uint32_t>(getuid())};
+  rule.tenants = {"*"};
+  rule.endpoints = {"*"};
+  rule.workers = {"chat"};
+  cfg.clients.insert(cfg.clients.begin(), rule);
+  return cfg;
+}
+
+bool writeAll(int fd, const void* p, std::size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t w = write(fd, c, n);
+    if (w <= 0) return false;
+    c += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+bool readAll(int fd, void* p, std::size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    const ssize_t r = read(fd, c, n);
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+// The client process: keeps kSequences streamed requests in flight until
+// plan.requests are done, checking every token.
+int runClient(const std::string& socket, const Plan& plan, int out_fd) {
+  ClientOptions o;
+  o.socket_path = socket;
+  o.client_name = "stream";
+  auto client = Client::connect(o);
+  if (!client) return 1;
+  auto tenant = client->openTenant("bench");
+  if (!tenant) return 1;
+  const std::string params = "output_tokens=" + std::to_string(plan.output_tokens);
+  struct Live {
+    std::vector<std::uint32_t> prompt;
+    std::uint32_t got = 0;
+  };
+  std::unordered_map<RequestId, Live> live;
+  std::vector<double> samples;
+  samples.reserve(kMaxSamples);
+  ClientResult res;
+  std::uint32_t submitted = 0, finished = 0;
+  std::uint64_t chunks = 0;
+  std::vector<Completion> got;
+  const auto t0 = Clock::now();
+  while (finished < plan.requests) {
+    while (submitted < plan.requests && live.size() < kSequences) {
+      Live l;
+      l.prompt = {submitted * 7u + 1, submitted * 13u + 5, 42, submitted};
+      SubmitRequest r;
+      r.tenant = *tenant;
+      r.endpoint = "chat";
+      r.prompt = l.prompt;
+      r.max_output_tokens = plan.output_tokens;
+      r.stream = true;
+      r.params = std::as_bytes(std::span<const char>(params.data(), params.size()));
+      auto id = client->submit(r);
+      if (!id) break;
+      live.emplace(*id, std::move(l));
+      ++submitted;
+    }
+    got.clear();
+    if (client->poll(got) == 0) {
+      if (plan.sleeping) {
+        auto block = client->prepareToBlock();
+        if (block && *block) (void)client->wait(1s);
+      }
+      continue;
+    }
+    const auto now = Clock::now();
+    for (const Completion& c : got) {
+      auto it = live.find(c.request_id);
+      if (it == live.end()) continue;
+      Live& l = it->second;
+      if (c.partial) {
+        for (std::size_t i = 0; i < c.tokens.size(); ++i) {
+          if (c.tokens[i] !=
+              shm::referenceToken(l.prompt, c.first_token + static_cast<std::uint32_t>(i))) {
+            ++res.mismatched;
+          }
+        }
+        if (c.first_token != l.got) ++res.mismatched;  // a gap or a repeat
+        l.got += static_cast<std::uint32_t>(c.tokens.size());
+        res.tokens += c.tokens.size();
+        // Every chunk until the buffer is full, then one in 16.
+        if (samples.size() < kMaxSamples &&
+            (samples.size() < kMaxSamples / 2 || ++chunks % 16 == 0)) {
+          samples.push_back(static_cast<double>((now - c.emitted).count()));
+        }
+        continue;
+      }
+      if (c.status != Status::kOk) {
+        ++res.failed;
+      } else if (c.output_tokens > l.got) {
+        res.lost += c.output_tokens - l.got;
+      }
+      live.erase(it);
+      ++finished;
+    }
+  }
+  res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  res.samples = static_cast<std::uint32_t>(samples.size());
+  if (!writeAll(out_fd, &res, sizeof res)) return 1;
+  if (!writeAll(out_fd, samples.data(), samples.size() * sizeof(double))) return 1;
+  return 0;
+}
+
+struct Measured {
+  ClientResult result;
+  std::vector<double> samples;
+};
+
+std::variant<Measured, std::string> measure(const std::string& socket, const Plan& plan) {
+  int fds[2];
+  if (pipe(fds) != 0) return std::string("pipe failed");
+  const pid_t child = fork();
+  if (child < 0) return std::string("fork failed");
+  if (child == 0) {
+    close(fds[0]);
+    pinTo(0);
+    _exit(runClient(socket, plan, fds[1]));
+  }
+  close(fds[1]);
+  Measured m;
+  const bool ok = readAll(fds[0], &m.result, sizeof m.result);
+  if (ok) {
+    m.samples.resize(m.result.samples);
+    readAll(fds[0], m.samples.data(), m.samples.size() * sizeof(double));
+  }
+  close(fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (!ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return std::string("the client process failed");
+  }
+  return m;
+}
+
+double percentileUs(std::vector<double> ns, double q) {
+  if (ns.empty()) return 0;
+  std::sort(ns.begin(), ns.end());
+  return ns[static_cast<std::size_t>(q * static_cast<double>(ns.size() - 1))] / 1000.0;
+}
+
+nlohmann::json latencyJson(const std::vector<double>& ns) {
+  return {{"p50_us", percentileUs(ns, 0.5)},
+          {"p99_us", percentileUs(ns, 0.99)},
+          {"samples", ns.size()}};
+}
+
+}  // namespace
+
+ScenarioResult runStreamScenario(const ScenarioOptions& options) {
+  const std::uint32_t requests = options.quick ? 256 : 4096;
+  const std::uint32_t output_tokens = options.quick ? 128 : 512;
+  const testing::TempDir tmp("fairsched-stream");
+  if (tmp.path().empty()) return ScenarioError{"mkdtemp failed"};
+  auto cfg = streamConfig(tmp.path());
+  if (auto* err = std::get_if<std::string>(&cfg)) return ScenarioError{*err};
+  pinTo(1);  // the daemon inherits this CPU
+  auto started = daemon::ForkedDaemon::start(std::get<config::Config>(cfg));
+  if (!started) {
+    pinTo(0);
+    return ScenarioError{started.error().message};
+  }
+  daemon::ForkedDaemon& d = started.value();
+  // The reference worker shares CPU 1 with the daemon; the client has CPU 0.
+  const pid_t worker = fork();
+  if (worker == 0) {
+    WorkerOptions wo;
+    wo.socket_path = d.socket();
+    wo.endpoint = "chat";
+    wo.worker_name = "reference";
+    auto w = Worker::connect(wo);
+    if (!w) _exit(1);
+    reference::EngineModel model;
+    model.max_sequences = kSequences;
+    model.kv_tokens = 1ull << 30;
+    model.step_us = 0;
+    model.prefill_token_us = 0;
+    model.decode_token_us = 0;
+    static std::atomic<bool> stop{false};
+    signal(SIGTERM, [](int) { stop.store(true); });
+    reference::ReferenceEngine engine(*w, model);
+    const Result<void> r = engine.run(stop);
+    _exit(r ? 0 : 1);
+  }
+  pinTo(0);
+  auto busy = measure(d.socket(), Plan{requests, output_tokens, false});
+  auto sleeping = measure(d.socket(), Plan{requests / 8, output_tokens, true});
+  kill(worker, SIGTERM);
+  waitpid(worker, nullptr, 0);
+  const int daemon_status = d.terminate();
+  if (auto* err = std::get_if<std::string>(&busy)) return ScenarioError{*err};
+  if (auto* err = std::get_if<std::string>(&sleeping)) return ScenarioError{*err};
+  const Measured& b = std::get<Measured>(busy);
+  const Measured& s = std::get<Measured>(sleeping);
+  const std::vector<double> raw = rawPingPong(options.quick ? 2'000 : 50'000, 0, 1);
+
+  const double tokens_per_s = b.result.seconds > 0 ? b.result.tokens / b.result.seconds : 0;
+  const double raw_p50 = percentileUs(raw, 0.5);
+  const double lat_p50 = percentileUs(b.samples, 0.5), lat_p99 = percentileUs(b.samples, 0.99);
+  const std::uint64_t lost = b.result.lost + s.result.lost;
+  const std::uint64_t mismatched = b.result.mismatched + s.result.mismatched;
+  const std::uint64_t failed = b.result.failed + s.result.failed;
+  ScenarioReport report;
+  report.json = {{"scenario", "stream"},
+                 {"tokens_per_s", tokens_per_s},
+                 {"token_latency", latencyJson(b.samples)},
+                 {"token_latency_sleeping", latencyJson(s.samples)},
+                 {"raw_pingpong", {{"p50_us", raw_p50}, {"p99_us", percentileUs(raw, 0.99)}}},
+                 {"vs_raw", {{"p50", raw_p50 > 0 ? lat_p50 / raw_p50 : 0.0}}},
+                 {"lost", lost},
+                 {"mismatched", mismatched},
+                 {"failed_requests", failed},
+                 {"requests", requests + requests / 8},
+                 {"output_tokens_per_request", output_tokens},
+                 {"daemon_exit_status", daemon_status}};
+  char buf[2048];
+  std::snprintf(
+      buf, sizeof buf,
+      "stream: reference worker -> fairschedd -> client, %u requests x %u tokens, %u in flight\n\n"
+      "%-46s %12.2f M/s   (target >= 5 M/s with one worker)\n"
+      "%-46s %8.2f us p50 %8.2f us p99\n"
+      "%-46s %8.2f us p50 %8.2f us p99\n"
+      "%-46s %8.2f us p50\n"
+      "token latency vs raw ping-pong (same run): p50 %.2fx (target <= 3x)\n"
+      "lost %llu, mismatched %llu, requests not OK %llu\n",
+      requests, output_tokens, kSequences, "tokens relayed (busy-polling client)",
+      tokens_per_s / 1e6, "emit -> receipt, busy-polling client", lat_p50, lat_p99,
+      "emit -> receipt, sleeping client", percentileUs(s.samples, 0.5),
+      percentileUs(s.samples, 0.99), "raw shm ping-pong round trip (physical limit)", raw_p50,
+      raw_p50 > 0 ? lat_p50 / raw_p50 : 0.0, static_cast<unsigned long long>(lost),
+      static_cast<unsigned long long>(mismatched), static_cast<unsigned long long>(failed));
+  report.table = buf;
+  if (daemon_status != 0) return ScenarioError{"the daemon did not stop cleanly"};
+  return report;
+}
+
+}  // namespace fairsched::bench
