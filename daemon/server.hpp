@@ -225,6 +225,11 @@ class Server {
   void onMessage(std::uint64_t conn_id, int bytes);
   void handleHello(Connection& c, const shm::HelloMessage& m);
   void handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m);
+  // Appends endpoint `e` to a HelloReply's list.
+  void describeEndpoint(shm::HelloReplyMessage& reply, std::size_t e) const;
+  // Sends the successful HelloReply with the segment and eventfds, then
+  // watches the peer's doorbell. False (the peer dropped) when it cannot.
+  bool sendWelcome(Connection& c, shm::HelloReplyMessage& reply, const char* text);
   // server_admin.cpp: fairschedctl's commands.
   void handleAdmin(Connection& c, const shm::AdminRequestMessage& m);
   void serveAdmin(Connection& c, const shm::AdminRequestMessage& m);  // may throw

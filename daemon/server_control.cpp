@@ -213,20 +213,30 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
   c.rings.resize(rings);
   c.ring_pending.assign(rings, false);
 
-  reply.status = static_cast<std::uint32_t>(shm::ControlStatus::kOk);
-  reply.client_id = c.id;
   reply.ring_count = rings;
   c.endpoint_allowed.assign(cfg_.endpoints.size(), false);
   for (std::size_t e = 0; e < cfg_.endpoints.size() && e < shm::kMaxEndpointsInReply; ++e) {
-    const auto& ec = cfg_.endpoints[e];
-    c.endpoint_allowed[e] = ClientRules::allowsEndpoint(*c.rule, ec.name);
-    shm::EndpointInfo& info = reply.endpoints[reply.endpoint_count++];
-    shm::setString(info.name, ec.name);
-    info.id = static_cast<std::uint16_t>(e);
-    info.max_output_tokens = ec.max_output_tokens;
-    info.max_batch_tokens = ec.max_batch_tokens;
+    c.endpoint_allowed[e] = ClientRules::allowsEndpoint(*c.rule, cfg_.endpoints[e].name);
+    describeEndpoint(reply, e);
   }
-  shm::setString(reply.message, "welcome");
+  if (!sendWelcome(c, reply, "welcome")) return;
+  spdlog::info("client {} connected: uid {} pid {} rule '{}' name '{}'", c.id, c.cred.uid,
+               c.cred.pid, c.rule->name, client_name);
+}
+
+void Server::describeEndpoint(shm::HelloReplyMessage& reply, std::size_t e) const {
+  const config::EndpointConfig& ec = cfg_.endpoints[e];
+  shm::EndpointInfo& info = reply.endpoints[reply.endpoint_count++];
+  shm::setString(info.name, ec.name);
+  info.id = static_cast<std::uint16_t>(e);
+  info.max_output_tokens = ec.max_output_tokens;
+  info.max_batch_tokens = ec.max_batch_tokens;
+}
+
+bool Server::sendWelcome(Connection& c, shm::HelloReplyMessage& reply, const char* text) {
+  reply.status = static_cast<std::uint32_t>(shm::ControlStatus::kOk);
+  reply.client_id = c.id;
+  shm::setString(reply.message, text);
   int fds[shm::kHelloReplyFds];
   fds[shm::kFdSegment] = c.segment->fd();
   fds[shm::kFdDaemonDoorbell] = c.doorbell->fd();
@@ -234,12 +244,11 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
   if (!sendReply(c, shm::bytesOf(reply), fds, shm::kHelloReplyFds)) {
     c.closing = true;
     dropConnection(c.id, "could not send the hello reply");
-    return;
+    return false;
   }
-  c.segment->closeFd();  // the client holds it now; our mappings stay
+  c.segment->closeFd();  // the peer holds it now; our mappings stay
   armDoorbell(c);
-  spdlog::info("client {} connected: uid {} pid {} rule '{}' name '{}'", c.id, c.cred.uid,
-               c.cred.pid, c.rule->name, client_name);
+  return true;
 }
 
 void Server::handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m) {

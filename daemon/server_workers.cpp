@@ -82,26 +82,9 @@ void Server::handleWorkerHello(Connection& c, const shm::HelloMessage& m,
   w.events.emplace(c.segment->submissionRing(0), 0);
   ++stats_.workers[e];
 
-  reply.status = static_cast<std::uint32_t>(shm::ControlStatus::kOk);
-  reply.client_id = c.id;
   reply.ring_count = 0;
-  shm::EndpointInfo& info = reply.endpoints[reply.endpoint_count++];
-  shm::setString(info.name, ec.name);
-  info.id = static_cast<std::uint16_t>(e);
-  info.max_output_tokens = ec.max_output_tokens;
-  info.max_batch_tokens = ec.max_batch_tokens;
-  shm::setString(reply.message, "welcome, worker");
-  int fds[shm::kHelloReplyFds];
-  fds[shm::kFdSegment] = c.segment->fd();
-  fds[shm::kFdDaemonDoorbell] = c.doorbell->fd();
-  fds[shm::kFdCompletionBell] = c.completion_bell->fd();
-  if (!sendReply(c, shm::bytesOf(reply), fds, shm::kHelloReplyFds)) {
-    c.closing = true;
-    dropConnection(c.id, "could not send the hello reply");
-    return;
-  }
-  c.segment->closeFd();
-  armDoorbell(c);
+  describeEndpoint(reply, e);
+  if (!sendWelcome(c, reply, "welcome, worker")) return;
   spdlog::info("worker {} attached to endpoint {}: uid {} pid {} rule '{}' name '{}'", c.id,
                ec.name, c.cred.uid, c.cred.pid, c.rule->name, name);
 }
