@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <random>
 #include <string>
 #include <thread>
 #include <variant>
@@ -23,7 +24,9 @@
 #include "fairsched/worker.hpp"
 
 #include "tests/support/forked_daemon.hpp"
+#include "tests/support/raw_client.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/seeded_rng.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "worker/cuda_step.hpp"
 #include "worker/reference_engine.hpp"
@@ -798,6 +801,34 @@ TEST_F(Workers, AClientThatNeverReadsItsStreamEndsSlowConsumerAndOthersAreUnaffe
   EXPECT_EQ(got.final_completion.status, Status::kSlowConsumer);
   EXPECT_LT(got.tokens.size(), 60000u);
   EXPECT_GT(got.tokens.size(), 0u);
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+// A worker that writes random bytes over its whole writable part (event
+// ring, its cells and their arena, the ready bitmap) while a good worker
+// serves: the daemon drops the bad one, whatever it stated or took is
+// requeued, and every streamed request ends OK with the right tokens.
+TEST_F(Workers, AWorkerScribblingOverItsEventRingIsDroppedAndNothingIsLost) {
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  testing::RawClient garbage;
+  std::string why;
+  ASSERT_EQ(garbage.connect(socket(), &why, "garbage", "chat"), shm::ControlStatus::kOk) << why;
+  WorkerProcess good(socket(), fastModel());
+  std::atomic<bool> stop{false};
+  std::thread scribbler([&] {
+    std::mt19937_64 rng(testing::testSeed());
+    while (!stop.load() && garbage.connected()) {
+      garbage.scribble(rng);
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  EXPECT_EQ(runStreamingClient(socket(), {"acme"}, 60, 3), "");
+  const auto until = Clock::now() + 10s;
+  while (garbage.connected() && Clock::now() < until) std::this_thread::sleep_for(10ms);
+  stop.store(true);
+  scribbler.join();
+  EXPECT_FALSE(garbage.connected()) << "the daemon kept a worker that broke its ring";
   EXPECT_EQ(d.value().terminate(), 0);
 }
 

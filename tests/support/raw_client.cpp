@@ -1,5 +1,7 @@
 #include "tests/support/raw_client.hpp"
 
+#include "shm/worker_protocol.hpp"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -32,7 +34,8 @@ RawClient::~RawClient() {
 }
 
 shm::ControlStatus RawClient::connect(const std::string& path, std::string* why,
-                                      const std::string& client_name) {
+                                      const std::string& client_name,
+                                      const std::string& worker_endpoint) {
   fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -43,6 +46,10 @@ shm::ControlStatus RawClient::connect(const std::string& path, std::string* why,
   auto hello = shm::makeMessage<shm::HelloMessage>(seq_++);
   hello.layout_version = shm::kLayoutVersion;
   setRaw(hello.client_name, client_name);
+  if (!worker_endpoint.empty()) {
+    hello.role = static_cast<std::uint32_t>(shm::PeerRole::kWorker);
+    setRaw(hello.endpoint, worker_endpoint);
+  }
   if (send(fd_, &hello, sizeof hello, 0) != static_cast<ssize_t>(sizeof hello)) {
     return shm::ControlStatus::kInternal;
   }

@@ -26,8 +26,10 @@ class RawClient {
   // Connects and says Hello with `client_name` (copied as bytes, truncated to
   // the field). The daemon's status; `why` gets its message. kInternal when
   // the socket could not be reached or the reply was malformed.
+  // A non-empty `worker_endpoint` says Hello in the worker role for it.
   shm::ControlStatus connect(const std::string& path, std::string* why = nullptr,
-                             const std::string& client_name = "test");
+                             const std::string& client_name = "test",
+                             const std::string& worker_endpoint = "");
   // Opens `tenant` (bytes as given) with an optional tier hint: the status
   // and the ring.
   std::pair<shm::ControlStatus, std::uint32_t> open(const std::string& tenant,
