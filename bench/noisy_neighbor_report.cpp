@@ -11,10 +11,12 @@ namespace {
 
 nlohmann::json tenantJson(const std::vector<RequestRecord>& records, nlohmann::json& series) {
   std::uint64_t completed = 0, rejected = 0, ended = 0, tokens = 0;
-  std::vector<double> latencies;
+  std::vector<double> latencies, ttft;
   for (const RequestRecord& r : records) {
     if (r.completion < 0) continue;  // no completion ever came: lost
     ++ended;
+    if (r.first_token >= 0)
+      ttft.push_back(static_cast<double>(r.first_token - r.arrival) / kNsPerMs);
     if (r.status == Status::kOk) {
       ++completed;
       tokens += r.tokens;
@@ -26,7 +28,7 @@ nlohmann::json tenantJson(const std::vector<RequestRecord>& records, nlohmann::j
     }
   }
   const std::uint64_t submitted = records.size();
-  return {
+  nlohmann::json out = {
       {"submitted", submitted},
       {"completed", completed},
       {"rejected", rejected},
@@ -35,6 +37,11 @@ nlohmann::json tenantJson(const std::vector<RequestRecord>& records, nlohmann::j
       {"p99_ms", percentile(latencies, 99)},
       {"max_ms", latencies.empty() ? 0.0 : *std::max_element(latencies.begin(), latencies.end())},
       {"tokens_served", tokens}};
+  if (!ttft.empty()) {  // a worker endpoint: time to first token beside end to end
+    out["ttft_p50_ms"] = percentile(ttft, 50);
+    out["ttft_p99_ms"] = percentile(ttft, 99);
+  }
+  return out;
 }
 
 }  // namespace
@@ -68,9 +75,10 @@ std::string noisyNeighborTable(const nlohmann::json& report, const std::string& 
   std::ostringstream t;
   char line[256];
   t << title << "\n\n";
-  std::snprintf(line, sizeof line, "%-6s %-6s %-6s %9s %9s %9s %9s %10s %10s %10s\n", "policy",
+  const bool ttft = runs[0]["tenants"]["B"].contains("ttft_p50_ms");
+  std::snprintf(line, sizeof line, "%-6s %-6s %-6s %9s %9s %9s %9s %10s %10s %10s%s\n", "policy",
                 "run", "tenant", "submitted", "completed", "rejected", "lost", "p50_ms", "p99_ms",
-                "max_ms");
+                "max_ms", ttft ? "  ttft_p50_ms ttft_p99_ms" : "");
   t << line;
   for (const auto& r : runs) {
     for (const auto& [name, v] : r["tenants"].items()) {
@@ -82,6 +90,12 @@ std::string noisyNeighborTable(const nlohmann::json& report, const std::string& 
           v["lost"].get<unsigned long long>(), v["p50_ms"].get<double>(), v["p99_ms"].get<double>(),
           v["max_ms"].get<double>());
       t << line;
+      if (ttft) {
+        t.seekp(-1, std::ios_base::cur);  // before the newline
+        std::snprintf(line, sizeof line, " %12.2f %11.2f\n", v.value("ttft_p50_ms", 0.0),
+                      v.value("ttft_p99_ms", 0.0));
+        t << line;
+      }
     }
   }
   std::snprintf(line, sizeof line,

@@ -20,6 +20,7 @@ struct RequestRecord {
   TimeNs completion = -1;  // its completion arrived; -1 = never (lost)
   Status status = Status::kOk;
   std::uint64_t tokens = 0;  // input + output tokens, counted when OK
+  TimeNs first_token = -1;   // worker endpoints: its first streamed token arrived; -1 = none
 };
 
 struct NoisyRun {

@@ -100,12 +100,16 @@ ScenarioResult runNoisyNeighbor(const ScenarioOptions& options) {
   }
   ScenarioReport report;
   report.json = noisyNeighborJson(runs, "processes", tier->name, weight);
+  const config::EndpointConfig* ep = setup.cfg.findEndpoint(setup.endpoint);
+  const bool workers = ep != nullptr && ep->executor == config::ExecutorKind::kWorker;
   report.table = noisyNeighborTable(
       report.json,
-      "noisy-neighbor: a real fairschedd and client processes through libfairsched "
-      "(executor: the config's cpu model)\n"
-      "A: burst of 10,000 requests; B: 5 requests spaced out during the burst; same tier and "
-      "weight");
+      std::string("noisy-neighbor: a real fairschedd and client processes through libfairsched ") +
+          (workers ? "(executor: a reference worker, continuous batching from the config's "
+                     "engine model; tokens streamed)\n"
+                   : "(executor: the config's cpu model)\n") +
+          "A: burst of 10,000 requests; B: 5 requests spaced out during the burst; same tier and "
+          "weight");
   return report;
 }
 

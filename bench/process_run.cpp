@@ -11,8 +11,14 @@
 #include <thread>
 #include <unordered_map>
 
+#include <signal.h>
+
+#include <atomic>
+
 #include "fairsched/client.hpp"
+#include "fairsched/worker.hpp"
 #include "tests/support/forked_daemon.hpp"
+#include "worker/reference_engine.hpp"
 
 namespace fairsched::bench {
 namespace {
@@ -65,8 +71,10 @@ int tenantProcess(const std::string& socket, const TenantPlan& plan, Clock::time
     while (next < requests.size() &&
            Clock::now() >= start + std::chrono::nanoseconds(requests[next].offset)) {
       prompt.assign(requests[next].input_tokens, static_cast<std::uint32_t>(next));
-      auto id = client->submit(
-          submitRequest(*handle, plan.endpoint, prompt, requests[next].max_output_tokens));
+      SubmitRequest sr =
+          submitRequest(*handle, plan.endpoint, prompt, requests[next].max_output_tokens);
+      sr.stream = plan.stream;
+      auto id = client->submit(sr);
       if (!id && id.error().code == ErrorCode::kRingFull) break;  // collect, then try again
       records[next].arrival = since(Clock::now());
       records[next].tokens = requests[next].input_tokens + requests[next].max_output_tokens;
@@ -94,6 +102,10 @@ int tenantProcess(const std::string& socket, const TenantPlan& plan, Clock::time
       auto it = index.find(c.request_id);
       if (it == index.end()) continue;
       RequestRecord& r = records[it->second];
+      if (c.partial) {
+        if (r.first_token < 0) r.first_token = now;
+        continue;
+      }
       r.completion = now;
       r.status = c.status;
       if (c.status == Status::kOk) r.tokens = requests[it->second].input_tokens + c.output_tokens;
@@ -107,6 +119,27 @@ int tenantProcess(const std::string& socket, const TenantPlan& plan, Clock::time
   return out ? 0 : 1;
 }
 
+// A reference worker process serving `ec` with its engine model until SIGTERM.
+int referenceWorker(const std::string& socket, const config::EndpointConfig& ec) {
+  WorkerOptions wo;
+  wo.socket_path = socket;
+  wo.endpoint = ec.name;
+  wo.worker_name = "bench-reference";
+  auto w = Worker::connect(wo);
+  if (!w) {
+    std::fprintf(stderr, "bench worker %s: %s\n", ec.name.c_str(), w.error().toString().c_str());
+    return 1;
+  }
+  static std::atomic<bool> stop{false};
+  signal(SIGTERM, [](int) { stop.store(true); });
+  const config::EngineConfig& e = ec.engine;
+  reference::ReferenceEngine engine(
+      *w, {e.max_sequences, e.kv_tokens, e.step_us, e.prefill_token_us, e.decode_token_us,
+           e.chunked_prefill_tokens});
+  const Result<void> r = engine.run(stop);
+  return r || r.error().code == ErrorCode::kDaemonLost ? 0 : 1;
+}
+
 }  // namespace
 
 void prepareBenchConfig(config::Config& cfg, const std::string& dir) {
@@ -117,6 +150,7 @@ void prepareBenchConfig(config::Config& cfg, const std::string& dir) {
   rule.uids = {static_cast<std::uint32_t>(getuid())};
   rule.tenants = {"*"};
   rule.endpoints = {"*"};
+  rule.workers = {"*"};  // the reference workers runProcesses starts
   cfg.clients.insert(cfg.clients.begin(), rule);
 }
 
@@ -127,6 +161,17 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
   auto started = daemon::ForkedDaemon::start(cfg);
   if (!started) return started.error().message;
   daemon::ForkedDaemon& d = started.value();
+  std::vector<pid_t> workers;
+  for (const config::EndpointConfig& ec : cfg.endpoints) {
+    if (ec.executor != config::ExecutorKind::kWorker) continue;
+    const pid_t w = fork();
+    if (w == 0) _exit(referenceWorker(d.socket(), ec));
+    workers.push_back(w);
+  }
+  auto isWorkerEndpoint = [&](const std::string& name) {
+    const config::EndpointConfig* ec = cfg.findEndpoint(name);
+    return ec != nullptr && ec->executor == config::ExecutorKind::kWorker;
+  };
   const auto start = Clock::now() + kConnectTime;
   struct Child {
     const TenantPlan* plan;
@@ -137,7 +182,11 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
   for (const TenantPlan& plan : plans) {
     const std::string path = dir + "/records-" + plan.tenant;
     const pid_t pid = fork();
-    if (pid == 0) _exit(tenantProcess(d.socket(), plan, start, timeout, path));
+    if (pid == 0) {
+      TenantPlan own = plan;
+      own.stream = isWorkerEndpoint(plan.endpoint);
+      _exit(tenantProcess(d.socket(), own, start, timeout, path));
+    }
     children.push_back({&plan, pid, path});
   }
   TenantRecords records;
@@ -154,6 +203,14 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
             static_cast<std::streamsize>(r.size() * sizeof(RequestRecord)));
     if (!in) failure = "no records from " + c.plan->tenant;
     records[c.plan->tenant] = std::move(r);
+  }
+  for (const pid_t w : workers) {
+    kill(w, SIGTERM);
+    int status = 0;
+    waitpid(w, &status, 0);
+    if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && failure.empty()) {
+      failure = "a reference worker failed";
+    }
   }
   if (d.terminate() != 0 && failure.empty()) failure = "the daemon did not stop cleanly";
   if (!failure.empty()) return failure;

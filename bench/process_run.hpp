@@ -28,19 +28,23 @@ struct TenantPlan {
   std::string tenant;
   std::string endpoint;
   std::vector<PlannedRequest> requests;
+  bool stream = false;  // set by runProcesses for a worker endpoint: records first tokens
 };
 
 // A temporary directory removed with everything in it when this goes away.
 using testing::TempDir;  // tests/support/temp_dir.hpp
 
 // Points the daemon's socket into `dir`, quiets its log and lets this uid
-// submit for every tenant and endpoint.
+// submit for every tenant and endpoint and serve every worker endpoint.
 void prepareBenchConfig(config::Config& cfg, const std::string& dir);
 
 using TenantRecords = std::map<std::string, std::vector<RequestRecord>>;
 
-// Starts the daemon with `cfg`, forks one client per plan, waits for all of
-// them (each gives up `timeout` after the start) and stops the daemon.
+// Starts the daemon with `cfg` and, for each endpoint with executor =
+// "worker", one reference worker (worker/reference_engine.hpp) modelling its
+// [endpoints.NAME.engine]; forks one client per plan (streaming, with first
+// tokens recorded, on worker endpoints), waits for all of them (each gives
+// up `timeout` after the start) and stops the workers and the daemon.
 // Records per tenant, in plan order; or why the run failed.
 std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
                                                       const std::vector<TenantPlan>& plans,

@@ -1243,8 +1243,10 @@ TEST(ConfigShipped, DefaultConfigParses) {
   ASSERT_NE(embed, nullptr);
   EXPECT_EQ(chat->kind, EndpointKind::kStreaming);
   EXPECT_EQ(chat->cost, CostModel::kTokens);
-  EXPECT_GT(chat->latency_target_ms, 0u);
-  EXPECT_EQ(chat->executor, ExecutorKind::kCpu);
+  // chat is served by workers; the demo starts the reference worker on it.
+  EXPECT_EQ(chat->executor, ExecutorKind::kWorker);
+  EXPECT_EQ(chat->engine.max_sequences, 32u);
+  EXPECT_EQ(cfg.clients.front().workers, std::vector<std::string>{"chat"});
   EXPECT_EQ(embed->kind, EndpointKind::kBatch);
   EXPECT_EQ(embed->executor, ExecutorKind::kCpu);
   EXPECT_EQ(cfg.daemon.socket, "/run/fairsched/fairsched.sock");
