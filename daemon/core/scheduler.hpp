@@ -173,8 +173,8 @@ class Scheduler {
 
   // A dispatched request generated `tokens` more output tokens. On a
   // per_token endpoint they are charged to its tenant at once (DRR deficit,
-  // service counters); elsewhere this only counts them. False for an unknown
-  // handle or one not in flight.
+  // service counters); elsewhere nothing changes (complete() counts the
+  // output then). False for an unknown handle or one not in flight.
   bool charge(Handle h, std::uint32_t tokens, TimeNs now);
 
   // A dispatched request goes back to its tenant's queue at its old place
