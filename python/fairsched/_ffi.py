@@ -60,7 +60,7 @@ class SubmitRequest(Structure):
         ("tenant", c_uint32),
         ("priority", c_int32),
         ("endpoint", c_char_p),
-        ("prompt", POINTER(c_uint32)),
+        ("prompt", c_void_p),  # const uint32_t*: an address, set without a ctypes cast
         ("prompt_tokens", c_size_t),
         ("max_output_tokens", c_uint32),
         ("reserved", c_uint32),

@@ -14,8 +14,9 @@ share one client:
 
 Cancelling the task that awaits a request (``await request`` /
 ``request.completion()`` / ``async for``) cancels the request at the daemon;
-its final completion (CANCELLED) still arrives and is dropped. Wrap the
-await in ``asyncio.shield`` to wait without that.
+its final completion (CANCELLED) still arrives, and awaiting the request
+again returns it. Wrap the await in ``asyncio.shield`` to stop waiting
+without cancelling.
 
 An AsyncClient belongs to the event loop it was connected in; call it from
 that loop's thread only.
@@ -27,9 +28,19 @@ import asyncio
 import collections
 import functools
 import time
+from ctypes import byref, c_uint64
 from typing import AsyncIterator, Awaitable, Callable, Generator, Optional
 
-from .client import DEFAULT_SOCKET, POLL_BATCH, Client, Params, Prompt, _seconds_to_ns
+from .client import (
+    DEFAULT_SOCKET,
+    POLL_BATCH,
+    Client,
+    Params,
+    Prompt,
+    _raise,
+    _Request,
+    _seconds_to_ns,
+)
 from ._types import Completion, Tenant, WorkerStats, WorkItem
 from .errors import FairschedError, InvalidArgument, NotConnected, RingFull, TimedOut
 from .retry import RetryBudget, RetryOutcome, RetryPolicy, RetryStop, retry_delay
@@ -50,7 +61,7 @@ class Request:
     Without ``stream`` there are no chunks.
     """
 
-    __slots__ = ("id", "tag", "stream", "_client", "_chunks", "_waiter", "_final", "_cancel_sent")
+    __slots__ = ("id", "tag", "stream", "_client", "_chunks", "_waiters", "_final", "_error")
 
     def __init__(self, client: "AsyncClient", request_id: int, tag: int, stream: bool) -> None:
         self.id = request_id
@@ -58,62 +69,92 @@ class Request:
         self.stream = stream
         self._client = client
         self._chunks: collections.deque[Completion] = collections.deque()
-        self._waiter: Optional[asyncio.Future[None]] = None
-        self._final: asyncio.Future[Completion] = client._loop.create_future()
-        self._cancel_sent = False
+        # Futures of the tasks suspended on this request, woken by any news.
+        self._waiters: list[asyncio.Future[None]] = []
+        self._final: Optional[Completion] = None
+        self._error: Optional[BaseException] = None
 
     def __repr__(self) -> str:
-        state = "done" if self._final.done() else "outstanding"
+        state = "done" if self.done() else "outstanding"
         return f"<fairsched.Request id={self.id} tag={self.tag} {state}>"
 
     # -- fed by the client's reader ----------------------------------------
 
     def _wake(self) -> None:
-        w = self._waiter
-        if w is not None and not w.done():
-            w.set_result(None)
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
 
     def _on_chunk(self, c: Completion) -> None:
         self._chunks.append(c)
-        self._wake()
+        if self._waiters:
+            self._wake()
 
     def _on_final(self, c: Completion) -> None:
-        if not self._final.done():
-            self._final.set_result(c)
+        self._final = c
         self._wake()
 
     def _on_error(self, e: BaseException) -> None:
-        if not self._final.done():
-            self._final.set_exception(e)
-            self._final.exception()  # retrieved: no "never retrieved" warning if unread
+        self._error = e
         self._wake()
 
     # -- the caller's side ---------------------------------------------------
 
     def done(self) -> bool:
         """True once the final completion arrived (or the client was closed)."""
-        return self._final.done()
+        return self._final is not None or self._error is not None
 
     def cancel(self) -> bool:
         """Withdraws the request (see Client.cancel). True when a cancel was
         sent or is being retried; False when the request is already done or
         its connection is gone (it then completes SHUTTING_DOWN by itself).
         Its final completion still arrives."""
-        if self._final.done():
+        if self.done():
             return False
         return self._client._send_cancel(self)
 
-    async def completion(self) -> Completion:
-        """The final completion. Cancelling the awaiting task cancels the request."""
+    async def _news(self) -> None:
+        """Suspends until a chunk, the final completion or an error comes.
+        Cancelling the waiting task cancels the request."""
+        w = self._client._loop.create_future()
+        self._waiters.append(w)
         try:
-            return await asyncio.shield(self._final)
+            await w
         except asyncio.CancelledError:
-            if not self._final.done():
+            if w in self._waiters:
+                self._waiters.remove(w)
+            if not self.done():
                 self.cancel()
             raise
 
+    async def completion(self) -> Completion:
+        """The final completion. Cancelling the awaiting task cancels the request."""
+        while True:
+            if self._final is not None:
+                return self._final
+            if self._error is not None:
+                raise self._error
+            await self._news()
+
     def __await__(self) -> Generator[object, None, Completion]:
-        return self.completion().__await__()
+        # completion() without its coroutine frames: `await request` is the
+        # hot path of a frontend.
+        while True:
+            if self._final is not None:
+                return self._final
+            if self._error is not None:
+                raise self._error
+            w = self._client._loop.create_future()
+            self._waiters.append(w)
+            try:
+                yield from w
+            except asyncio.CancelledError:
+                if w in self._waiters:
+                    self._waiters.remove(w)
+                if not self.done():
+                    self.cancel()
+                raise
 
     def __aiter__(self) -> "Request":
         return self
@@ -122,20 +163,11 @@ class Request:
         while True:
             if self._chunks:
                 return self._chunks.popleft()
-            if self._final.done():
-                exc = self._final.exception()
-                if exc is not None:
-                    raise exc
+            if self._final is not None:
                 raise StopAsyncIteration
-            self._waiter = self._client._loop.create_future()
-            try:
-                await self._waiter
-            except asyncio.CancelledError:
-                if not self._final.done():
-                    self.cancel()
-                raise
-            finally:
-                self._waiter = None
+            if self._error is not None:
+                raise self._error
+            await self._news()
 
     async def tokens(self) -> AsyncIterator[int]:
         """The output tokens one by one (``async for t in request.tokens()``)."""
@@ -151,6 +183,10 @@ class AsyncClient:
         """Internal: use ``await AsyncClient.connect(...)``."""
         self._client = client
         self._loop = loop
+        self._lib = client._lib
+        self._submit = client._lib.fairsched_submit
+        self._handle = client._h()
+        self._rid = c_uint64()
         self._requests: dict[int, Request] = {}
         self._tenants: dict[tuple[str, Optional[str]], Tenant] = {}
         self._fd = client.completion_fd()
@@ -239,19 +275,12 @@ class AsyncClient:
         submit_with_retry)."""
         if self._closed:
             raise NotConnected("the client is closed")
-        rid = self._client.submit(
-            tenant,
-            endpoint,
-            prompt,
-            max_output_tokens=max_output_tokens,
-            priority=priority,
-            timeout=timeout,
-            deadline=deadline,
-            params=params,
-            prompt_token_count=prompt_token_count,
-            stream=stream,
-            tag=tag,
-        )
+        c = _Request(tenant, endpoint, prompt, max_output_tokens, priority, timeout, deadline,
+                     params, prompt_token_count, stream, tag)
+        rc = self._submit(self._handle, byref(c.c), byref(self._rid))
+        if rc != 0:
+            _raise(self._lib, rc)
+        rid = self._rid.value
         req = Request(self, rid, tag, stream)
         self._requests[rid] = req
         return req
@@ -385,11 +414,10 @@ class AsyncClient:
             return True
         except (InvalidArgument, NotConnected):
             return False  # not outstanding any more, or it ends SHUTTING_DOWN by itself
-        req._cancel_sent = True
         return True
 
     def _retry_cancel(self, req: Request, delay: float) -> None:
-        if not req._final.done() and not self._closed:
+        if not req.done() and not self._closed:
             self._send_cancel(req, delay)
 
     # -- lifetime --------------------------------------------------------------

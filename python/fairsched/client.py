@@ -17,9 +17,10 @@ from __future__ import annotations
 import array
 import ctypes
 import os
+import struct
 import threading
 import time
-from ctypes import POINTER, byref, c_int, c_int32, c_uint32, c_uint64, c_void_p, cast
+from ctypes import byref, c_int, c_int32, c_uint32, c_uint64, c_void_p
 from typing import Iterable, NoReturn, Optional, Union
 
 from . import _ffi
@@ -37,6 +38,8 @@ _NS_PER_S = 1_000_000_000
 _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
 _STATUSES = tuple(Status)
+_NSTATUSES = len(_STATUSES)
+_SUBMIT_REQUEST_SIZE = ctypes.sizeof(_ffi.SubmitRequest)
 
 
 def _raise(lib: ctypes.CDLL, rc: int) -> NoReturn:
@@ -101,6 +104,18 @@ def _params_bytes(params: Optional[Params]) -> bytes:
     return data
 
 
+_endpoint_names: dict[str, bytes] = {}
+
+
+def _endpoint_bytes(endpoint: str) -> bytes:
+    b = _endpoint_names.get(endpoint)
+    if b is None:
+        b = _encode_name("endpoint", endpoint)
+        if len(_endpoint_names) < 1024:
+            _endpoint_names[endpoint] = b
+    return b
+
+
 class _Request:
     """A fairsched_submit_request and the buffers it points into (kept alive with it)."""
 
@@ -120,17 +135,23 @@ class _Request:
         stream: bool,
         tag: int,
     ) -> None:
-        if not isinstance(tenant, Tenant):
-            raise TypeError(
-                f"tenant must be a Tenant from open_tenant(), not {type(tenant).__name__}"
-            )
+        if type(tenant) is not Tenant:
+            if not isinstance(tenant, Tenant):
+                raise TypeError(
+                    f"tenant must be a Tenant from open_tenant(), not {type(tenant).__name__}"
+                )
         c = _ffi.SubmitRequest()
-        c.struct_size = ctypes.sizeof(_ffi.SubmitRequest)
+        c.struct_size = _SUBMIT_REQUEST_SIZE
         c.tenant = tenant.index
-        c.endpoint = _encode_name("endpoint", endpoint)
-        c.max_output_tokens = _check_int("max_output_tokens", max_output_tokens, 0, _U32)
-        c.priority = _check_int("priority", priority, -(2**31), 2**31 - 1)
-        c.tag = _check_int("tag", tag, 0, _U64)
+        c.endpoint = _endpoint_bytes(endpoint)
+        # Range checks inline (the common case), _check_int for the message.
+        if type(max_output_tokens) is not int or not 0 <= max_output_tokens <= _U32:
+            _check_int("max_output_tokens", max_output_tokens, 0, _U32)
+        c.max_output_tokens = max_output_tokens
+        if type(priority) is not int or priority:
+            c.priority = _check_int("priority", priority, -(2**31), 2**31 - 1)
+        if type(tag) is not int or tag:
+            c.tag = _check_int("tag", tag, 0, _U64)
         if timeout is not None:
             ns = _seconds_to_ns("timeout", timeout)
             if ns <= 0:
@@ -144,46 +165,62 @@ class _Request:
                 )
             c.deadline_ns = ns
         tokens = _prompt_array(prompt)
-        keep: list[object] = [tokens]
-        if len(tokens):
-            addr, _ = tokens.buffer_info()
-            c.prompt = cast(c_void_p(addr), POINTER(c_uint32))
-            c.prompt_tokens = len(tokens)
+        self._keep: tuple[object, ...] = (tokens,)
+        n = len(tokens)
+        if n:
+            c.prompt = tokens.buffer_info()[0]
+            c.prompt_tokens = n
         if prompt_token_count is not None:
-            if len(tokens):
+            if n:
                 raise InvalidArgument("prompt_token_count is for counts-only requests: give no prompt")
             c.counts_only = 1
             c.prompt_token_count = _check_int("prompt_token_count", prompt_token_count, 0, _U32)
-        data = _params_bytes(params)
-        if data:
-            buf = ctypes.create_string_buffer(data, len(data))
-            keep.append(buf)
-            c.params = ctypes.addressof(buf)
-            c.params_bytes = len(data)
-        c.stream = 1 if stream else 0
+        if params is not None:
+            data = _params_bytes(params)
+            if data:
+                buf = ctypes.create_string_buffer(data, len(data))
+                self._keep = (tokens, buf)
+                c.params = ctypes.addressof(buf)
+                c.params_bytes = len(data)
+        if stream:
+            c.stream = 1
         self.c = c
-        self._keep = keep
+
+
+# fairsched_completion as a struct module format: one unpack_from reads a
+# whole slot of the poll buffer (python/tests/test_abi_layout.py checks it).
+_COMPLETION = struct.Struct("=QQiIqqqQiiiIQIIqq")
 
 
 def _from_c(c: _ffi.CCompletion) -> Completion:
-    n = c.token_count
-    status = c.status
+    return _from_fields(_COMPLETION.unpack_from(c))
+
+
+def _from_fields(f: tuple[int, ...]) -> Completion:
+    (rid, tag, status, output_tokens, retry_after, queue_wait, service, checksum, local, _,
+     partial, first_token, tokens_at, token_count, input_tokens, emitted, ttft) = f
+    if token_count == 0:
+        tokens = []
+    elif token_count <= 16:
+        tokens = (ctypes.c_uint32 * token_count).from_address(tokens_at)[:]
+    else:
+        tokens = array.array("I", ctypes.string_at(tokens_at, 4 * token_count)).tolist()
     return Completion(
-        c.request_id,
-        c.tag,
-        _STATUSES[status] if 0 <= status < len(_STATUSES) else Status.EXECUTOR_FAILED,
-        c.output_tokens,
-        c.retry_after_ns,
-        c.queue_wait_ns,
-        c.service_ns,
-        c.checksum,
-        c.local != 0,
-        c.partial != 0,
-        c.first_token,
-        c.tokens[:n] if n else [],
-        c.input_tokens,
-        c.emitted_ns,
-        c.time_to_first_token_ns,
+        rid,
+        tag,
+        _STATUSES[status] if 0 <= status < _NSTATUSES else Status.EXECUTOR_FAILED,
+        output_tokens,
+        retry_after,
+        queue_wait,
+        service,
+        checksum,
+        local != 0,
+        partial != 0,
+        first_token,
+        tokens,
+        input_tokens,
+        emitted,
+        ttft,
     )
 
 
@@ -352,7 +389,11 @@ class Client:
             return []
         buf = _poll_buffer(max)
         n = self._lib.fairsched_poll(self._h(), buf, max)
-        return [_from_c(buf[i]) for i in range(n)]
+        if n == 0:
+            return []
+        unpack = _COMPLETION.unpack_from
+        size = _COMPLETION.size
+        return [_from_fields(unpack(buf, i * size)) for i in range(n)]
 
     def cancel(self, request_id: int) -> None:
         """Withdraws a request: queued, it ends CANCELLED at once; running on a

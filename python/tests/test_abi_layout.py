@@ -62,3 +62,31 @@ def test_the_header_has_no_field_the_structs_lack() -> None:
             if code.endswith(";"):
                 declared.append(code.rstrip(";").split()[-1].lstrip("*"))
         assert declared == [f for f, _ in py._fields_], cname
+
+
+def test_the_completion_unpack_format_reads_every_field_where_ctypes_does() -> None:
+    from fairsched import client
+
+    assert client._COMPLETION.size == ctypes.sizeof(_ffi.CCompletion)
+    c = _ffi.CCompletion()
+    values = {}
+    for i, (field, ctype) in enumerate(_ffi.CCompletion._fields_):
+        value = 1000 + i if field != "tokens" else None
+        if value is not None:
+            setattr(c, field, value)
+        values[field] = value
+    tokens = (ctypes.c_uint32 * 3)(7, 8, 9)
+    c.tokens = ctypes.cast(tokens, ctypes.POINTER(ctypes.c_uint32))
+    c.token_count = 3
+    c.status = 2
+    got = client._from_c(c)
+    assert (got.request_id, got.tag, got.output_tokens) == (1000, 1001, 1003)
+    assert got.status.name == "OVERLOADED" and got.tokens == [7, 8, 9]
+    assert (got.retry_after_ns, got.queue_wait_ns, got.service_ns, got.checksum) == (
+        1004, 1005, 1006, 1007)
+    assert got.local and got.partial and got.first_token == 1011
+    assert (got.input_tokens, got.emitted_ns, got.time_to_first_token_ns) == (1014, 1015, 1016)
+    c.token_count = 40
+    big = (ctypes.c_uint32 * 40)(*range(40))
+    c.tokens = ctypes.cast(big, ctypes.POINTER(ctypes.c_uint32))
+    assert client._from_c(c).tokens == list(range(40))
