@@ -43,6 +43,7 @@ demo: all
 bench: all
 	$(BUILD)/bin/fairsched-bench core
 	$(BUILD)/bin/fairsched-microbench --benchmark_min_time=0.2
+	python3 bench/python_asyncio_bench.py --build $(BUILD)
 
 install: all
 	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"

@@ -9,6 +9,9 @@
 #   PREFIX/lib/sysusers.d           fairsched.conf (the fairsched user and group)
 #   PREFIX/lib/tmpfiles.d           fairsched.conf (/run/fairsched)
 #   FAIRSCHED_CONFIG_DIR            fairsched.toml, only when none is there yet
+#   PREFIX/lib/python3.X/dist-packages/fairsched   the Python package (docs/python.md);
+#                                   lib/python3/dist-packages for PREFIX=/usr (Debian's
+#                                   layout), or FAIRSCHED_PYTHON_DIR
 #
 # Everything honours DESTDIR. The prefix is taken at install time
 # (`cmake --install build --prefix P` works without reconfiguring): the unit
@@ -68,5 +71,7 @@ install(CODE "
   set(_includedir \"${CMAKE_INSTALL_INCLUDEDIR}\")
   set(_confdir \"${FAIRSCHED_CONFIG_DIR}\")
   set(_version \"${PROJECT_VERSION}\")
+  set(_python_version \"${FAIRSCHED_PYTHON_VERSION}\")
+  set(_python_dir \"${FAIRSCHED_PYTHON_DIR}\")
   include(\"${CMAKE_CURRENT_LIST_DIR}/install_generated.cmake\")
 ")

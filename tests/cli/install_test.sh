@@ -9,15 +9,20 @@
 #     one, and a C++ client against fairsched/client.hpp, link, load and
 #     report the missing socket with exit 1 (the documented connect failure):
 #     through pkg-config, with -I<prefix>/include alone, and through a CMake
-#     project outside the source tree that calls find_package(fairsched).
+#     project outside the source tree that calls find_package(fairsched);
+#   - with PYTHON: the Python package is where that python3 looks for the
+#     prefix (Debian's dist-packages, checked for /usr/local and /usr too),
+#     records the installed library, and imports and reports the missing
+#     socket as ConnectFailed from the installed tree.
 # Exit 77 (skipped) where pkg-config is not installed.
-#   install_test.sh BUILD_DIR SOURCE_DIR CC CXX "SANITIZER_FLAGS"
+#   install_test.sh BUILD_DIR SOURCE_DIR CC CXX "SANITIZER_FLAGS" [PYTHON]
 set -u
-build=${1:?usage: $0 BUILD_DIR SOURCE_DIR CC CXX SANITIZER_FLAGS}
+build=${1:?usage: $0 BUILD_DIR SOURCE_DIR CC CXX SANITIZER_FLAGS [PYTHON]}
 src=${2:?}
 cc=${3:?}
 cxx=${4:?}
 read -r -a sanflags <<<"${5:-}"
+python=${6:-}
 
 if ! command -v pkg-config >/dev/null; then
   echo "install_test: skipped: pkg-config not installed"
@@ -187,6 +192,56 @@ if cmake -S "$proj" -B "$proj/build" -DCMAKE_PREFIX_PATH="$root$prefix" \
   expect_connect_failure "cpp_client (find_package)" "$proj/build/cpp_client" "$work/missing.sock"
 else
   fail "the find_package(fairsched) project does not build: $(tail -n 30 "$work/cmake.log")"
+fi
+
+# The Python package. Sanitized builds skip the import: the interpreter does
+# not load the sanitizer runtimes a sanitized libfairsched needs.
+if [[ -n "$python" && -x "$python" ]]; then
+  pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  site=$prefix/lib/python$pyver/dist-packages
+  pkg=$root$site/fairsched
+  for f in __init__.py aio.py client.py worker.py py.typed _install.py; do
+    [[ -f "$pkg/$f" ]] || fail "missing $site/fairsched/$f"
+  done
+  grep -qx "LIBRARY = \"$prefix/$libdir/libfairsched.so.0\"" "$pkg/_install.py" 2>/dev/null ||
+    fail "$site/fairsched/_install.py does not name $prefix/$libdir/libfairsched.so.0"
+  [[ -e "$pkg/__pycache__" ]] && fail "__pycache__ installed under $site/fairsched"
+  if [[ ${#sanflags[@]} -eq 0 ]]; then
+    (cd "$work" && env PYTHONPATH="$root$site" FAIRSCHED_LIBRARY="$L/libfairsched.so.0" \
+        PYTHONDONTWRITEBYTECODE=1 "$python" - "$root$site" "$prefix/$libdir" "$work/missing.sock" \
+        >"$work/py.out" 2>&1 <<'PY'
+import sys
+import fairsched
+from fairsched import _ffi
+site, libdir, sock = sys.argv[1:]
+assert fairsched.__file__.startswith(site + "/"), fairsched.__file__
+assert _ffi._candidates()[0] == ("the installed library", libdir + "/libfairsched.so.0"), _ffi._candidates()
+try:
+    fairsched.Client.connect(sock)
+except fairsched.ConnectFailed as e:
+    print(e)
+    sys.exit(1)
+PY
+    )
+    rc=$?
+    [[ $rc -eq 1 ]] && grep -q "^CONNECT_FAILED: .*missing.sock" "$work/py.out" ||
+      fail "the installed Python package: exit $rc, want 1 with CONNECT_FAILED: $(cat "$work/py.out")"
+  fi
+  # Where Debian's python3 looks: /usr/local/lib/python3.X/dist-packages for
+  # /usr/local, /usr/lib/python3/dist-packages for /usr.
+  if "$python" -c 'import sys; sys.exit(0 if any(p.endswith("dist-packages") for p in sys.path) else 1)'; then
+    for p in /usr/local /usr; do
+      proot=$work/pyroot
+      rm -rf "$proot"
+      DESTDIR=$proot cmake --install "$build" --prefix "$p" >"$work/pyinstall.log" 2>&1 ||
+        fail "cmake --install --prefix $p failed: $(cat "$work/pyinstall.log")"
+      init=$(cd "$proot" && find .$p/lib -path '*dist-packages/fairsched/__init__.py' | head -n1)
+      dir=${init#.}
+      dir=${dir%/fairsched/__init__.py}
+      "$python" -c 'import sys; sys.exit(0 if sys.argv[1] in sys.path else 1)' "$dir" ||
+        fail "prefix $p: the package went to '$dir', which $python does not search"
+    done
+  fi
 fi
 
 if [[ $failures -ne 0 ]]; then

@@ -1,0 +1,553 @@
+"""The asyncio API: AsyncClient (client role) and AsyncWorker (worker role).
+
+AsyncClient registers the client's completion descriptor in the running
+event loop (``loop.add_reader``): one reader polls every completion and
+hands each to its request — no thread per request, no busy loop. Many tasks
+share one client:
+
+    client = await AsyncClient.connect("/run/fairsched/fairsched.sock", name="frontend")
+    acme = await client.open_tenant("acme")
+    request = client.submit(acme, "chat", prompt, max_output_tokens=256, stream=True)
+    async for chunk in request:        # the output tokens, in order, as generated
+        send(chunk.tokens)
+    final = await request.completion() # status, usage
+
+Cancelling the task that awaits a request (``await request`` /
+``request.completion()`` / ``async for``) cancels the request at the daemon;
+its final completion (CANCELLED) still arrives, and awaiting the request
+again returns it. Wrap the await in ``asyncio.shield`` to stop waiting
+without cancelling.
+
+An AsyncClient belongs to the event loop it was connected in; call it from
+that loop's thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import time
+from ctypes import byref, c_uint64
+from typing import AsyncIterator, Awaitable, Callable, Generator, Optional
+
+from .client import (
+    DEFAULT_SOCKET,
+    POLL_BATCH,
+    Client,
+    Params,
+    Prompt,
+    _raise,
+    _Request,
+    _seconds_to_ns,
+)
+from ._types import Completion, Tenant, WorkerStats, WorkItem
+from .errors import FairschedError, InvalidArgument, NotConnected, RingFull, TimedOut
+from .retry import RetryBudget, RetryOutcome, RetryPolicy, RetryStop, retry_delay
+from .worker import Worker
+
+# How soon a cancel that found the ring full is tried again, doubling up to
+# the cap, until the request's final completion arrives.
+_CANCEL_RETRY_FIRST = 0.0005
+_CANCEL_RETRY_MAX = 0.05
+
+
+class Request:
+    """A request submitted through an AsyncClient.
+
+    ``async for chunk in request`` yields its stream chunks (partial
+    Completions, in order) and ends after the final completion arrives;
+    ``await request`` or ``await request.completion()`` gives the final one.
+    Without ``stream`` there are no chunks.
+    """
+
+    __slots__ = ("id", "tag", "stream", "_client", "_chunks", "_waiters", "_final", "_error")
+
+    def __init__(self, client: "AsyncClient", request_id: int, tag: int, stream: bool) -> None:
+        self.id = request_id
+        self.tag = tag
+        self.stream = stream
+        self._client = client
+        self._chunks: collections.deque[Completion] = collections.deque()
+        # Futures of the tasks suspended on this request, woken by any news.
+        self._waiters: list[asyncio.Future[None]] = []
+        self._final: Optional[Completion] = None
+        self._error: Optional[BaseException] = None
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "outstanding"
+        return f"<fairsched.Request id={self.id} tag={self.tag} {state}>"
+
+    # -- fed by the client's reader ----------------------------------------
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    def _on_chunk(self, c: Completion) -> None:
+        self._chunks.append(c)
+        if self._waiters:
+            self._wake()
+
+    def _on_final(self, c: Completion) -> None:
+        self._final = c
+        self._wake()
+
+    def _on_error(self, e: BaseException) -> None:
+        self._error = e
+        self._wake()
+
+    # -- the caller's side ---------------------------------------------------
+
+    def done(self) -> bool:
+        """True once the final completion arrived (or the client was closed)."""
+        return self._final is not None or self._error is not None
+
+    def cancel(self) -> bool:
+        """Withdraws the request (see Client.cancel). True when a cancel was
+        sent or is being retried; False when the request is already done or
+        its connection is gone (it then completes SHUTTING_DOWN by itself).
+        Its final completion still arrives."""
+        if self.done():
+            return False
+        return self._client._send_cancel(self)
+
+    async def _news(self) -> None:
+        """Suspends until a chunk, the final completion or an error comes.
+        Cancelling the waiting task cancels the request."""
+        w = self._client._loop.create_future()
+        self._waiters.append(w)
+        try:
+            await w
+        except asyncio.CancelledError:
+            if w in self._waiters:
+                self._waiters.remove(w)
+            if not self.done():
+                self.cancel()
+            raise
+
+    async def completion(self) -> Completion:
+        """The final completion. Cancelling the awaiting task cancels the request."""
+        while True:
+            if self._final is not None:
+                return self._final
+            if self._error is not None:
+                raise self._error
+            await self._news()
+
+    def __await__(self) -> Generator[object, None, Completion]:
+        # completion() without its coroutine frames: `await request` is the
+        # hot path of a frontend.
+        while True:
+            if self._final is not None:
+                return self._final
+            if self._error is not None:
+                raise self._error
+            w = self._client._loop.create_future()
+            self._waiters.append(w)
+            try:
+                yield from w
+            except asyncio.CancelledError:
+                if w in self._waiters:
+                    self._waiters.remove(w)
+                if not self.done():
+                    self.cancel()
+                raise
+
+    def __aiter__(self) -> "Request":
+        return self
+
+    async def __anext__(self) -> Completion:
+        while True:
+            if self._chunks:
+                return self._chunks.popleft()
+            if self._final is not None:
+                raise StopAsyncIteration
+            if self._error is not None:
+                raise self._error
+            await self._news()
+
+    async def tokens(self) -> AsyncIterator[int]:
+        """The output tokens one by one (``async for t in request.tokens()``)."""
+        async for chunk in self:
+            for t in chunk.tokens:
+                yield t
+
+
+class AsyncClient:
+    """A Client driven by the asyncio event loop (see the module docstring)."""
+
+    def __init__(self, client: Client, loop: asyncio.AbstractEventLoop) -> None:
+        """Internal: use ``await AsyncClient.connect(...)``."""
+        self._client = client
+        self._loop = loop
+        self._lib = client._lib
+        self._submit = client._lib.fairsched_submit
+        self._handle = client._h()
+        self._rid = c_uint64()
+        self._requests: dict[int, Request] = {}
+        self._tenants: dict[tuple[str, Optional[str]], Tenant] = {}
+        self._fd = client.completion_fd()
+        self._closed = False
+        self.retry_budget = RetryBudget()
+        self.unclaimed = 0  # completions of requests this object did not submit (dropped)
+        loop.add_reader(self._fd, self._drain)
+        self._drain()  # descriptor mode starts with the first prepare_to_block
+
+    @classmethod
+    async def connect(
+        cls,
+        socket_path: str = DEFAULT_SOCKET,
+        *,
+        name: Optional[str] = None,
+        connect_timeout: float = 5.0,
+        control_timeout: float = 5.0,
+        reconnect: bool = False,
+        reconnect_initial_delay: float = 0.1,
+        reconnect_max_delay: float = 5.0,
+    ) -> "AsyncClient":
+        """Client.connect in a thread of the loop's executor (the Hello round
+        trip may take up to connect_timeout), then the reader on its descriptor."""
+        loop = asyncio.get_running_loop()
+        client = await loop.run_in_executor(
+            None,
+            functools.partial(
+                Client.connect,
+                socket_path,
+                name=name,
+                connect_timeout=connect_timeout,
+                control_timeout=control_timeout,
+                spin=0.0,
+                reconnect=reconnect,
+                reconnect_initial_delay=reconnect_initial_delay,
+                reconnect_max_delay=reconnect_max_delay,
+            ),
+        )
+        try:
+            return cls(client, loop)
+        except BaseException:
+            client.close()
+            raise
+
+    @property
+    def client(self) -> Client:
+        """The blocking Client underneath (do not poll it: the reader does)."""
+        return self._client
+
+    @property
+    def connected(self) -> bool:
+        return not self._closed and self._client.connected
+
+    @property
+    def outstanding(self) -> int:
+        """Requests submitted here whose final completion has not arrived."""
+        return len(self._requests)
+
+    async def open_tenant(self, name: str, tier: Optional[str] = None) -> Tenant:
+        """Client.open_tenant in the loop's executor; handles are cached per (name, tier)."""
+        key = (name, tier)
+        t = self._tenants.get(key)
+        if t is not None:
+            return t
+        t = await self._loop.run_in_executor(None, self._client.open_tenant, name, tier)
+        self._tenants[key] = t
+        return t
+
+    def submit(
+        self,
+        tenant: Tenant,
+        endpoint: str,
+        prompt: Prompt = (),
+        *,
+        max_output_tokens: int,
+        priority: int = 0,
+        timeout: Optional[float] = None,
+        deadline: Optional[float] = None,
+        params: Optional[Params] = None,
+        prompt_token_count: Optional[int] = None,
+        stream: bool = False,
+        tag: int = 0,
+    ) -> Request:
+        """Client.submit; returns the Request to iterate or await. Never
+        blocks. Raises what Client.submit raises (RingFull: back off, or use
+        submit_with_retry)."""
+        if self._closed:
+            raise NotConnected("the client is closed")
+        c = _Request(tenant, endpoint, prompt, max_output_tokens, priority, timeout, deadline,
+                     params, prompt_token_count, stream, tag)
+        rc = self._submit(self._handle, byref(c.c), byref(self._rid))
+        if rc != 0:
+            _raise(self._lib, rc)
+        rid = self._rid.value
+        req = Request(self, rid, tag, stream)
+        self._requests[rid] = req
+        return req
+
+    def cancel(self, request_id: int) -> bool:
+        """Request.cancel() by id; False when no such request is outstanding here."""
+        req = self._requests.get(request_id)
+        return req.cancel() if req is not None else False
+
+    async def submit_with_retry(
+        self,
+        tenant: Tenant,
+        endpoint: str,
+        prompt: Prompt = (),
+        *,
+        max_output_tokens: int,
+        policy: Optional[RetryPolicy] = None,
+        budget: Optional[RetryBudget] = None,
+        priority: int = 0,
+        timeout: Optional[float] = None,
+        deadline: Optional[float] = None,
+        params: Optional[Params] = None,
+        prompt_token_count: Optional[int] = None,
+        tag: int = 0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> RetryOutcome:
+        """Submits and awaits the final completion, retrying RATE_LIMITED,
+        OVERLOADED, QUEUE_FULL and RingFull as the library's
+        submitWithRetry does (retry.hpp): retry_after waited in full, then
+        full jitter; at most policy.max_attempts; a retry_after above
+        policy.max_retry_after ends it; the deadline (or timeout, fixed at the
+        first attempt) bounds the loop; each retry costs a token of ``budget``
+        (default: this client's ``retry_budget``). Returns the last
+        completion; raises the last attempt's submit error when it had none,
+        and TimedOut when an attempt's completion took longer than
+        policy.attempt_timeout."""
+        p = policy or RetryPolicy()
+        b = budget or self.retry_budget
+        max_attempts = max(1, p.max_attempts)
+        if timeout is not None:
+            _seconds_to_ns("timeout", timeout)
+            t = time.monotonic() + timeout
+            deadline = t if deadline is None or t < deadline else deadline
+        b.on_first_attempt()
+        slept = 0.0
+        n = 0
+        while True:
+            n += 1
+            error: Optional[FairschedError] = None
+            completion: Optional[Completion] = None
+            try:
+                req = self.submit(
+                    tenant, endpoint, prompt, max_output_tokens=max_output_tokens,
+                    priority=priority, deadline=deadline, params=params,
+                    prompt_token_count=prompt_token_count, tag=tag,
+                )
+            except RingFull as e:
+                error = e
+            else:
+                wait_for = p.attempt_timeout
+                if wait_for is None and deadline is not None:
+                    # Past its deadline the daemon answers DEADLINE_EXCEEDED
+                    # itself; the margin covers that answer's trip back.
+                    wait_for = max(0.0, deadline - time.monotonic()) + 1.0
+                if wait_for is None:
+                    completion = await req.completion()
+                else:
+                    try:
+                        completion = await asyncio.wait_for(req.completion(), wait_for)
+                    except asyncio.TimeoutError:
+                        raise TimedOut(f"no completion within {wait_for:.3f} s") from None
+                if not completion.status.retryable:
+                    return RetryOutcome(completion, n, RetryStop.FINAL, slept)
+            retry_after = completion.retry_after if completion is not None else 0.0
+            stop: Optional[RetryStop] = None
+            delay = 0.0
+            if n >= max_attempts:
+                stop = RetryStop.MAX_ATTEMPTS
+            elif retry_after > p.max_retry_after:
+                stop = RetryStop.RETRY_AFTER_TOO_LONG
+            else:
+                delay = retry_delay(p, n, retry_after)
+                if deadline is not None and time.monotonic() + delay >= deadline:
+                    stop = RetryStop.DEADLINE
+                elif not b.try_acquire_retry():
+                    stop = RetryStop.BUDGET_EXHAUSTED
+            if stop is not None:
+                if completion is None:
+                    assert error is not None
+                    raise error
+                return RetryOutcome(completion, n, stop, slept)
+            await sleep(delay)
+            slept += delay
+
+    # -- the reader ------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Reader callback: polls until the client says block, dispatching
+        every completion to its Request."""
+        if self._closed:
+            return
+        client = self._client
+        while True:
+            batch = client.poll(POLL_BATCH)
+            for c in batch:
+                req = self._requests.get(c.request_id)
+                if req is None:
+                    self.unclaimed += 1
+                elif c.partial:
+                    req._on_chunk(c)
+                else:
+                    del self._requests[c.request_id]
+                    req._on_final(c)
+            if len(batch) == POLL_BATCH:
+                continue
+            try:
+                if client.prepare_to_block():
+                    return
+            except NotConnected:
+                # Lost and not reconnected: the outstanding requests already
+                # got their SHUTTING_DOWN completions above. The descriptor
+                # stays registered: a reconnect (submit() with reconnect on)
+                # signals it again.
+                return
+
+    def _send_cancel(self, req: Request, delay: float = _CANCEL_RETRY_FIRST) -> bool:
+        try:
+            self._client.cancel(req.id)
+        except RingFull:
+            self._loop.call_later(delay, self._retry_cancel, req, min(delay * 2, _CANCEL_RETRY_MAX))
+            return True
+        except (InvalidArgument, NotConnected):
+            return False  # not outstanding any more, or it ends SHUTTING_DOWN by itself
+        return True
+
+    def _retry_cancel(self, req: Request, delay: float) -> None:
+        if not req.done() and not self._closed:
+            self._send_cancel(req, delay)
+
+    # -- lifetime --------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops the reader and closes the client. Requests still outstanding
+        fail with NotConnected. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._loop.remove_reader(self._fd)
+        except (RuntimeError, ValueError):
+            pass  # the loop is closed already
+        pending = list(self._requests.values())
+        self._requests.clear()
+        for req in pending:
+            req._on_error(NotConnected(f"the client was closed with request {req.id} outstanding"))
+        self._client.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncWorker:
+    """A Worker whose waits suspend the task instead of the thread: the
+    worker's event descriptor is watched by the event loop while waiting.
+
+    set_capacity(), emit() and finish() are the Worker's, synchronous: they
+    wait at most ``event_timeout`` when the event ring is full (the daemon
+    drains it continuously). Use one task to poll and wait.
+    """
+
+    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
+        """Internal: use ``await AsyncWorker.connect(...)``."""
+        self._worker = worker
+        self._loop = loop
+        self._fd = worker.event_fd()
+        self.set_capacity = worker.set_capacity
+        self.emit = worker.emit
+        self.finish = worker.finish
+        self.poll = worker.poll
+
+    @classmethod
+    async def connect(
+        cls,
+        socket_path: str = DEFAULT_SOCKET,
+        endpoint: str = "",
+        *,
+        name: Optional[str] = None,
+        connect_timeout: float = 5.0,
+        event_timeout: float = 1.0,
+    ) -> "AsyncWorker":
+        """Worker.connect in the loop's executor."""
+        loop = asyncio.get_running_loop()
+        worker = await loop.run_in_executor(
+            None,
+            functools.partial(
+                Worker.connect,
+                socket_path,
+                endpoint,
+                name=name,
+                connect_timeout=connect_timeout,
+                event_timeout=event_timeout,
+            ),
+        )
+        return cls(worker, loop)
+
+    @property
+    def worker(self) -> Worker:
+        return self._worker
+
+    @property
+    def endpoint(self) -> str:
+        return self._worker.endpoint
+
+    @property
+    def connected(self) -> bool:
+        return self._worker.connected
+
+    def stats(self) -> WorkerStats:
+        return self._worker.stats()
+
+    async def wait(self, timeout: Optional[float] = None) -> bool:
+        """Suspends until poll() has something (True) or ``timeout`` seconds
+        pass (False; None: forever). Raises DaemonLost."""
+        deadline = None if timeout is None else self._loop.time() + timeout
+        while True:
+            if not self._worker.prepare_to_block():
+                return True
+            ready: asyncio.Future[None] = self._loop.create_future()
+
+            def on_ready() -> None:
+                if not ready.done():
+                    ready.set_result(None)
+
+            self._loop.add_reader(self._fd, on_ready)
+            try:
+                if deadline is None:
+                    await ready
+                else:
+                    left = deadline - self._loop.time()
+                    if left <= 0:
+                        return False
+                    try:
+                        await asyncio.wait_for(ready, left)
+                    except asyncio.TimeoutError:
+                        return False
+            finally:
+                self._loop.remove_reader(self._fd)
+
+    async def next_items(self, timeout: Optional[float] = None) -> list[WorkItem]:
+        """The next assignments and aborts, waiting up to ``timeout`` seconds
+        for some; [] when none came."""
+        items = self._worker.poll()
+        if items:
+            return items
+        if not await self.wait(timeout):
+            return []
+        return self._worker.poll()
+
+    def close(self) -> None:
+        """Detaches (Worker.close); idempotent."""
+        self._worker.close()
+
+    async def __aenter__(self) -> "AsyncWorker":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,237 @@
+"""The worker role, blocking: Worker over fairsched_worker (docs/worker.md).
+
+An engine attached to an endpoint with executor = "worker" runs, at every
+iteration:
+
+    worker.set_capacity(free_sequences, free_kv_tokens)  # what it can take now
+    for item in worker.poll():     # ASSIGN: add the sequence; ABORT: drop it
+        ...
+    ... one engine step ...
+    worker.emit(id, new_tokens)    # per running sequence, as generated
+    worker.finish(id, Status.OK, output_tokens)  # per finished sequence
+    (and wait() when idle)
+
+Every assignment ends with exactly one finish(): OK when done, CANCELLED to
+acknowledge an ABORT, EXECUTOR_FAILED (with a message) when the engine
+failed it, INVALID when it can never serve it.
+
+Threading: set_capacity(), emit() and finish() may be called from any
+number of threads at once; poll(), wait() and prepare_to_block() from one
+thread at a time; close() REQUIRES that no other call is in progress.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import os
+from ctypes import POINTER, byref, c_int, c_uint32, c_void_p, cast
+from typing import Iterable, Optional, Union
+
+from . import _ffi
+from ._types import Status, WorkerStats, WorkItem, WorkKind
+from .client import DEFAULT_SOCKET, _check_int, _encode_name, _raise, _seconds_to_ns
+from .errors import ErrorCode, InvalidArgument, NotConnected
+
+_U32 = 0xFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
+POLL_BATCH = 256
+
+Tokens = Union[Iterable[int], "array.array[int]"]
+
+
+def _item_from_c(c: _ffi.CWorkItem) -> WorkItem:
+    if c.kind == WorkKind.ABORT:
+        return WorkItem(WorkKind.ABORT, c.id)
+    n = c.prompt_len
+    params = ctypes.string_at(c.params, c.params_bytes) if c.params_bytes else b""
+    return WorkItem(
+        WorkKind.ASSIGN,
+        c.id,
+        c.tenant,
+        c.priority,
+        c.counts_only != 0,
+        c.deadline_ns,
+        c.prompt_tokens,
+        c.max_output_tokens,
+        c.prompt[:n] if n else [],
+        params,
+    )
+
+
+class Worker:
+    """An engine attached to one worker endpoint (fairsched_worker).
+
+    Use ``Worker.connect(...)``; close it with ``close()`` or a ``with``
+    block: what it still runs then ends EXECUTOR_FAILED at its clients, or
+    goes back to its queue when nothing of it was streamed yet and the
+    endpoint's ``worker.requeue_on_loss`` says so.
+    """
+
+    def __init__(self, handle: int, endpoint: str) -> None:
+        """Internal: use Worker.connect()."""
+        self._lib = _ffi.load()
+        self._handle: Optional[int] = handle
+        self.endpoint = endpoint
+        self._items = (_ffi.CWorkItem * POLL_BATCH)()
+
+    @classmethod
+    def connect(
+        cls,
+        socket_path: str = DEFAULT_SOCKET,
+        endpoint: str = "",
+        *,
+        name: Optional[str] = None,
+        connect_timeout: float = 5.0,
+        event_timeout: float = 1.0,
+    ) -> "Worker":
+        """Connects and attaches to ``endpoint``. ``event_timeout``: how long
+        emit()/finish()/set_capacity() wait for room in a full event ring
+        before RingFull. Raises what Client.connect raises, and
+        InvalidArgument (no endpoint or a bad name), Refused (no such
+        endpoint, or not executor = "worker"), Unauthorized (no [[clients]]
+        rule lists the endpoint in its ``workers``)."""
+        if not endpoint:
+            raise InvalidArgument("endpoint is required: an endpoint with executor = \"worker\"")
+        lib = _ffi.load()
+        o = _ffi.WorkerOptions()
+        lib.fairsched_worker_options_init(byref(o))
+        o.socket_path = os.fsencode(socket_path)
+        o.endpoint = _encode_name("endpoint", endpoint)
+        if name is not None:
+            o.worker_name = _encode_name("name", name)
+        o.connect_timeout_ns = _seconds_to_ns("connect_timeout", connect_timeout)
+        o.event_timeout_ns = _seconds_to_ns("event_timeout", event_timeout)
+        out = c_void_p()
+        rc = lib.fairsched_worker_connect(byref(o), byref(out))
+        if rc != 0:
+            _raise(lib, rc)
+        assert out.value is not None
+        return cls(out.value, endpoint)
+
+    def _h(self) -> int:
+        h = self._handle
+        if h is None:
+            raise NotConnected("the worker is closed")
+        return h
+
+    def close(self) -> None:
+        """Detaches and frees the handle; idempotent."""
+        h, self._handle = self._handle, None
+        if h is not None:
+            self._lib.fairsched_worker_close(h)
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None) is not None:
+            self.close()
+
+    @property
+    def connected(self) -> bool:
+        h = self._handle
+        return h is not None and self._lib.fairsched_worker_connected(h) != 0
+
+    def set_capacity(self, free_sequences: int, free_kv_tokens: int) -> None:
+        """What the engine can take now: the daemon never assigns more than
+        the last call left room for (one sequence and prompt +
+        max_output_tokens of KV tokens per request). Raises DaemonLost,
+        RingFull."""
+        rc = self._lib.fairsched_worker_set_capacity(
+            self._h(),
+            _check_int("free_sequences", free_sequences, 0, _U32),
+            _check_int("free_kv_tokens", free_kv_tokens, 0, _U64),
+        )
+        if rc != 0:
+            _raise(self._lib, rc)
+
+    def poll(self, max: int = POLL_BATCH) -> list[WorkItem]:
+        """Up to ``max`` assignments and aborts, in the daemon's order. Never blocks."""
+        if max <= 0:
+            return []
+        buf = self._items if max <= POLL_BATCH else (_ffi.CWorkItem * max)()
+        n = self._lib.fairsched_worker_poll(self._h(), buf, max)
+        return [_item_from_c(buf[i]) for i in range(n)]
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Blocks until poll() has something (True) or ``timeout`` seconds
+        pass (False; None: forever). Raises DaemonLost."""
+        rc = self._lib.fairsched_worker_wait(self._h(), _seconds_to_ns("timeout", timeout))
+        if rc == ErrorCode.TIMED_OUT:
+            return False
+        if rc != 0:
+            _raise(self._lib, rc)
+        return True
+
+    def event_fd(self) -> int:
+        """A descriptor readable when poll() may have something or the daemon
+        went away. Call prepare_to_block() before every blocking wait on it."""
+        return int(self._lib.fairsched_worker_event_fd(self._h()))
+
+    def prepare_to_block(self) -> bool:
+        """True: block on event_fd() now; False: poll() first. Raises DaemonLost."""
+        block = c_int()
+        rc = self._lib.fairsched_worker_prepare_to_block(self._h(), byref(block))
+        if rc != 0:
+            _raise(self._lib, rc)
+        return block.value != 0
+
+    def emit(self, request_id: int, tokens: Tokens) -> None:
+        """Output tokens of assignment ``request_id``, in order, as generated
+        (at least one). Emitting more than its max_output_tokens in all gets
+        the worker dropped. Raises InvalidArgument (none), DaemonLost,
+        RingFull."""
+        if isinstance(tokens, array.array) and tokens.typecode == "I":
+            arr = tokens
+        else:
+            try:
+                arr = array.array("I", tokens)
+            except OverflowError as e:
+                raise InvalidArgument("tokens: every token id must be in [0, 2**32)") from e
+        n = len(arr)
+        if n == 0:
+            raise InvalidArgument("emit() needs at least one token")
+        addr, _ = arr.buffer_info()
+        rc = self._lib.fairsched_worker_emit(
+            self._h(),
+            _check_int("request_id", request_id, 0, _U64),
+            cast(c_void_p(addr), POINTER(c_uint32)),
+            n,
+        )
+        if rc != 0:
+            _raise(self._lib, rc)
+
+    def finish(
+        self, request_id: int, status: Status, output_tokens: int, message: str = ""
+    ) -> None:
+        """Ends assignment ``request_id`` after ``output_tokens`` tokens in
+        all (at least those emitted; any not emitted are charged, not
+        streamed). ``message`` (at most 4096 bytes are sent) says why when
+        status is not OK. Raises InvalidArgument, DaemonLost, RingFull."""
+        if not isinstance(status, int) or isinstance(status, bool):
+            raise TypeError(f"status must be a Status, not {type(status).__name__}")
+        try:
+            st = Status(status)
+        except ValueError:
+            raise InvalidArgument(f"status {status} is not a fairsched Status") from None
+        msg = message.encode("utf-8") if message else None
+        rc = self._lib.fairsched_worker_finish(
+            self._h(),
+            _check_int("request_id", request_id, 0, _U64),
+            int(st),
+            _check_int("output_tokens", output_tokens, 0, _U32),
+            msg,
+        )
+        if rc != 0:
+            _raise(self._lib, rc)
+
+    def stats(self) -> WorkerStats:
+        """Counters since connect."""
+        s = _ffi.CWorkerStats()
+        self._lib.fairsched_worker_get_stats(self._h(), byref(s))
+        return WorkerStats(s.assigned, s.aborted, s.tokens_emitted, s.finished, s.ring_full_waits)
+

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs one test file of the Python package (python/tests) with PYTHON, as
+# ctest does for each file. Exit 77 (skipped, and said so) where PYTHON is
+# missing or has no pytest: Debian's python3-pytest, which
+# scripts/install-deps installs.
+#   run_pytest.sh PYTHON TEST_FILE [PYTEST_ARGS...]
+python=${1:?usage: $0 PYTHON TEST_FILE [PYTEST_ARGS...]}
+file=${2:?usage: $0 PYTHON TEST_FILE [PYTEST_ARGS...]}
+shift 2
+if [[ ! -x "$python" ]]; then
+  echo "SKIPPED: no python3 ('$python'); scripts/install-deps installs python3 and python3-pytest"
+  exit 77
+fi
+if ! "$python" -c 'import pytest' 2>/dev/null; then
+  echo "SKIPPED: $python has no pytest; install python3-pytest (scripts/install-deps does)"
+  exit 77
+fi
+exec "$python" -m pytest -q -p no:cacheprovider "$file" "$@"
