@@ -131,6 +131,29 @@ std::string paramsFor(std::uint32_t output_tokens) {
   return "output_tokens=" + std::to_string(output_tokens) + ";temperature=0";
 }
 
+// A request to the worker endpoint "chat"; `params` (when given) must
+// outlive it.
+SubmitRequest chatRequest(Tenant tenant, std::span<const std::uint32_t> prompt,
+                          std::uint32_t max_output_tokens, const std::string* params = nullptr,
+                          bool stream = false) {
+  SubmitRequest r;
+  r.tenant = tenant;
+  r.endpoint = "chat";
+  r.prompt = prompt;
+  r.max_output_tokens = max_output_tokens;
+  r.stream = stream;
+  if (params != nullptr) {
+    r.params = std::as_bytes(std::span<const char>(params->data(), params->size()));
+  }
+  return r;
+}
+
+Result<Client> connectClient(const std::string& socket) {
+  ClientOptions o;
+  o.socket_path = socket;
+  return Client::connect(o);
+}
+
 // What one client saw of one request.
 struct Seen {
   std::vector<std::uint32_t> prompt;
@@ -184,9 +207,7 @@ bool pollUntil(Client& client, Sink&& sink, Pred&& pred, std::chrono::nanosecond
 // one; "" when everything arrived right.
 std::string runStreamingClient(const std::string& socket, const std::vector<std::string>& tenants,
                                int n, std::uint64_t salt) {
-  ClientOptions o;
-  o.socket_path = socket;
-  auto client = Client::connect(o);
+  auto client = connectClient(socket);
   if (!client) return "connect: " + client.error().message;
   std::map<RequestId, Seen> seen;
   std::vector<Completion> got;
@@ -309,9 +330,7 @@ TEST_F(Workers, ADeadlineThatPassesWhileRunningEndsTheRequestWithItsTokensSoFar)
   auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
   ASSERT_TRUE(d.ok()) << d.error().message;
   WorkerProcess w(socket(), slowModel());  // 200 tokens/s
-  ClientOptions o;
-  o.socket_path = socket();
-  auto client = Client::connect(o);
+  auto client = connectClient(socket());
   ASSERT_TRUE(client);
   auto tenant = client->openTenant("acme");
   ASSERT_TRUE(tenant);
@@ -356,18 +375,12 @@ TEST_F(Workers, AWorkerThatNeverFinishesARequestCannotHoldItsClientPastBatchTime
     if (!w || !w->setCapacity(8, 1 << 20)) _exit(1);
     for (;;) pause();
   }
-  ClientOptions o;
-  o.socket_path = socket();
-  auto client = Client::connect(o);
+  auto client = connectClient(socket());
   ASSERT_TRUE(client);
   auto tenant = client->openTenant("acme");
   ASSERT_TRUE(tenant);
   const std::vector<std::uint32_t> prompt = promptFor(6);
-  SubmitRequest r;
-  r.tenant = *tenant;
-  r.endpoint = "chat";
-  r.prompt = prompt;
-  r.max_output_tokens = 8;
+  SubmitRequest r = chatRequest(*tenant, prompt, 8);
   const auto t0 = Clock::now();
   auto done = client->submitAndWait(r, 10s);
   ::kill(stuck, SIGKILL);
@@ -386,9 +399,7 @@ struct Ttft {
 // Client-side time to first token (submit → first chunk received) of `n`
 // requests of tenant "light", spaced `gap` apart.
 Ttft lightTtft(const std::string& socket, int n, std::chrono::milliseconds gap) {
-  ClientOptions o;
-  o.socket_path = socket;
-  auto client = Client::connect(o);
+  auto client = connectClient(socket);
   if (!client) return {};
   auto tenant = client->openTenant("light");
   if (!tenant) return {};
@@ -396,13 +407,7 @@ Ttft lightTtft(const std::string& socket, int n, std::chrono::milliseconds gap) 
   const std::vector<std::uint32_t> prompt = promptFor(77);
   const std::string params = paramsFor(4);
   for (int i = 0; i < n; ++i) {
-    SubmitRequest r;
-    r.tenant = *tenant;
-    r.endpoint = "chat";
-    r.prompt = prompt;
-    r.max_output_tokens = 16;
-    r.stream = true;
-    r.params = std::as_bytes(std::span<const char>(params.data(), params.size()));
+    SubmitRequest r = chatRequest(*tenant, prompt, 16, &params, true);
     const auto t0 = Clock::now();
     auto id = client->submit(r);
     if (!id) return {};
@@ -453,9 +458,7 @@ TEST_F(Workers, StressUnderContinuousBatchingALightTenantsTtftStaysWithinTwiceAl
     if (flood) {
       heavy = fork();
       if (heavy == 0) {
-        ClientOptions o;
-        o.socket_path = sock;
-        auto client = Client::connect(o);
+        auto client = connectClient(sock);
         if (!client) _exit(1);
         auto tenant = client->openTenant("heavy");
         if (!tenant) _exit(1);
@@ -463,11 +466,7 @@ TEST_F(Workers, StressUnderContinuousBatchingALightTenantsTtftStaysWithinTwiceAl
         std::vector<std::string> params;
         for (int i = 0; i < 31; ++i) params.push_back(paramsFor(1 + static_cast<std::uint32_t>(i)));
         for (int i = 0; i < 600; ++i) {
-          SubmitRequest r;
-          r.tenant = *tenant;
-          r.endpoint = "chat";
-          r.prompt = prompt;
-          r.max_output_tokens = 32;
+          SubmitRequest r = chatRequest(*tenant, prompt, 32);
           const std::string& p = params[static_cast<std::size_t>(i * 7) % params.size()];
           r.params = std::as_bytes(std::span<const char>(p.data(), p.size()));
           while (!client->submit(r)) (void)client->wait(1ms);
@@ -514,9 +513,7 @@ TEST_F(Workers, CancelEndsAQueuedRequestAtOnceAndARunningOneWithItsTokensSoFar) 
   auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
   ASSERT_TRUE(d.ok()) << d.error().message;
   WorkerProcess w(socket(), slowModel());  // one sequence at a time, 200 tokens/s
-  ClientOptions o;
-  o.socket_path = socket();
-  auto client = Client::connect(o);
+  auto client = connectClient(socket());
   ASSERT_TRUE(client) << client.error().message;
   auto tenant = client->openTenant("acme");
   ASSERT_TRUE(tenant);
@@ -583,9 +580,7 @@ TEST_F(Workers, AClientKilledMidStreamHasItsRequestAbortedAndTheWorkerServesOthe
   ASSERT_EQ(pipe(ready), 0);
   const pid_t victim = fork();
   if (victim == 0) {
-    ClientOptions o;
-    o.socket_path = socket();
-    auto client = Client::connect(o);
+    auto client = connectClient(socket());
     if (!client) _exit(1);
     auto tenant = client->openTenant("victim");
     if (!tenant) _exit(1);
@@ -614,20 +609,13 @@ TEST_F(Workers, AClientKilledMidStreamHasItsRequestAbortedAndTheWorkerServesOthe
   const auto killed_at = Clock::now();
   // The abort frees the worker's only sequence long before the victim's
   // 250 tokens would have: another client's request runs at once.
-  ClientOptions o;
-  o.socket_path = socket();
-  auto client = Client::connect(o);
+  auto client = connectClient(socket());
   ASSERT_TRUE(client);
   auto tenant = client->openTenant("other");
   ASSERT_TRUE(tenant);
   const std::vector<std::uint32_t> prompt = promptFor(4);
   const std::string params = paramsFor(2);
-  SubmitRequest r;
-  r.tenant = *tenant;
-  r.endpoint = "chat";
-  r.prompt = prompt;
-  r.max_output_tokens = 8;
-  r.params = std::as_bytes(std::span<const char>(params.data(), params.size()));
+  SubmitRequest r = chatRequest(*tenant, prompt, 8, &params);
   auto done = client->submitAndWait(r, 10s);
   ASSERT_TRUE(done) << done.error().message;
   EXPECT_EQ(done->status, Status::kOk);
@@ -645,9 +633,7 @@ TEST_F(Workers, AWorkerKilledMidStreamEndsOrRequeuesItsRequestsAndTheOtherWorker
   m.step_us = 2000;  // 500 tokens/s per sequence: long enough to be killed mid-stream
   auto victim = std::make_unique<WorkerProcess>(socket(), m);
   WorkerProcess survivor(socket(), m);
-  ClientOptions o;
-  o.socket_path = socket();
-  auto client = Client::connect(o);
+  auto client = connectClient(socket());
   ASSERT_TRUE(client);
   auto tenant = client->openTenant("acme");
   ASSERT_TRUE(tenant);
@@ -656,13 +642,7 @@ TEST_F(Workers, AWorkerKilledMidStreamEndsOrRequeuesItsRequestsAndTheOtherWorker
   std::vector<std::vector<std::uint32_t>> prompts;
   for (int i = 0; i < 80; ++i) prompts.push_back(promptFor(100 + i));
   for (int i = 0; i < 80; ++i) {
-    SubmitRequest r;
-    r.tenant = *tenant;
-    r.endpoint = "chat";
-    r.prompt = prompts[i];
-    r.max_output_tokens = 200;
-    r.stream = true;
-    r.params = std::as_bytes(std::span<const char>(params.data(), params.size()));
+    SubmitRequest r = chatRequest(*tenant, prompts[i], 200, &params, true);
     auto id = client->submit(r);
     ASSERT_TRUE(id);
     seen[*id].prompt = prompts[i];
@@ -728,20 +708,13 @@ TEST_F(Workers, AWorkerBreakingTheProtocolIsDroppedAndTheDaemonAndOtherWorkersGo
       std::this_thread::sleep_for(10ms);
     }
   }
-  ClientOptions o;
-  o.socket_path = socket();
-  auto client = Client::connect(o);
+  auto client = connectClient(socket());
   ASSERT_TRUE(client);
   auto tenant = client->openTenant("acme");
   ASSERT_TRUE(tenant);
   const std::vector<std::uint32_t> prompt = promptFor(9);
   const std::string params = paramsFor(3);
-  SubmitRequest r;
-  r.tenant = *tenant;
-  r.endpoint = "chat";
-  r.prompt = prompt;
-  r.max_output_tokens = 8;
-  r.params = std::as_bytes(std::span<const char>(params.data(), params.size()));
+  SubmitRequest r = chatRequest(*tenant, prompt, 8, &params);
   auto first = client->submit(r);  // goes to the rogue, the only worker
   ASSERT_TRUE(first);
   int status = 0;
@@ -768,9 +741,7 @@ TEST_F(Workers, AClientThatNeverReadsItsStreamEndsSlowConsumerAndOthersAreUnaffe
   m.step_us = 0;
   m.decode_token_us = 0;
   WorkerProcess w(socket(), m);
-  ClientOptions o;
-  o.socket_path = socket();
-  auto sleeper = Client::connect(o);
+  auto sleeper = connectClient(socket());
   ASSERT_TRUE(sleeper);
   auto st = sleeper->openTenant("sleepy");
   ASSERT_TRUE(st);
