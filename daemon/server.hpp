@@ -54,6 +54,35 @@
 
 namespace fairsched::daemon {
 
+// A connection of fairschedd in the worker role (server_workers.cpp): an
+// engine serving `endpoint`, with what it last said it could take. At
+// namespace scope: a class nested in Server with default member
+// initializers could not be default-constructed inside Server.
+struct WorkerState {
+  EndpointId endpoint = 0;
+  std::string name;
+  std::optional<shm::SubmissionConsumer> events;  // its event ring (ring 0)
+  std::uint64_t assigned = 0;                     // assignments written so far
+  // Its last CAPACITY: free after it had taken `seen` assignments.
+  std::uint64_t seen = 0;
+  std::uint32_t free_sequences = 0;
+  std::uint64_t free_kv_tokens = 0;
+  // Tokens (prompt + max output) of every assignment after `seen`, oldest first.
+  std::deque<std::uint64_t> unseen_tokens;
+  std::uint64_t unseen_token_sum = 0;
+  std::uint32_t running = 0;               // assigned, not finished
+  std::uint64_t tokens = 0;                // output tokens it streamed
+  std::uint64_t finished = 0;              // requests it finished
+  std::deque<shm::CompletionSlot> aborts;  // ABORT records not yet in its ring
+  // What the daemon may still assign: its statement less what it was given since.
+  std::uint32_t freeSequences() const {
+    const std::uint64_t since = assigned - seen;
+    return since >= free_sequences ? 0 : static_cast<std::uint32_t>(free_sequences - since);
+  }
+  std::uint64_t freeKvTokens() const {
+    return unseen_token_sum >= free_kv_tokens ? 0 : free_kv_tokens - unseen_token_sum;
+  }
+};
 class Server {
  public:
   // Binds the socket and starts the executors (makeExecutors). The error says
@@ -111,33 +140,6 @@ class Server {
     std::string tier_hint;  // as the client asked at open (a name: ids change on reload)
     bool revoked =
         false;  // a reload took the tenant from this client: submissions end UNAUTHORIZED
-  };
-  // A connection in the worker role (server_workers.cpp): an engine serving
-  // `endpoint`, with what it last said it could take.
-  struct WorkerState {
-    EndpointId endpoint = 0;
-    std::string name;
-    std::optional<shm::SubmissionConsumer> events;  // its event ring (ring 0)
-    std::uint64_t assigned = 0;                     // assignments written so far
-    // Its last CAPACITY: free after it had taken `seen` assignments.
-    std::uint64_t seen = 0;
-    std::uint32_t free_sequences = 0;
-    std::uint64_t free_kv_tokens = 0;
-    // Tokens (prompt + max output) of every assignment after `seen`, oldest first.
-    std::deque<std::uint64_t> unseen_tokens;
-    std::uint64_t unseen_token_sum = 0;
-    std::uint32_t running = 0;               // assigned, not finished
-    std::uint64_t tokens = 0;                // output tokens it streamed
-    std::uint64_t finished = 0;              // requests it finished
-    std::deque<shm::CompletionSlot> aborts;  // ABORT records not yet in its ring
-    // What the daemon may still assign: its statement less what it was given since.
-    std::uint32_t freeSequences() const {
-      const std::uint64_t since = assigned - seen;
-      return since >= free_sequences ? 0 : static_cast<std::uint32_t>(free_sequences - since);
-    }
-    std::uint64_t freeKvTokens() const {
-      return unseen_token_sum >= free_kv_tokens ? 0 : free_kv_tokens - unseen_token_sum;
-    }
   };
   // A record waiting for room in a client's completion ring; a stream
   // chunk's token ids are backlog_tokens[tokens_at, + slot.output_tokens).
