@@ -433,15 +433,19 @@ Ttft lightTtft(const std::string& socket, int n, std::chrono::milliseconds gap) 
 }
 
 // A flooding tenant ("heavy", 600 requests of 1 to 31 output tokens at
-// once) and a light one on a continuous-batching worker of 32 sequences:
+// once) and a light one on a continuous-batching worker of 32 sequences
+// (2 ms steps):
 // under `fair` the light tenant's median time to first token stays within 2×
-// of its time alone, plus one engine step (a busy engine takes a new
-// sequence only at its next step, an idle one at once); under `fifo` in the
-// same setup it waits behind the flood, which shows the comparison can fail.
+// of its time alone plus three engine steps — what continuous batching
+// without preemption costs structurally (a busy engine frees a sequence
+// only at the end of a step and takes a new one only at the start of the
+// next, where an idle one takes it at once), with a step of margin for a
+// busy test machine; under `fifo` in the same setup the light tenant waits
+// behind the flood (hundreds of steps), which shows the comparison can fail.
 TEST_F(Workers, StressUnderContinuousBatchingALightTenantsTtftStaysWithinTwiceAlone) {
   reference::EngineModel m = fastModel();
   m.max_sequences = 32;
-  m.step_us = 1000;
+  m.step_us = 2000;  // steps long against scheduling noise on a busy machine
   int run = 0;
   auto measure = [&](const std::string& policy, bool flood) {
     // A socket of its own per run: a killed daemon's listening socket may
@@ -504,7 +508,7 @@ TEST_F(Workers, StressUnderContinuousBatchingALightTenantsTtftStaysWithinTwiceAl
             << us(alone.max) << " µs; with a flood: fair " << us(fair.median) << " / "
             << us(fair.max) << " µs, fifo " << us(fifo.median) << " / " << us(fifo.max) << " µs\n";
   const auto step = std::chrono::microseconds(static_cast<std::int64_t>(m.step_us));
-  EXPECT_LE(fair.median, 2 * alone.median + step);
+  EXPECT_LE(fair.median, 2 * alone.median + 3 * step);
   EXPECT_GT(fifo.max, 10 * alone.median)
       << "fifo should make the light tenant wait behind the flood";
 }
