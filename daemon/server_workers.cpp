@@ -30,7 +30,6 @@ std::uint32_t micros(TimeNs ns) {
 
 void Server::handleWorkerHello(Connection& c, const shm::HelloMessage& m,
                                shm::HelloReplyMessage& reply, std::string_view name) {
-  (void)m;
   const std::string_view endpoint = *shm::getString(m.endpoint);
   std::size_t e = 0;
   while (e < cfg_.endpoints.size() && cfg_.endpoints[e].name != endpoint) ++e;
