@@ -1,6 +1,7 @@
 // fairsched-bench SCENARIO [--json FILE] [--plot FILE.png] [--config FILE]
 //                          [--socket PATH] [--seed N] [--rounds N] [--quick]
-//                          [--trace FILE.jsonl] [--policy fair|fifo] [--events FILE]
+//                          [--trace FILE.jsonl] [--policy P[,P..]|all] [--runs N] [--jitter-ms J]
+//                          [--events FILE]
 //                          [--cost EXPR]
 // Parses arguments, looks the scenario up in the registry, runs it, prints its
 // table and writes its JSON and plot. Exit status: 0 ok, 1 the scenario or an
@@ -117,8 +118,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000));
   app.add_flag("--quick", options.quick, "smaller sizes, for smoke tests");
   app.add_option("--trace", options.trace_path, "replay: the JSONL trace to replay");
-  app.add_option("--policy", options.policy, "replay: scheduling policy (default: the config's)")
-      ->check(CLI::IsMember({"fair", "fifo"}));
+  app.add_option("--policy", options.policy,
+                 "replay: fair, drr, vtc, fifo, floor, a comma-separated list, or all "
+                 "(default: the config's policy)");
+  app.add_option("--runs", options.runs, "replay: jittered copies of the trace (medians, ranges)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--jitter-ms", options.jitter_ms, "replay: move each arrival by up to ±J ms")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_option("--events", options.events_path, "replay: write one JSON line per request");
   app.add_option("--cost", options.cost,
                  "replay: cost of a request for the service difference, e.g. input+2*output");

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <numeric>
+#include <random>
 #include <sstream>
 
 #include "bench/simulator.hpp"
@@ -29,20 +30,56 @@ double seconds(TimeNs t) {
   return static_cast<double>(t) / kNsPerSec;
 }
 
-const char* policyName(Policy p) {
-  return p == Policy::kFair ? "fair" : "fifo";
+constexpr TimeNs kServiceWindow = 60 * kNsPerSec;  // the windowed service difference
+
+std::vector<double> ttftsOf(const std::vector<const RequestEvent*>& events) {
+  std::vector<double> v;
+  for (const RequestEvent* e : events) {
+    if (e->first_token >= 0)
+      v.push_back(static_cast<double>(e->first_token - e->arrival) / kNsPerMs);
+  }
+  std::sort(v.begin(), v.end());
+  return v;
 }
 
 }  // namespace
 
-std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, Policy policy,
-                                                 const std::vector<TraceRequest>& trace) {
-  core::SchedulerSpec spec = config::buildSchedulerSpec(cfg);
-  spec.policy = policy;
-  std::vector<ExecutorModel> executors;
-  for (const auto& ec : cfg.endpoints) {
-    executors.push_back({ec.cpu.per_batch_us, ec.cpu.per_token_us, ec.cpu.threads});
+const char* toString(ReplayPolicy p) {
+  switch (p) {
+    case ReplayPolicy::kFair:
+      return "fair";
+    case ReplayPolicy::kDrr:
+      return "drr";
+    case ReplayPolicy::kVtc:
+      return "vtc";
+    case ReplayPolicy::kFifo:
+      return "fifo";
+    case ReplayPolicy::kFloor:
+      return "floor";
   }
+  return "?";
+}
+
+std::optional<ReplayPolicy> parseReplayPolicy(std::string_view name) {
+  for (ReplayPolicy p : {ReplayPolicy::kFair, ReplayPolicy::kDrr, ReplayPolicy::kVtc,
+                         ReplayPolicy::kFifo, ReplayPolicy::kFloor}) {
+    if (name == toString(p)) return p;
+  }
+  return std::nullopt;
+}
+
+std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, ReplayPolicy policy,
+                                                 const std::vector<TraceRequest>& trace,
+                                                 TimeNs jitter, std::uint64_t seed) {
+  core::SchedulerSpec spec = config::buildSchedulerSpec(cfg);
+  spec.policy = policy == ReplayPolicy::kFifo ? Policy::kFifo : Policy::kFair;
+  for (core::EndpointSpec& es : spec.endpoints) {
+    if (policy == ReplayPolicy::kDrr || policy == ReplayPolicy::kVtc) {
+      es.fairness = policy == ReplayPolicy::kVtc ? core::Fairness::kVtc : core::Fairness::kDrr;
+      es.preemption.enabled = false;
+    }
+  }
+  const std::vector<ExecutorModel> executors = executorModels(cfg);
   auto endpointId = [&](const std::string& name) -> std::optional<EndpointId> {
     for (std::size_t e = 0; e < cfg.endpoints.size(); ++e) {
       if (cfg.endpoints[e].name == name) return static_cast<EndpointId>(e);
@@ -50,10 +87,17 @@ std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, Poli
     return std::nullopt;
   };
 
+  std::vector<TimeNs> at(trace.size());
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<TimeNs> shift(-jitter, jitter);
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    at[i] = static_cast<TimeNs>(std::llround(trace[i].t * kNsPerSec));
+    if (jitter > 0) at[i] = std::max<TimeNs>(0, at[i] + shift(rng));
+  }
   std::vector<std::size_t> order(trace.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return trace[a].t < trace[b].t; });
+                   [&](std::size_t a, std::size_t b) { return at[a] < at[b]; });
   std::vector<SimArrival> arrivals;
   arrivals.reserve(trace.size());
   for (const std::size_t i : order) {
@@ -64,12 +108,12 @@ std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, Poli
              "' is not an endpoint of the config";
     }
     SimArrival a;
-    a.t = static_cast<TimeNs>(std::llround(r.t * kNsPerSec));
+    a.t = at[i];
     a.tenant = r.tenant;
     a.endpoint = *e;
     a.input_tokens = r.input_tokens;
     a.output_tokens = r.output_tokens;
-    a.max_output_tokens = r.output_tokens;
+    a.max_output_tokens = r.max_output_tokens.value_or(r.output_tokens);
     a.priority = r.priority;
     if (r.deadline_ms)
       a.deadline = a.t + static_cast<TimeNs>(std::llround(*r.deadline_ms * kNsPerMs));
@@ -84,7 +128,9 @@ std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, Poli
     if (auto it = run.weights.find(t.name); it != run.weights.end()) it->second = t.weight;
   }
 
-  const std::vector<SimOutcome> outcomes = simulate(spec, executors, arrivals);
+  const std::vector<SimOutcome> outcomes = policy == ReplayPolicy::kFloor
+                                               ? simulateFloor(executors, arrivals)
+                                               : simulate(spec, executors, arrivals);
   run.events.resize(trace.size());
   for (std::size_t k = 0; k < order.size(); ++k) {
     const TraceRequest& r = trace[order[k]];
@@ -97,8 +143,38 @@ std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, Poli
     ev.input_tokens = r.input_tokens;
     ev.output_tokens = r.output_tokens;
     ev.status = o.status;
+    ev.first_token = o.first_token;
+    ev.preemptions = o.preemptions;
   }
   return run;
+}
+
+ReplaySummary summarize(const ReplayRun& run, const CostWeights& cost) {
+  ReplaySummary s;
+  s.windowed_difference = windowedServiceDifference(run.events, run.weights, kServiceWindow).mean;
+  s.max_service_difference = maxServiceDifference(run.events, run.weights, cost).value;
+  std::map<std::string, double> demand;
+  double total = 0;
+  TimeNs first = kNever, last = 0;
+  std::vector<const RequestEvent*> all;
+  for (const RequestEvent& e : run.events) {
+    const double d = static_cast<double>(e.input_tokens) + e.output_tokens;
+    demand[e.tenant] += d;
+    total += d;
+    first = std::min(first, e.arrival);
+    last = std::max(last, e.completion);
+    s.preemptions += e.preemptions;
+    all.push_back(&e);
+  }
+  const double light_below = demand.empty() ? 0 : 0.5 * total / static_cast<double>(demand.size());
+  std::vector<const RequestEvent*> light;
+  for (const RequestEvent& e : run.events) {
+    if (demand[e.tenant] < light_below) light.push_back(&e);
+  }
+  s.ttft_p50_ms = percentile(ttftsOf(all), 50);
+  s.light_ttft_p50_ms = percentile(ttftsOf(light), 50);
+  s.makespan_s = first == kNever ? 0 : seconds(last - first);
+  return s;
 }
 
 nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost) {
@@ -106,6 +182,8 @@ nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost) {
     std::uint64_t submitted = 0, completed = 0, rejected = 0, tokens = 0;
     std::map<std::string, std::uint64_t> statuses;
     std::vector<double> latencies;
+    std::vector<const RequestEvent*> events;
+    std::uint64_t preemptions = 0;
     std::vector<std::uint64_t> windows;
   };
   TimeNs end = 0;
@@ -118,6 +196,8 @@ nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost) {
     Acc& a = acc[e.tenant];
     if (a.windows.empty()) a.windows.assign(windows, 0);
     ++a.submitted;
+    a.events.push_back(&e);
+    a.preemptions += e.preemptions;
     if (e.status == Status::kOk) {
       ++a.completed;
       a.tokens += std::uint64_t{e.input_tokens} + e.output_tokens;
@@ -134,6 +214,7 @@ nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost) {
   for (auto& [name, a] : acc) {
     std::sort(a.latencies.begin(), a.latencies.end());
     auto w = run.weights.find(name);
+    const std::vector<double> ttft = ttftsOf(a.events);
     tenants[name] = {{"submitted", a.submitted},
                      {"completed", a.completed},
                      {"rejected", a.rejected},
@@ -142,7 +223,12 @@ nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost) {
                      {"p99_ms", percentile(a.latencies, 99)},
                      {"max_ms", a.latencies.empty() ? 0.0 : a.latencies.back()},
                      {"tokens_served", a.tokens},
-                     {"weight", w != run.weights.end() ? w->second : 1.0}};
+                     {"weight", w != run.weights.end() ? w->second : 1.0},
+                     {"ttft_p50_ms", ttft.empty() ? nlohmann::json(nullptr)
+                                                  : nlohmann::json(percentile(ttft, 50))},
+                     {"ttft_p99_ms", ttft.empty() ? nlohmann::json(nullptr)
+                                                  : nlohmann::json(percentile(ttft, 99))},
+                     {"preemptions", a.preemptions}};
     nlohmann::json cdf = nlohmann::json::array();
     if (!a.latencies.empty()) {
       for (int p = 0; p < kCdfPoints; ++p) cdf.push_back(percentile(a.latencies, p));
@@ -150,8 +236,10 @@ nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost) {
     series[name] = {{"tokens_per_window", a.windows}, {"latency_percentiles_ms", cdf}};
   }
   const ServiceDifference d = maxServiceDifference(run.events, run.weights, cost);
+  const WindowedDifference wd = windowedServiceDifference(run.events, run.weights, kServiceWindow);
+  const ReplaySummary sum = summarize(run, cost);
   return {{"scenario", "replay"},
-          {"policy", policyName(run.policy)},
+          {"policy", toString(run.policy)},
           {"cost", cost.toString()},
           {"requests", run.events.size()},
           {"virtual_duration_s", seconds(end)},
@@ -162,6 +250,15 @@ nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost) {
                                            : nlohmann::json::array({d.tenant_a, d.tenant_b})},
             {"window_start_s", seconds(d.window_start)},
             {"window_end_s", seconds(d.window_end)}}},
+          {"windowed_service_difference",
+           {{"window_s", seconds(kServiceWindow)},
+            {"cost", "input+2*output"},
+            {"mean", wd.mean},
+            {"max", wd.max},
+            {"windows", wd.windows}}},
+          {"light_ttft_p50_ms", sum.light_ttft_p50_ms},
+          {"makespan_s", sum.makespan_s},
+          {"preemptions", sum.preemptions},
           {"window_s", window_s},
           {"series", series}};
 }
@@ -176,6 +273,9 @@ std::string replayEventsJsonl(const ReplayRun& run) {
                         {"completion", seconds(e.completion)},
                         {"input_tokens", e.input_tokens},
                         {"output_tokens", e.output_tokens},
+                        {"first_token", e.first_token >= 0 ? nlohmann::json(seconds(e.first_token))
+                                                           : nlohmann::json(nullptr)},
+                        {"preemptions", e.preemptions},
                         {"status", std::string(toString(e.status))}};
     out += j.dump();
     out += '\n';
@@ -196,18 +296,19 @@ std::string replayTable(const nlohmann::json& report) {
                 report["requests"].get<unsigned long long>(),
                 report["virtual_duration_s"].get<double>());
   t << line;
-  std::snprintf(line, sizeof line, "%-16s %6s %9s %9s %9s %10s %10s %10s %13s %6s\n", "tenant",
+  std::snprintf(line, sizeof line, "%-16s %6s %9s %9s %9s %10s %10s %10s %10s %13s %6s\n", "tenant",
                 "weight", "submitted", "completed", "rejected", "p50_ms", "p99_ms", "max_ms",
-                "tokens_served", "share");
+                "ttft50_ms", "tokens_served", "share");
   t << line;
   for (const auto& [name, v] : report["tenants"].items()) {
     const auto tokens = v["tokens_served"].get<std::uint64_t>();
+    const double ttft = v["ttft_p50_ms"].is_null() ? -1.0 : v["ttft_p50_ms"].get<double>();
     std::snprintf(line, sizeof line,
-                  "%-16s %6.2f %9llu %9llu %9llu %10.2f %10.2f %10.2f %13llu %5.1f%%\n",
+                  "%-16s %6.2f %9llu %9llu %9llu %10.2f %10.2f %10.2f %10.2f %13llu %5.1f%%\n",
                   name.c_str(), v["weight"].get<double>(), v["submitted"].get<unsigned long long>(),
                   v["completed"].get<unsigned long long>(), v["rejected"].get<unsigned long long>(),
                   v["p50_ms"].get<double>(), v["p99_ms"].get<double>(), v["max_ms"].get<double>(),
-                  static_cast<unsigned long long>(tokens),
+                  ttft, static_cast<unsigned long long>(tokens),
                   total_tokens ? 100.0 * static_cast<double>(tokens) / total_tokens : 0.0);
     t << line;
     for (const auto& [status, n] : v["rejected_by_status"].items()) {
@@ -226,9 +327,135 @@ std::string replayTable(const nlohmann::json& report) {
                   at["window_end_s"].get<double>());
     t << line;
   }
-  t << "\n";
+  const auto& wd = report["windowed_service_difference"];
+  std::snprintf(line, sizeof line,
+                "\nwindowed service difference (%.0f s windows, input+2*output): mean %.0f, max "
+                "%.0f\nlight tenants' TTFT p50 %.1f ms, makespan %.1f s, %llu preemptions\n",
+                wd["window_s"].get<double>(), wd["mean"].get<double>(), wd["max"].get<double>(),
+                report["light_ttft_p50_ms"].get<double>(), report["makespan_s"].get<double>(),
+                report["preemptions"].get<unsigned long long>());
+  t << line;
   return t.str();
 }
+
+namespace {
+
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+
+Spread spreadOf(std::vector<double> v) {
+  Spread s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.median = percentile(v, 50);
+  s.min = v.front();
+  s.max = v.back();
+  return s;
+}
+
+nlohmann::json toJson(const Spread& s) {
+  return {{"median", s.median}, {"min", s.min}, {"max", s.max}};
+}
+
+double ratio(double a, double b) {
+  return b > 0 ? a / b : 0.0;
+}
+
+// Every policy on the same N jittered copies of the trace (copy r has seed
+// seed + r, whatever the policy).
+ScenarioResult compareReplays(const config::Config& cfg, const std::vector<ReplayPolicy>& policies,
+                              const std::vector<TraceRequest>& trace, const CostWeights& cost,
+                              int runs, TimeNs jitter, std::uint64_t seed) {
+  struct Figures {
+    std::vector<double> windowed, max_diff, light_ttft, ttft, makespan, preemptions;
+  };
+  std::map<ReplayPolicy, Figures> figures;
+  for (const ReplayPolicy p : policies) {
+    Figures& f = figures[p];
+    for (int r = 0; r < runs; ++r) {
+      auto run = replayTrace(cfg, p, trace, jitter, seed + static_cast<std::uint64_t>(r));
+      if (auto* err = std::get_if<std::string>(&run)) return ScenarioError{*err};
+      const ReplaySummary s = summarize(std::get<ReplayRun>(run), cost);
+      f.windowed.push_back(s.windowed_difference);
+      f.max_diff.push_back(s.max_service_difference);
+      f.light_ttft.push_back(s.light_ttft_p50_ms);
+      f.ttft.push_back(s.ttft_p50_ms);
+      f.makespan.push_back(s.makespan_s);
+      f.preemptions.push_back(static_cast<double>(s.preemptions));
+    }
+  }
+  auto median = [&](ReplayPolicy p, std::vector<double> Figures::*field) -> double {
+    const auto it = figures.find(p);
+    return it == figures.end() ? 0.0 : spreadOf(it->second.*field).median;
+  };
+  nlohmann::json out = {{"scenario", "replay-compare"},
+                        {"runs", runs},
+                        {"jitter_ms", static_cast<double>(jitter) / kNsPerMs},
+                        {"seed", seed},
+                        {"cost", cost.toString()},
+                        {"requests", trace.size()}};
+  std::ostringstream t;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "replay comparison: %zu requests, %d run(s), arrivals jittered by up to %.0f ms; "
+                "medians [min-max]\n"
+                "windowed = service difference over 60 s windows (input+2*output, VTC paper); "
+                "light = tenants with under half an equal share of the demand\n\n",
+                trace.size(), runs, static_cast<double>(jitter) / kNsPerMs);
+  t << line;
+  std::snprintf(line, sizeof line, "%-6s %26s %8s %8s %8s %12s %22s %10s %9s %8s\n", "policy",
+                "windowed", "/fifo", "/vtc", "/floor", "max_diff", "light_ttft_p50_ms",
+                "makespan_s", "/fifo", "preempt");
+  t << line;
+  nlohmann::json per = nlohmann::json::object();
+  for (const ReplayPolicy p : policies) {
+    const Figures& f = figures[p];
+    const Spread w = spreadOf(f.windowed), md = spreadOf(f.max_diff), lt = spreadOf(f.light_ttft),
+                 tt = spreadOf(f.ttft), mk = spreadOf(f.makespan), pr = spreadOf(f.preemptions);
+    nlohmann::json j = {{"windowed_service_difference", toJson(w)},
+                        {"max_service_difference", toJson(md)},
+                        {"light_ttft_p50_ms", toJson(lt)},
+                        {"ttft_p50_ms", toJson(tt)},
+                        {"makespan_s", toJson(mk)},
+                        {"preemptions", toJson(pr)}};
+    nlohmann::json ratios = nlohmann::json::object();
+    for (const ReplayPolicy base :
+         {ReplayPolicy::kFifo, ReplayPolicy::kVtc, ReplayPolicy::kFloor}) {
+      if (figures.count(base) == 0) continue;
+      ratios[std::string("windowed_vs_") + toString(base)] =
+          ratio(w.median, median(base, &Figures::windowed));
+      ratios[std::string("light_ttft_vs_") + toString(base)] =
+          ratio(lt.median, median(base, &Figures::light_ttft));
+      ratios[std::string("makespan_vs_") + toString(base)] =
+          ratio(mk.median, median(base, &Figures::makespan));
+    }
+    j["ratios"] = ratios;
+    per[toString(p)] = j;
+    auto cell = [&](ReplayPolicy base) {
+      char c[16];
+      if (figures.count(base) == 0) return std::string("-");
+      std::snprintf(c, sizeof c, "%.2f", ratio(w.median, median(base, &Figures::windowed)));
+      return std::string(c);
+    };
+    char windowed[64], light[64];
+    std::snprintf(windowed, sizeof windowed, "%.0f [%.0f-%.0f]", w.median, w.min, w.max);
+    std::snprintf(light, sizeof light, "%.1f [%.1f-%.1f]", lt.median, lt.min, lt.max);
+    const double mk_fifo = ratio(mk.median, median(ReplayPolicy::kFifo, &Figures::makespan));
+    std::snprintf(line, sizeof line, "%-6s %26s %8s %8s %8s %12.0f %22s %10.1f %9.3f %8.0f\n",
+                  toString(p), windowed, cell(ReplayPolicy::kFifo).c_str(),
+                  cell(ReplayPolicy::kVtc).c_str(), cell(ReplayPolicy::kFloor).c_str(), md.median,
+                  light, mk.median, mk_fifo, pr.median);
+    t << line;
+  }
+  out["policies"] = per;
+  ScenarioReport report;
+  report.json = std::move(out);
+  report.table = t.str();
+  return report;
+}
+
+}  // namespace
 
 ScenarioResult runReplay(const ScenarioOptions& options) {
   if (options.trace_path.empty()) return ScenarioError{"--trace FILE.jsonl is required"};
@@ -244,10 +471,25 @@ ScenarioResult runReplay(const ScenarioOptions& options) {
   if (auto* err = std::get_if<TraceError>(&trace)) {
     return ScenarioError{options.trace_path + ": " + err->toString()};
   }
-  Policy policy = cfg.daemon.policy;
-  if (options.policy == "fair") policy = Policy::kFair;
-  if (options.policy == "fifo") policy = Policy::kFifo;
-  auto run = replayTrace(cfg, policy, std::get<std::vector<TraceRequest>>(trace));
+  std::vector<ReplayPolicy> policies;
+  std::string list = options.policy.empty()
+                         ? (cfg.daemon.policy == Policy::kFifo ? "fifo" : "fair")
+                         : (options.policy == "all" ? "fair,drr,vtc,fifo,floor" : options.policy);
+  for (std::size_t at = 0; at <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    const auto p = parseReplayPolicy(std::string_view(list).substr(at, comma - at));
+    if (!p) return ScenarioError{"--policy: '" + list + "': each of fair, drr, vtc, fifo, floor"};
+    policies.push_back(*p);
+    at = comma + 1;
+  }
+  const auto& requests = std::get<std::vector<TraceRequest>>(trace);
+  const TimeNs jitter = static_cast<TimeNs>(std::llround(options.jitter_ms * kNsPerMs));
+  if (policies.size() > 1 || options.runs > 1) {
+    if (!options.events_path.empty()) return ScenarioError{"--events takes one policy and one run"};
+    return compareReplays(cfg, policies, requests, std::get<CostWeights>(cost),
+                          std::max(1, options.runs), jitter, options.seed);
+  }
+  auto run = replayTrace(cfg, policies.front(), requests, jitter, options.seed);
   if (auto* err = std::get_if<std::string>(&run))
     return ScenarioError{options.trace_path + ": " + *err};
   const ReplayRun& r = std::get<ReplayRun>(run);
@@ -264,6 +506,7 @@ ScenarioResult runReplay(const ScenarioOptions& options) {
 }
 
 std::optional<std::string> plotReplay(const nlohmann::json& report, const std::string& path) {
+  if (report.value("scenario", "") != "replay") return std::string("a comparison has no plot");
   static constexpr std::string_view kScript = R"PY(
 import json, sys
 import matplotlib

@@ -1,13 +1,27 @@
 // `fairsched-bench replay`: a JSONL trace (bench/trace.hpp) through the real
-// scheduling core against the executor modelled from the config
-// (bench/simulator.hpp), in virtual time. Reports per-tenant outcomes and
-// latency, served tokens per time window, and the maximum service difference
-// between tenants that are both backlogged (bench/service_difference.hpp).
+// scheduling core against the executors modelled from the config
+// (bench/simulator.hpp; worker endpoints as continuous-batching engines from
+// [endpoints.NAME.engine]), in virtual time. Reports per-tenant outcomes,
+// latency and time to first token, served tokens per time window, the
+// maximum service difference between tenants that are both backlogged and
+// the windowed service difference of the VTC paper
+// (bench/service_difference.hpp).
+//
+// Policies: fair (the config as written: its fairness and preemption), drr
+// (fair with DRR and no preemption on every endpoint: admission alone), vtc
+// (the Virtual Token Counter as published, no preemption), fifo, and floor
+// (no queueing at all: every request runs alone from its arrival — the
+// physical reference). Several policies, or --runs N with --jitter-ms J
+// (N copies of the trace, each arrival moved by up to ±J ms), give a
+// comparison: medians and ranges per policy, and ratios to fifo, vtc and the
+// floor.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -18,8 +32,12 @@
 
 namespace fairsched::bench {
 
+enum class ReplayPolicy { kFair, kDrr, kVtc, kFifo, kFloor };
+const char* toString(ReplayPolicy p);
+std::optional<ReplayPolicy> parseReplayPolicy(std::string_view name);
+
 struct ReplayRun {
-  Policy policy = Policy::kFair;
+  ReplayPolicy policy = ReplayPolicy::kFair;
   std::vector<RequestEvent> events;       // one per trace request, in trace order
   std::map<std::string, double> weights;  // every tenant's scheduling weight
 };
@@ -27,8 +45,27 @@ struct ReplayRun {
 // Replays `trace` under `policy` with the tiers, tenants, limits, endpoints
 // and executor models of `cfg`. Fails (with the line) on an endpoint the
 // config does not have. Times in the events are relative to t = 0 of the trace.
-std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, Policy policy,
-                                                 const std::vector<TraceRequest>& trace);
+// `jitter` > 0 moves each arrival by a uniform amount in [-jitter, jitter]
+// (never before 0), drawn from `seed`.
+std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, ReplayPolicy policy,
+                                                 const std::vector<TraceRequest>& trace,
+                                                 TimeNs jitter = 0, std::uint64_t seed = 0);
+inline std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, Policy policy,
+                                                        const std::vector<TraceRequest>& trace) {
+  return replayTrace(cfg, policy == Policy::kFifo ? ReplayPolicy::kFifo : ReplayPolicy::kFair,
+                     trace);
+}
+
+// The headline figures of one run, for comparisons.
+struct ReplaySummary {
+  double windowed_difference = 0;  // mean over 60 s windows (VTC paper)
+  double max_service_difference = 0;
+  double light_ttft_p50_ms = 0;  // light tenants: under half an equal share of the demand
+  double ttft_p50_ms = 0;        // every request with a first token
+  double makespan_s = 0;         // first arrival to last completion
+  std::uint64_t preemptions = 0;
+};
+ReplaySummary summarize(const ReplayRun& run, const CostWeights& cost);
 
 // {"scenario":"replay","policy":..,"cost":..,"tenants":{NAME:{submitted,
 // completed,rejected,p50_ms,p99_ms,max_ms,tokens_served,weight}},

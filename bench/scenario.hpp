@@ -20,8 +20,11 @@ struct ScenarioOptions {
   int rounds = 0;           // --rounds; 0: the scenario's default
   bool quick = false;       // --quick: smaller sizes, for smoke tests
   // replay only
-  std::string trace_path;   // --trace FILE.jsonl
-  std::string policy;       // --policy fair|fifo; empty: the config's
+  std::string trace_path;  // --trace FILE.jsonl
+  std::string
+      policy;    // --policy fair|drr|vtc|fifo|floor, a comma list, or all; empty: the config's
+  int runs = 1;  // --runs N: jittered copies of the trace (several: a comparison)
+  double jitter_ms = 0;     // --jitter-ms J: each arrival moved by up to ±J ms
   std::string events_path;  // --events FILE: one JSON line per request
   std::string cost;         // --cost EXPR, e.g. "input+2*output"; empty: input+output
 };

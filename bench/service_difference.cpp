@@ -180,4 +180,71 @@ ServiceDifference maxServiceDifference(const std::vector<RequestEvent>& events,
   return best;
 }
 
+WindowedDifference windowedServiceDifference(const std::vector<RequestEvent>& events,
+                                             const std::map<std::string, double>& weights,
+                                             TimeNs window, const CostWeights& cost) {
+  WindowedDifference out;
+  if (events.empty() || window <= 0) return out;
+  TimeNs start = events.front().arrival, end = start;
+  std::map<std::string, std::size_t> index;
+  for (const RequestEvent& e : events) {
+    start = std::min(start, e.arrival);
+    end = std::max(end, e.completion);
+    index.emplace(e.tenant, 0);
+  }
+  std::size_t n = 0;
+  std::vector<double> weight;
+  for (auto& [name, i] : index) {
+    i = n++;
+    const auto w = weights.find(name);
+    weight.push_back(w != weights.end() && w->second > 0 ? w->second : 1.0);
+  }
+  const auto windows = static_cast<std::size_t>((end - start) / window) + 1;
+  std::vector<double> service(n * windows, 0.0);
+  std::vector<char> active(n * windows, 0);
+  auto at = [&](TimeNs t) {
+    return std::min(windows - 1, static_cast<std::size_t>((t - start) / window));
+  };
+  for (const RequestEvent& e : events) {
+    const std::size_t t = index[e.tenant];
+    for (std::size_t w = at(e.arrival); w <= at(std::max(e.arrival, e.completion)); ++w)
+      active[t * windows + w] = 1;
+    if (e.dispatch < 0 || e.status != Status::kOk) continue;
+    const double total =
+        (cost.per_request + cost.per_input * e.input_tokens + cost.per_output * e.output_tokens) /
+        weight[t];
+    const TimeNs d = e.dispatch, c = std::max(e.dispatch, e.completion);
+    if (c == d) {
+      service[t * windows + at(d)] += total;
+      continue;
+    }
+    for (std::size_t w = at(d); w <= at(c); ++w) {
+      const TimeNs ws = start + static_cast<TimeNs>(w) * window;
+      const TimeNs overlap = std::min(c, ws + window) - std::max(d, ws);
+      if (overlap > 0) {
+        service[t * windows + w] +=
+            total * static_cast<double>(overlap) / static_cast<double>(c - d);
+      }
+    }
+  }
+  double sum = 0;
+  for (std::size_t w = 0; w < windows; ++w) {
+    double lo = 0, hi = 0;
+    std::size_t count = 0;
+    for (std::size_t t = 0; t < n; ++t) {
+      if (!active[t * windows + w]) continue;
+      const double v = service[t * windows + w];
+      lo = count == 0 ? v : std::min(lo, v);
+      hi = count == 0 ? v : std::max(hi, v);
+      ++count;
+    }
+    if (count < 2) continue;
+    sum += hi - lo;
+    out.max = std::max(out.max, hi - lo);
+    ++out.windows;
+  }
+  out.mean = out.windows ? sum / static_cast<double>(out.windows) : 0.0;
+  return out;
+}
+
 }  // namespace fairsched::bench

@@ -44,6 +44,8 @@ struct RequestEvent {
   std::uint32_t input_tokens = 0;
   std::uint32_t output_tokens = 0;
   Status status = Status::kOk;
+  TimeNs first_token = -1;  // worker endpoints: when its first output token was emitted
+  std::uint32_t preemptions = 0;
 };
 
 struct CostWeights {
@@ -71,5 +73,25 @@ struct ServiceDifference {
 ServiceDifference maxServiceDifference(const std::vector<RequestEvent>& events,
                                        const std::map<std::string, double>& weights,
                                        const CostWeights& cost);
+
+// The windowed service difference of the VTC paper (Sheng et al., OSDI
+// 2024), as fairness studies of continuous batching report it:
+//  - service(r) = input + 2 × output tokens (per_input, per_output of
+//    `cost`), spread evenly over the request's run, from its dispatch to its
+//    completion (a request that never ran: nothing);
+//  - time is cut into windows of `window` from the first arrival; a tenant is
+//    active in a window when one of its requests is in the system (between
+//    its arrival and its completion) at some time in it;
+//  - in each window with two or more active tenants, the difference is the
+//    largest minus the smallest weight-normalised service among them.
+// `mean` is the average over those windows, `max` the largest.
+struct WindowedDifference {
+  double mean = 0;
+  double max = 0;
+  std::size_t windows = 0;  // windows with two or more active tenants
+};
+WindowedDifference windowedServiceDifference(const std::vector<RequestEvent>& events,
+                                             const std::map<std::string, double>& weights,
+                                             TimeNs window, const CostWeights& cost = {0, 1, 2});
 
 }  // namespace fairsched::bench

@@ -42,10 +42,9 @@ std::variant<Setup, std::string> loadSetup(const ScenarioOptions& options) {
   s.spec = config::buildSchedulerSpec(cfg);
   const config::EndpointConfig* chat = cfg.findEndpoint("chat");
   if (!chat) chat = &cfg.endpoints.front();
+  s.executors = executorModels(cfg);
   for (std::size_t e = 0; e < cfg.endpoints.size(); ++e) {
-    const auto& ec = cfg.endpoints[e];
-    s.executors.push_back({ec.cpu.per_batch_us, ec.cpu.per_token_us, ec.cpu.threads});
-    if (&ec == chat) s.endpoint = static_cast<EndpointId>(e);
+    if (&cfg.endpoints[e] == chat) s.endpoint = static_cast<EndpointId>(e);
   }
   return s;
 }

@@ -1,11 +1,24 @@
 // The real scheduling core against a modelled executor, in virtual time.
 //
-// Each endpoint has `slots` executor slots; a batch occupies one for
+// Batch endpoints: `slots` executor slots; a batch occupies one for
 // per_batch_us + per_token_us × (input + actual output tokens) — the same
 // model as the daemon's CPU executor, so results mean the same thing as on a
 // GPU whose cost per batch follows it. The core is asked for a batch whenever
-// a slot is free (late binding), exactly as the daemon does. Virtual time runs
-// as fast as the core can decide: an hour of trace takes seconds.
+// a slot is free (late binding), exactly as the daemon does.
+//
+// Worker endpoints (`engine` set): one continuous-batching engine that steps
+// exactly as the reference worker does (worker/reference_engine.hpp): at each
+// step boundary it takes what fits its free sequences and KV tokens
+// (Scheduler::take — and, where the endpoint preempts, gives back the
+// sequences Scheduler::preemptionVictim names), prefills within the chunk
+// budget oldest first, and every prefilled sequence decodes one token; the
+// step lasts step_us + prefill_token_us × prefilled + decode_token_us ×
+// decoding, and at its end each token is charged (Scheduler::charge) and
+// finished sequences complete. A preempted sequence resumes later from
+// prompt + generated prefix, recomputed as a prefill.
+//
+// Virtual time runs as fast as the core can decide: an hour of trace takes
+// seconds.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/config/config.hpp"
 #include "daemon/core/scheduler_spec.hpp"
 #include "daemon/core/types.hpp"
 
@@ -22,6 +36,7 @@ struct ExecutorModel {
   double per_batch_us = 200.0;
   double per_token_us = 0.5;
   std::uint32_t slots = 1;
+  std::optional<config::EngineConfig> engine;  // a worker endpoint: continuous batching
 };
 
 struct SimArrival {
@@ -40,15 +55,29 @@ struct SimOutcome {
   std::size_t arrival_index = 0;  // into the arrivals given to simulate()
   Status status = Status::kOk;
   TimeNs arrival = 0;
-  TimeNs dispatch = -1;    // -1: never dispatched
-  TimeNs completion = 0;   // when the client learns the outcome
-  TimeNs retry_after = 0;  // RATE_LIMITED only
+  TimeNs dispatch = -1;     // -1: never dispatched
+  TimeNs completion = 0;    // when the client learns the outcome
+  TimeNs retry_after = 0;   // RATE_LIMITED only
+  TimeNs first_token = -1;  // worker endpoints: the first output token's emission
+  std::uint32_t preemptions = 0;
 };
+
+// The executor model of every endpoint of `cfg`, in its order: worker
+// endpoints as engines from [endpoints.NAME.engine], the others from
+// [endpoints.NAME.cpu].
+std::vector<ExecutorModel> executorModels(const config::Config& cfg);
 
 // Runs `arrivals` (sorted by t) to completion. `executors[e]` models endpoint e.
 // Returns one outcome per arrival, in arrival order.
 std::vector<SimOutcome> simulate(const core::SchedulerSpec& spec,
                                  const std::vector<ExecutorModel>& executors,
                                  const std::vector<SimArrival>& arrivals);
+
+// The physical reference: every request starts at its arrival on an engine of
+// its own (worker endpoints: alone, prefill in chunks, then one token per
+// step of one sequence; batch endpoints: a batch of one) — no queueing, no
+// sharing. Nothing is rejected.
+std::vector<SimOutcome> simulateFloor(const std::vector<ExecutorModel>& executors,
+                                      const std::vector<SimArrival>& arrivals);
 
 }  // namespace fairsched::bench

@@ -54,6 +54,14 @@ std::variant<TraceRequest, TraceError> parseLine(const std::string& text, std::s
   if (auto e = readString(j, "endpoint", line, r.endpoint)) return *e;
   if (auto e = readUint32(j, "input_tokens", line, r.input_tokens)) return *e;
   if (auto e = readUint32(j, "output_tokens", line, r.output_tokens)) return *e;
+  if (j.contains("max_output_tokens")) {
+    std::uint32_t max_output = 0;
+    if (auto e = readUint32(j, "max_output_tokens", line, max_output)) return *e;
+    if (max_output < r.output_tokens) {
+      return TraceError{line, "max_output_tokens", "must be at least output_tokens"};
+    }
+    r.max_output_tokens = max_output;
+  }
   if (auto p = j.find("priority"); p != j.end()) {
     if (!p->is_number_integer() ||
         p->get<std::int64_t>() < std::numeric_limits<std::int32_t>::min() ||

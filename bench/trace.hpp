@@ -1,7 +1,9 @@
 // A request trace for `fairsched-bench replay`: JSON Lines, one request per
 // line, {"t":s,"tenant":"..","endpoint":"..","input_tokens":N,
-// "output_tokens":N} with optional "priority" (integer) and "deadline_ms"
-// (relative to t). Unknown fields are ignored; blank lines are skipped.
+// "output_tokens":N} with optional "max_output_tokens" (what the request asks
+// for, at least output_tokens — what it produces; default output_tokens),
+// "priority" (integer) and "deadline_ms" (relative to t). Unknown fields are
+// ignored; blank lines are skipped.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@ struct TraceRequest {
   std::string endpoint;
   std::uint32_t input_tokens = 0;
   std::uint32_t output_tokens = 0;
+  std::optional<std::uint32_t> max_output_tokens;
   std::int32_t priority = 0;
   std::optional<double> deadline_ms;  // relative to t
   std::size_t line = 0;               // 1-based line in the trace

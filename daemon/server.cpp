@@ -27,6 +27,19 @@ namespace {
 
 constexpr std::size_t kIdleCollectBudget = 64;  // idle tenants looked at per loop pass
 
+// What the config may say that this daemon does not do yet: refused at start
+// and reload rather than ignored.
+std::optional<std::string> unsupported(const config::Config& cfg) {
+  for (const config::EndpointConfig& ec : cfg.endpoints) {
+    if (ec.executor == config::ExecutorKind::kWorker && ec.worker.preemption) {
+      return "endpoints." + ec.name +
+             ".worker.preemption: fairschedd does not preempt worker sequences yet "
+             "(fairsched-bench replay models it); set it to false";
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg) {
@@ -46,6 +59,7 @@ Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg,
   if (pthread_sigmask(SIG_BLOCK, &mask, nullptr) != 0) {
     return Error{Errc::kSystem, "pthread_sigmask failed"};
   }
+  if (auto why = unsupported(cfg)) return Error{Errc::kConfig, *why};
   std::unique_ptr<Server> s(new Server(cfg, config::buildSchedulerSpec(cfg)));
   if (cfg.fleet) {  // its thread inherits the signal mask set above
     s->fleet_ = fleet::makeFleetLimiter(*cfg.fleet);
@@ -293,6 +307,7 @@ Result<> Server::reload() {
     return fail(Errc::kConfig, err->toString());
   }
   config::Config next = std::move(std::get<config::Config>(loaded));
+  if (auto why = unsupported(next)) return fail(Errc::kConfig, path + ": " + *why);
   if (const auto blockers = config::reloadBlockers(cfg_, next); !blockers.empty()) {
     std::string keys;
     for (const std::string& b : blockers) keys += (keys.empty() ? "" : ", ") + b;

@@ -257,5 +257,192 @@ TEST(Replay, UnknownEndpointNamesTheLine) {
   EXPECT_EQ(std::get<std::string>(r), "line 2: endpoint: 'nope' is not an endpoint of the config");
 }
 
+// ---- worker endpoints: the continuous-batching engine model -------------------------
+
+// One worker endpoint: 2 sequences, steps of 1 ms + 10 us per prompt token
+// + 100 us per decoding sequence, prefill chunks of 64 tokens.
+std::string workerConfig(const std::string& fairness, bool preemption) {
+  return R"(
+default_tier = "paid"
+[[tiers]]
+name = "paid"
+default_queue_limit = 1000
+[endpoints.gen]
+executor = "worker"
+max_batch_tokens = 100000
+fairness = ")" +
+         fairness + R"("
+half_life_s = 5.0
+[endpoints.gen.worker]
+preemption = )" +
+         (preemption ? "true" : "false") + R"(
+min_progress_tokens = 4
+max_preemptions_per_s = 100.0
+[endpoints.gen.engine]
+max_sequences = 2
+kv_tokens = 100000
+step_us = 1000.0
+prefill_token_us = 10.0
+decode_token_us = 100.0
+chunked_prefill_tokens = 64
+[[clients]]
+name = "root"
+uids = [0]
+tenants = ["*"]
+endpoints = ["*"]
+workers = ["gen"]
+)";
+}
+
+ReplayRun replayWorker(const std::string& trace, ReplayPolicy policy,
+                       const std::string& fairness = "recent", bool preemption = true) {
+  auto parsed = config::parseConfig(workerConfig(fairness, preemption), "<worker test>");
+  if (auto* err = std::get_if<config::ConfigError>(&parsed)) {
+    ADD_FAILURE() << err->toString();
+    return {};
+  }
+  auto r = replayTrace(std::get<config::Config>(parsed), policy, parseOk(trace));
+  if (auto* err = std::get_if<std::string>(&r)) {
+    ADD_FAILURE() << *err;
+    return {};
+  }
+  return std::get<ReplayRun>(r);
+}
+
+std::string request(double t, const std::string& tenant, int in, int out) {
+  return R"({"t":)" + std::to_string(t) + R"(,"tenant":")" + tenant +
+         R"(","endpoint":"gen","input_tokens":)" + std::to_string(in) + R"(,"output_tokens":)" +
+         std::to_string(out) + "}\n";
+}
+
+TEST(ReplayEngine, ALoneRequestStepsAsTheReferenceWorkerDoes) {
+  // 100 prompt tokens: two prefill steps (64, then 36 + the first token),
+  // then one token per step of one decoding sequence.
+  const ReplayRun run = replayWorker(request(0, "a", 100, 5), ReplayPolicy::kFair);
+  ASSERT_EQ(run.events.size(), 1u);
+  const RequestEvent& e = run.events[0];
+  EXPECT_EQ(e.status, Status::kOk);
+  EXPECT_EQ(e.dispatch, 0);
+  const TimeNs first = (1000 + 640) * kNsPerUs + (1000 + 360 + 100) * kNsPerUs;
+  EXPECT_EQ(e.first_token, first);
+  EXPECT_EQ(e.completion, first + 4 * 1100 * kNsPerUs);
+  // The floor is exactly that: nothing else runs.
+  const ReplayRun floor = replayWorker(request(0, "a", 100, 5), ReplayPolicy::kFloor);
+  EXPECT_EQ(floor.events[0].first_token, e.first_token);
+  EXPECT_EQ(floor.events[0].completion, e.completion);
+}
+
+TEST(ReplayEngine, BatchesContinuouslyUpToItsSequences) {
+  // Three requests at once on two sequences: two start together, the third
+  // starts the step after the first one finishes, not after both.
+  std::string trace = request(0, "a", 10, 3) + request(0, "b", 10, 20) + request(0, "c", 10, 3);
+  const ReplayRun run = replayWorker(trace, ReplayPolicy::kDrr, "drr", false);
+  ASSERT_EQ(run.events.size(), 3u);
+  EXPECT_EQ(run.events[0].dispatch, 0);
+  EXPECT_EQ(run.events[1].dispatch, 0);
+  EXPECT_EQ(run.events[2].dispatch, run.events[0].completion);
+  EXPECT_LT(run.events[2].completion, run.events[1].completion);
+  for (const RequestEvent& e : run.events) {
+    EXPECT_EQ(e.status, Status::kOk);
+    EXPECT_GT(e.first_token, e.dispatch);
+    EXPECT_EQ(e.preemptions, 0u);
+  }
+}
+
+TEST(ReplayEngine, PreemptionLetsALightTenantInWithoutLosingAnyWork) {
+  // heavy fills both sequences with 400-token generations; light arrives
+  // 50 ms later. Without preemption it waits for one of them to finish;
+  // with it, heavy's newest sequence gives way and resumes afterwards.
+  std::string trace =
+      request(0, "heavy", 10, 400) + request(0, "heavy", 10, 400) + request(0.05, "light", 10, 5);
+  const ReplayRun plain = replayWorker(trace, ReplayPolicy::kFair, "recent", false);
+  const ReplayRun preempt = replayWorker(trace, ReplayPolicy::kFair, "recent", true);
+  const TimeNs plain_ttft = plain.events[2].first_token - plain.events[2].arrival;
+  const TimeNs preempt_ttft = preempt.events[2].first_token - preempt.events[2].arrival;
+  EXPECT_GT(plain_ttft, 300 * kNsPerMs) << "waits for a 400-token generation";
+  EXPECT_LT(preempt_ttft, 5 * kNsPerMs) << "one or two steps";
+  std::uint32_t preemptions = 0;
+  for (const RequestEvent& e : preempt.events) {
+    EXPECT_EQ(e.status, Status::kOk);
+    preemptions += e.preemptions;
+  }
+  EXPECT_EQ(preemptions, 1u);
+  EXPECT_EQ(preempt.events[1].preemptions, 1u) << "the newest of the most-served tenant";
+  // The preempted request recomputes its prefix and still ends: later than
+  // it would have, by the light request's run and the recomputation.
+  EXPECT_GT(preempt.events[1].completion, plain.events[1].completion);
+}
+
+TEST(ReplayEngine, VtcAndFifoAndFloorRunTheSameTrace) {
+  std::string trace;
+  for (int i = 0; i < 30; ++i) trace += request(0.001 * i, "heavy", 50, 60);
+  for (int i = 0; i < 5; ++i) trace += request(0.02 + 0.01 * i, "light", 20, 5);
+  for (const ReplayPolicy p : {ReplayPolicy::kFair, ReplayPolicy::kDrr, ReplayPolicy::kVtc,
+                               ReplayPolicy::kFifo, ReplayPolicy::kFloor}) {
+    const ReplayRun run = replayWorker(trace, p);
+    ASSERT_EQ(run.events.size(), 35u) << toString(p);
+    for (const RequestEvent& e : run.events) {
+      EXPECT_EQ(e.status, Status::kOk) << toString(p);
+      EXPECT_GE(e.first_token, e.arrival) << toString(p);
+      EXPECT_GE(e.completion, e.first_token) << toString(p);
+    }
+  }
+  // light's first tokens: fifo serves it after every heavy request; the
+  // fair policies long before.
+  auto light_ttft = [&](ReplayPolicy p) {
+    const ReplayRun run = replayWorker(trace, p);
+    TimeNs worst = 0;
+    for (const RequestEvent& e : run.events) {
+      if (e.tenant == "light") worst = std::max(worst, e.first_token - e.arrival);
+    }
+    return worst;
+  };
+  const TimeNs fifo = light_ttft(ReplayPolicy::kFifo);
+  EXPECT_LT(light_ttft(ReplayPolicy::kVtc) * 5, fifo);
+  EXPECT_LT(light_ttft(ReplayPolicy::kFair) * 5, fifo);
+  EXPECT_LE(light_ttft(ReplayPolicy::kFloor), light_ttft(ReplayPolicy::kFair));
+}
+
+TEST(ReplayEngine, JitterMovesArrivalsWithinItsBoundAndDependsOnTheSeed) {
+  std::string text;
+  for (int i = 0; i < 50; ++i) text += request(1.0 + 0.1 * i, "a", 10, 2);
+  auto parsed = config::parseConfig(workerConfig("drr", false), "<worker test>");
+  const config::Config& cfg = std::get<config::Config>(parsed);
+  const auto trace = parseOk(text);
+  const TimeNs j = 50 * kNsPerMs;
+  const ReplayRun a = std::get<ReplayRun>(replayTrace(cfg, ReplayPolicy::kFifo, trace, j, 1));
+  const ReplayRun b = std::get<ReplayRun>(replayTrace(cfg, ReplayPolicy::kFifo, trace, j, 2));
+  const ReplayRun a2 = std::get<ReplayRun>(replayTrace(cfg, ReplayPolicy::kFifo, trace, j, 1));
+  std::size_t moved = 0, differ = 0;
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    const TimeNs exact = static_cast<TimeNs>(std::llround(trace[i].t * kNsPerSec));
+    EXPECT_LE(std::llabs(a.events[i].arrival - exact), j);
+    moved += a.events[i].arrival != exact;
+    differ += a.events[i].arrival != b.events[i].arrival;
+    EXPECT_EQ(a.events[i].arrival, a2.events[i].arrival);
+  }
+  EXPECT_GT(moved, 40u);
+  EXPECT_GT(differ, 40u);
+}
+
+TEST(WindowedServiceDifference, SpreadsServiceOverEachRunAndComparesActiveTenants) {
+  // Window 10 s. a: 100 input + 50 output = 200 service over [0, 20] s:
+  // 100 per window. b: 10 + 0 over [5, 5]: 10 in window 0. c arrives in
+  // window 1 and is never served.
+  std::vector<RequestEvent> ev(3);
+  ev[0] = {"a", 0, 0, 20 * kNsPerSec, 100, 50, Status::kOk};
+  ev[1] = {"b", 5 * kNsPerSec, 5 * kNsPerSec, 5 * kNsPerSec, 10, 0, Status::kOk};
+  ev[2] = {"c", 12 * kNsPerSec, -1, 15 * kNsPerSec, 10, 0, Status::kRateLimited};
+  const WindowedDifference d = windowedServiceDifference(ev, {}, 10 * kNsPerSec);
+  // window 0: a 100, b 10 -> 90; window 1: a 100, c 0 -> 100; window 2
+  // (t = 20 s, a's last instant): a alone -> not counted.
+  EXPECT_EQ(d.windows, 2u);
+  EXPECT_DOUBLE_EQ(d.max, 100);
+  EXPECT_DOUBLE_EQ(d.mean, 95);
+  // Weights divide the service: a of weight 2 gets 50 per window.
+  const WindowedDifference w = windowedServiceDifference(ev, {{"a", 2.0}}, 10 * kNsPerSec);
+  EXPECT_DOUBLE_EQ(w.max, 50);
+}
+
 }  // namespace
 }  // namespace fairsched::bench

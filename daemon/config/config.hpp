@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "daemon/core/limit_spec.hpp"
+#include "daemon/core/scheduler_spec.hpp"
 #include "daemon/core/types.hpp"
 
 namespace fairsched::config {
@@ -35,6 +36,11 @@ struct WorkerEndpointConfig {
   // Most requests one worker runs at once, whatever capacity it states
   // (its assignment ring holds this many, rounded up to a power of two).
   std::uint32_t max_sequences = 256;
+  // Preemption (core::PreemptionSpec): running sequences may be given back
+  // for a higher tier's or a less-served tenant's waiting request.
+  bool preemption = false;
+  double max_preemptions_per_s = 20.0;
+  std::uint32_t min_progress_tokens = 16;
   // Stream chunks held for a client that does not read its completion ring,
   // beyond the ring itself; past it the client's streamed request ends
   // SLOW_CONSUMER (aborted on its worker). Bounds the daemon's memory.
@@ -82,6 +88,10 @@ struct EndpointConfig {
   // EXECUTOR_FAILED (the slot stays taken until the executor returns); 0 = never.
   std::uint64_t batch_timeout_ms = 30000;
   ExecutorKind executor = ExecutorKind::kCpu;
+  // How tenants of one tier share it: drr (default), recent (least service
+  // over the last few half-lives) or vtc (the Virtual Token Counter).
+  core::Fairness fairness = core::Fairness::kDrr;
+  double half_life_s = 20.0;  // recent; and preemption's service counters under drr
   CpuExecutorConfig cpu;
   CudaExecutorConfig cuda;
   WorkerEndpointConfig worker;

@@ -18,6 +18,9 @@ constexpr EnumName<EndpointKind> kEndpointKinds[] = {{"streaming", EndpointKind:
 constexpr EnumName<CostModel> kCostModels[] = {{"requests", CostModel::kRequests},
                                                {"tokens", CostModel::kTokens},
                                                {"adaptive", CostModel::kAdaptive}};
+constexpr EnumName<core::Fairness> kFairness[] = {{"drr", core::Fairness::kDrr},
+                                                  {"recent", core::Fairness::kRecent},
+                                                  {"vtc", core::Fairness::kVtc}};
 constexpr EnumName<ExecutorKind> kExecutors[] = {
     {"cpu", ExecutorKind::kCpu}, {"cuda", ExecutorKind::kCuda}, {"worker", ExecutorKind::kWorker}};
 // What a cuda endpoint may fall back to.
@@ -57,6 +60,9 @@ constexpr KeyRule<WorkerEndpointConfig> kWorkerKeys[] = {
     {"max_prompt_tokens", intKey<&WorkerEndpointConfig::max_prompt_tokens, 1, 1U << 18>},
     {"max_sequences", intKey<&WorkerEndpointConfig::max_sequences, 2, 4096>},
     {"client_buffer_chunks", intKey<&WorkerEndpointConfig::client_buffer_chunks, 1, 1U << 20>},
+    {"preemption", boolKey<&WorkerEndpointConfig::preemption>},
+    {"max_preemptions_per_s", positiveDoubleKey<&WorkerEndpointConfig::max_preemptions_per_s>},
+    {"min_progress_tokens", intKey<&WorkerEndpointConfig::min_progress_tokens, 1, 1U << 20>},
     {kTableCheck, checkWorkerSegment},
 };
 
@@ -86,6 +92,8 @@ constexpr KeyRule<EndpointConfig> kEndpointKeys[] = {
     {"latency_target_ms", intKey<&EndpointConfig::latency_target_ms, 0, kMaxMillis>},
     {"batch_timeout_ms", intKey<&EndpointConfig::batch_timeout_ms, 0, kMaxMillis>},
     {"executor", enumKey<&EndpointConfig::executor, kExecutors>},
+    {"fairness", enumKey<&EndpointConfig::fairness, kFairness>},
+    {"half_life_s", positiveDoubleKey<&EndpointConfig::half_life_s>},
     {"limits", readLimits},
     {"cpu", tableKey<&EndpointConfig::cpu, kCpuKeys>},
     {"cuda", tableKey<&EndpointConfig::cuda, kCudaKeys>},

@@ -1,6 +1,7 @@
 #include "daemon/config/scheduler_setup.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace fairsched::config {
 namespace {
@@ -49,6 +50,11 @@ core::SchedulerSpec buildSchedulerSpec(const Config& cfg) {
                      : ec.executor == ExecutorKind::kWorker ? ec.worker.max_sequences
                                                             : ec.cpu.threads;
     es.per_token = ec.executor == ExecutorKind::kWorker;
+    es.fairness = ec.fairness;
+    es.half_life = static_cast<TimeNs>(std::llround(ec.half_life_s * kNsPerSec));
+    es.preemption.enabled = es.per_token && ec.worker.preemption;
+    es.preemption.max_per_s = ec.worker.max_preemptions_per_s;
+    es.preemption.min_progress_tokens = ec.worker.min_progress_tokens;
     spec.endpoints.push_back(std::move(es));
     endpoint_defaults.push_back(ec.limits);
   }

@@ -22,6 +22,22 @@ const char* toString(CostModel m) {
   return "?";
 }
 
+const char* toString(Fairness f) {
+  switch (f) {
+    case Fairness::kDrr:
+      return "drr";
+    case Fairness::kRecent:
+      return "recent";
+    case Fairness::kVtc:
+      return "vtc";
+  }
+  return "?";
+}
+
+FlowSelector makeFlowSelector(const EndpointSpec& spec) {
+  return FlowSelector(spec.fairness, spec.half_life, spec.preemption.enabled);
+}
+
 Scheduler::Scheduler(SchedulerSpec spec) : spec_(std::move(spec)), tenants_(spec_) {
   spec_.tenants.clear();  // the table holds them now
   spec_.tenants.shrink_to_fit();
@@ -31,7 +47,7 @@ Scheduler::Scheduler(SchedulerSpec spec) : spec_(std::move(spec)), tenants_(spec
   for (std::size_t e = 0; e < spec_.endpoints.size(); ++e) {
     EndpointState& ep = endpoints_[e];
     ep.spec = spec_.endpoints[e];
-    ep.drr.resize(spec_.tiers.size());
+    ep.flows.assign(spec_.tiers.size(), makeFlowSelector(ep.spec));
     ep.tiers.resize(spec_.tiers.size());
     ep.tier_selector = TierSelector(shares);
     ep.throttle = BacklogThrottle(ep.spec.latency_target, ep.spec.parallelism);
@@ -90,8 +106,7 @@ std::optional<std::string> Scheduler::reconfigure(SchedulerSpec spec) {
       }
     }
     ep.spec = es;
-    ep.drr.clear();
-    ep.drr.resize(tiers);
+    ep.flows.assign(tiers, makeFlowSelector(ep.spec));
     ep.tiers.assign(tiers, TierState{});
     ep.tier_selector = TierSelector(shares);
     ep.backlogged = std::make_unique<bool[]>(tiers);
@@ -107,7 +122,7 @@ std::optional<std::string> Scheduler::reconfigure(SchedulerSpec spec) {
       std::unique_ptr<KeyLimiter> limiter = makeLimiter(ep, entry);
       if (limiter && ts.limiter) limiter->carryOver(*ts.limiter);
       ts.limiter = std::move(limiter);
-      DrrScheduler& drr = ep.drr[ts.tier];
+      FlowSelector& drr = ep.flows[ts.tier];
       const double q = static_cast<double>(ep.spec.quantum) * ts.weight;
       drr.setQuantum(i, std::max<std::int64_t>(1, std::llround(q)));
       ep.tiers[ts.tier].queued_tokens += ts.queued_tokens;
@@ -116,7 +131,7 @@ std::optional<std::string> Scheduler::reconfigure(SchedulerSpec spec) {
       if (spec_.policy != Policy::kFair) continue;
       dropWithdrawnHead(ts);
       const QueueEntry& head = ts.queue.top();
-      drr.enqueue(i, costOf(ep, ts, head.input_tokens, head.max_output_tokens));
+      drr.enqueue(i, costOf(ep, ts, slots_[indexOf(head.handle)]), 0);
     }
   }
   return std::nullopt;
@@ -177,7 +192,7 @@ std::uint32_t Scheduler::stateFor(EndpointState& ep, TenantId t, TimeNs now) {
   ts.last_active = now;
   ts.limiter = makeLimiter(ep, e);
   const double q = static_cast<double>(ep.spec.quantum) * e.weight;
-  ep.drr[ts.tier].setQuantum(i, std::max<std::int64_t>(1, std::llround(q)));
+  ep.flows[ts.tier].setQuantum(i, std::max<std::int64_t>(1, std::llround(q)));
   if (t >= ep.state_of.size())
     ep.state_of.resize(std::max<std::size_t>(t + 1, tenants_.capacity()), kNoState);
   ep.state_of[t] = i;
@@ -267,6 +282,7 @@ Admission Scheduler::submit(const Request& r, TimeNs now) {
   s.arrival = now;
   s.charged = 0;
   s.emitted = 0;
+  s.resumed = false;
   s.seq = seq_++;
   s.ts = ts_index;
   s.state = SlotState::kQueued;
@@ -290,9 +306,9 @@ void Scheduler::enqueue(EndpointState& ep, std::uint32_t index, TimeNs now) {
   const bool was_empty = ts.queued == 0;
   if (spec_.policy == Policy::kFair) {
     ts.queue.push(entry);
-    DrrScheduler& drr = ep.drr[ts.tier];
+    FlowSelector& drr = ep.flows[ts.tier];
     if (was_empty) {
-      drr.enqueue(s.ts, costOf(ep, ts, s));
+      drr.enqueue(s.ts, costOf(ep, ts, s), now);
     } else if (ts.queue.top().handle == h) {
       drr.headChanged(s.ts, costOf(ep, ts, s));
     }
@@ -315,10 +331,11 @@ bool Scheduler::requeue(Handle h, TimeNs now) {
   // Give back what its dispatch (and any token) charged: it runs again and
   // pays again then.
   if (spec_.policy == Policy::kFair && s->charged != kChargedUnderOtherModel && s->charged != 0) {
-    ep.drr[ts.tier].adjust(s->ts, s->charged);
+    ep.flows[ts.tier].adjust(s->ts, s->charged, now);
   }
   s->charged = 0;
   s->emitted = 0;
+  s->resumed = false;
   ts.in_flight--;
   ts.stats.dispatched--;
   in_flight_--;
@@ -345,14 +362,139 @@ bool Scheduler::charge(Handle h, std::uint32_t tokens, TimeNs now) {
   s->emitted += tokens;
   if (spec_.policy == Policy::kFair && ep.spec.cost != CostModel::kRequests &&
       s->charged != kChargedUnderOtherModel) {
-    ep.drr[ts.tier].adjust(s->ts, -static_cast<std::int64_t>(tokens));
-    s->charged += tokens;
+    // VTC weighs an output token twice a prompt token (as published).
+    const std::int64_t cost =
+        static_cast<std::int64_t>(tokens) * (ep.spec.fairness == Fairness::kVtc ? 2 : 1);
+    ep.flows[ts.tier].adjust(s->ts, -cost, now);
+    s->charged += cost;
   }
   ts.stats.tokens_served += tokens;
   ts.recent.add(tokens, now);
   ep.recent.add(tokens, now);
   ts.last_active = now;
   return true;
+}
+
+bool Scheduler::preempt(Handle h, TimeNs now) {
+  Slot* s = lookup(h);
+  if (!s || s->state != SlotState::kInFlight) return false;
+  EndpointState& ep = endpoints_[s->req.endpoint];
+  TenantState& ts = ep.states[s->ts];
+  ep.preempt_budget -= 1.0;
+  ts.stats.preempted++;
+  ts.in_flight--;
+  in_flight_--;
+  s->state = SlotState::kQueued;
+  // Charges stay: its client received what it generated. The prompt the
+  // engine recomputes is not charged again.
+  s->resumed = ep.spec.preemption.enabled;
+  ts.last_active = now;
+  enqueue(ep, indexOf(h), now);
+  if (s->req.deadline != kNever) {  // as in requeue()
+    deadlines_.push_back({s->req.deadline, h});
+    std::push_heap(deadlines_.begin(), deadlines_.end(), std::greater<>{});
+  }
+  return true;
+}
+
+Handle Scheduler::preemptionVictim(EndpointId e, TimeNs now, std::span<const Running> running) {
+  if (e >= endpoints_.size() || spec_.policy != Policy::kFair || running.empty()) return 0;
+  EndpointState& ep = endpoints_[e];
+  const PreemptionSpec& ps = ep.spec.preemption;
+  if (!ps.enabled || ep.queued == 0) return 0;
+  // The rate: a bucket of max_per_s, refilled continuously, one second deep.
+  const double cap = std::max(1.0, ps.max_per_s);
+  ep.preempt_budget =
+      std::min(cap, ep.preempt_budget +
+                        static_cast<double>(now - ep.preempt_refilled) / kNsPerSec * ps.max_per_s);
+  ep.preempt_refilled = now;
+  if (ep.preempt_budget < 1.0) return 0;
+
+  // The next choice, as takeFair() would make it.
+  for (std::size_t t = 0; t < ep.flows.size(); ++t) ep.backlogged[t] = ep.flows[t].anyBacklogged();
+  const TierSelector::Choice choice =
+      ep.tier_selector.select(std::span<const bool>(ep.backlogged.get(), ep.flows.size()));
+  if (choice.tier == TierSelector::kNoTier) return 0;
+  FlowSelector& flows = ep.flows[choice.tier];
+  const FlowSelector::FlowId waiting = flows.select();
+  if (waiting == FlowSelector::kNone) return 0;
+  // Services per unit of weight (the selectors keep them per quantum).
+  const auto quantum = static_cast<double>(ep.spec.quantum);
+  const double waiting_service = flows.service(waiting, now) * quantum;
+  const double margin = static_cast<double>(
+      std::max<std::int64_t>(ep.spec.quantum, std::int64_t{ps.min_progress_tokens}));
+  // Fair shares of the sequences the waiting tier runs, by weight over the
+  // tier's active tenants (backlogged or running): only a tenant below its
+  // share may take a sequence, only from one above its share that keeps at
+  // least as many as it will have. Without this, tenants that all have
+  // their share would trade sequences back and forth.
+  auto& counts = preempt_counts_;
+  counts.clear();
+  std::uint32_t in_tier = 0;
+  double weights = ep.tiers[choice.tier].backlogged_weight;
+  for (const Running& r : running) {
+    const Slot* s = lookup(r.handle);
+    if (!s || s->state != SlotState::kInFlight || s->req.endpoint != e) continue;
+    const TenantState& ts = ep.states[s->ts];
+    if (ts.tier != choice.tier) continue;
+    ++in_tier;
+    auto it =
+        std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == s->ts; });
+    if (it == counts.end()) {
+      counts.emplace_back(s->ts, 1);
+      if (ts.queued == 0) weights += ts.weight;
+    } else {
+      ++it->second;
+    }
+  }
+  auto runningOf = [&](std::uint32_t ts_index) -> std::uint32_t {
+    auto it = std::find_if(counts.begin(), counts.end(),
+                           [&](const auto& c) { return c.first == ts_index; });
+    return it == counts.end() ? 0 : it->second;
+  };
+  auto shareOf = [&](std::uint32_t ts_index) {
+    return weights > 0 ? in_tier * ep.states[ts_index].weight / weights : 0.0;
+  };
+  const std::uint32_t waiting_runs = runningOf(waiting);
+  const bool waiting_below_share = waiting_runs < shareOf(waiting);
+
+  // Best victim: lowest tier first; then, within the waiting tier, the
+  // most-served tenant (above the waiting one by the margin); newest first.
+  Handle best = 0;
+  TierId best_tier = 0;
+  double best_service = 0;
+  TimeNs best_at = 0;
+  std::uint64_t best_seq = 0;
+  for (const Running& r : running) {
+    if (r.progress < ps.min_progress_tokens) continue;
+    const Slot* s = lookup(r.handle);
+    if (!s || s->state != SlotState::kInFlight || s->req.endpoint != e) continue;
+    const TenantState& ts = ep.states[s->ts];
+    if (ts.tier < choice.tier) continue;  // a higher tier: never for a lower one
+    double service = 0;
+    if (ts.tier == choice.tier) {
+      if (s->ts == waiting || !waiting_below_share) continue;
+      const std::uint32_t runs = runningOf(s->ts);
+      if (runs <= shareOf(s->ts) || runs < waiting_runs + 2) continue;
+      service = flows.service(s->ts, now) * quantum;
+      if (service < waiting_service + margin) continue;
+    } else {
+      service = ep.flows[ts.tier].service(s->ts, now) * quantum;
+    }
+    // Newest: dispatched last; among those dispatched together, arrived last.
+    const bool newer = s->dispatched_at != best_at ? s->dispatched_at > best_at : s->seq > best_seq;
+    const bool better =
+        best == 0 || ts.tier > best_tier ||
+        (ts.tier == best_tier && (service > best_service || (service == best_service && newer)));
+    if (better) {
+      best = r.handle;
+      best_tier = ts.tier;
+      best_service = service;
+      best_at = s->dispatched_at;
+      best_seq = s->seq;
+    }
+  }
+  return best;
 }
 
 TimeNs Scheduler::batchDueAt(EndpointId e) const {
@@ -389,7 +531,7 @@ bool Scheduler::dropWithdrawnHead(TenantState& ts) {
 void Scheduler::refreshHead(EndpointState& ep, std::uint32_t ts_index) {
   TenantState& ts = ep.states[ts_index];
   if (!dropWithdrawnHead(ts)) return;
-  DrrScheduler& drr = ep.drr[ts.tier];
+  FlowSelector& drr = ep.flows[ts.tier];
   if (ts.queue.empty()) {
     drr.remove(ts_index);
   } else {
@@ -416,29 +558,31 @@ void Scheduler::withdraw(Slot& s, Status why, std::vector<Done>& done) {
   }
 }
 
-void Scheduler::dispatch(EndpointState& ep, Slot& s, Batch& out) {
+void Scheduler::dispatch(EndpointState& ep, Slot& s, Batch& out, TimeNs now) {
   TenantState& ts = ep.states[s.ts];
   s.state = SlotState::kInFlight;
   ts.in_flight++;
   ts.stats.dispatched++;
   in_flight_++;
   const Handle h = makeHandle(static_cast<std::uint32_t>(&s - slots_.data()), s.gen);
-  out.requests.push_back(
-      {h, s.req.id, s.req.tenant, s.req.input_tokens, s.req.max_output_tokens, s.arrival});
+  out.requests.push_back({h, s.req.id, s.req.tenant, s.req.input_tokens, s.req.max_output_tokens,
+                          s.arrival, s.emitted});
+  s.resumed = false;
+  s.dispatched_at = now;
   out.tokens += tokensOf(s.req);
 }
 
-void Scheduler::prefetchUpcoming(const EndpointState& ep, const DrrScheduler& drr) const {
+void Scheduler::prefetchUpcoming(const EndpointState& ep, const FlowSelector& drr) const {
   // A software pipeline over the flows due next in this round. Each stage
   // needs the line the previous stage fetched (state -> head entry -> slot),
   // so stages run a few turns apart: the flow k turns ahead gets its state
   // fetched, the one k-1 ahead its head entry, the one k-2 ahead its slot. By
   // a flow's turn its data is in cache instead of costing three dependent
   // misses. Hints only: nothing here changes a decision.
-  DrrScheduler::FlowId ahead[kPrefetchDepth];
-  DrrScheduler::FlowId f = drr.upcoming();
+  FlowSelector::FlowId ahead[kPrefetchDepth];
+  FlowSelector::FlowId f = drr.upcoming();
   std::size_t n = 0;
-  for (; n < kPrefetchDepth && f != DrrScheduler::kNone; ++n, f = drr.after(f)) ahead[n] = f;
+  for (; n < kPrefetchDepth && f != FlowSelector::kNone; ++n, f = drr.after(f)) ahead[n] = f;
   if (n == kPrefetchDepth) {
     const char* p = reinterpret_cast<const char*>(&ep.states[ahead[n - 1]]);
     for (std::size_t line = 0; line < kHotLines * 64; line += 64) __builtin_prefetch(p + line);
@@ -462,14 +606,15 @@ void Scheduler::prefetchUpcoming(const EndpointState& ep, const DrrScheduler& dr
 
 bool Scheduler::takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& out,
                          std::vector<Done>& done) {
-  const std::span<const bool> backlogged(ep.backlogged.get(), ep.drr.size());
+  const std::span<const bool> backlogged(ep.backlogged.get(), ep.flows.size());
   while (out.requests.size() < limits.requests) {
-    for (std::size_t t = 0; t < ep.drr.size(); ++t) ep.backlogged[t] = ep.drr[t].anyBacklogged();
+    for (std::size_t t = 0; t < ep.flows.size(); ++t)
+      ep.backlogged[t] = ep.flows[t].anyBacklogged();
     const TierSelector::Choice choice = ep.tier_selector.select(backlogged);
     if (choice.tier == TierSelector::kNoTier) break;
-    DrrScheduler& drr = ep.drr[choice.tier];
-    const DrrScheduler::FlowId f = drr.select();
-    assert(f != DrrScheduler::kNone);
+    FlowSelector& drr = ep.flows[choice.tier];
+    const FlowSelector::FlowId f = drr.select();
+    assert(f != FlowSelector::kNone);
     TenantState& ts = ep.states[f];
     prefetchUpcoming(ep, drr);
     const QueueEntry head = ts.queue.top();  // always live
@@ -482,21 +627,21 @@ bool Scheduler::takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& ou
     if (with_head > limits.tokens) break;
     const std::uint32_t tier_cap = spec_.tiers[choice.tier].max_batch_tokens;
     if (tier_cap != 0 && with_head > tier_cap && !out.requests.empty()) break;
-    const std::int64_t cost = costOf(ep, ts, head.input_tokens, head.max_output_tokens);
+    const std::int64_t cost = costOf(ep, ts, head);
     ts.queue.pop();
     unqueue(ep, ts, std::uint64_t{head.input_tokens} + head.max_output_tokens);
-    s.charged = cost;
-    dispatch(ep, s, out);
+    s.charged += cost;
+    dispatch(ep, s, out, now);
     // The new head: skip entries withdrawn earlier (only when there are any).
     if (ts.withdrawn > 0) dropWithdrawnHead(ts);
     const bool has_next = !ts.queue.empty();
     std::int64_t next_cost = 0;
     if (has_next) {
       const QueueEntry& nh = ts.queue.top();
-      next_cost = costOf(ep, ts, nh.input_tokens, nh.max_output_tokens);
+      next_cost = costOf(ep, ts, nh);
       prefetchSlot(nh.handle);  // dispatched at the flow's next turn
     }
-    drr.consume(f, cost, has_next, next_cost);
+    drr.consume(f, cost, has_next, next_cost, now);
     ep.tier_selector.charge(choice, cost, backlogged);
   }
   return !out.requests.empty();
@@ -519,8 +664,8 @@ bool Scheduler::takeFifo(EndpointState& ep, TimeNs now, Limits limits, Batch& ou
     ep.fifo.pop();
     TenantState& ts = ep.states[s->ts];
     unqueue(ep, ts, tokensOf(s->req));
-    s->charged = costOf(ep, ts, *s);
-    dispatch(ep, *s, out);
+    s->charged += costOf(ep, ts, *s);
+    dispatch(ep, *s, out, now);
   }
   return !out.requests.empty();
 }
@@ -560,7 +705,7 @@ bool Scheduler::complete(Handle h, std::uint32_t output_tokens, TimeNs now) {
     // Per token, the charge already is the actual cost (tokens the worker
     // reports beyond those it streamed are not charged twice).
     if (s->charged != kChargedUnderOtherModel && !ep.spec.per_token) {
-      ep.drr[ts.tier].adjust(s->ts, s->charged - actual);
+      ep.flows[ts.tier].adjust(s->ts, s->charged - actual, now);
     }
     ts.expected_output = ts.expected_output < 0
                              ? out
@@ -646,7 +791,7 @@ std::size_t Scheduler::collectIdle(TimeNs now, std::size_t budget) {
       if (!ts.live || ts.queued != 0 || ts.in_flight != 0) continue;
       if (now - ts.last_active < spec_.idle_timeout) continue;
       if (ts.limiter && !ts.limiter->idle(now)) continue;
-      ep.drr[ts.tier].forget(i);
+      ep.flows[ts.tier].forget(i);
       ep.state_of[ts.tenant] = kNoState;
       const TenantId t = ts.tenant;
       ts = TenantState{};
@@ -675,7 +820,7 @@ std::optional<TenantView> Scheduler::view(TenantId t, EndpointId e, TimeNs now) 
   v.queued = ts.queued;
   v.in_flight = ts.in_flight;
   v.queued_tokens = ts.queued_tokens;
-  v.deficit = ep.drr[ts.tier].deficit(i);
+  v.deficit = ep.flows[ts.tier].deficit(i);
   v.expected_output = ts.expected_output;
   if (now > 0) v.recent_tokens = ts.recent.sum(now);
   v.stats = ts.stats;

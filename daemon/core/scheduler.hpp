@@ -29,12 +29,14 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "daemon/core/backlog_throttle.hpp"
 #include "daemon/core/drr_scheduler.hpp"
 #include "daemon/core/fifo_queue.hpp"
 #include "daemon/core/fleet_gate.hpp"
+#include "daemon/core/flow_selector.hpp"
 #include "daemon/core/rate_limiter.hpp"
 #include "daemon/core/recent_counter.hpp"
 #include "daemon/core/scheduler_spec.hpp"
@@ -72,6 +74,9 @@ struct Dispatched {
   std::uint32_t input_tokens = 0;
   std::uint32_t max_output_tokens = 0;
   TimeNs arrival = 0;
+  // Output tokens it generated before it was preempted (0 on a first
+  // dispatch): the engine resumes it from prompt + those tokens.
+  std::uint32_t resumed_tokens = 0;
 };
 
 struct Batch {
@@ -105,6 +110,7 @@ struct TenantStats {
   std::uint64_t expired = 0;
   std::uint64_t cancelled = 0;
   std::uint64_t tokens_served = 0;  // input + actual output of completed requests
+  std::uint64_t preempted = 0;      // times one of its running requests was given back
 };
 
 struct TenantView {
@@ -183,6 +189,30 @@ class Scheduler {
   // unknown handle or one not in flight.
   bool requeue(Handle h, TimeNs now);
 
+  // Preemption (worker endpoints). A dispatched request goes back to its
+  // tenant's queue at its old place after generating `emitted` output tokens
+  // (what charge() was told, or more): it keeps what it was charged — its
+  // client received that service — and its next dispatch charges nothing for
+  // the prompt the engine recomputes; Dispatched::resumed_tokens says where
+  // it resumes. Counts against the endpoint's preemption rate. False for an
+  // unknown handle or one not in flight.
+  bool preempt(Handle h, TimeNs now);
+
+  struct Running {
+    Handle handle = 0;
+    std::uint32_t progress = 0;  // output tokens since it was last dispatched
+  };
+  // The running request to preempt so that the endpoint's next choice can
+  // run, or 0: when preemption is on and its rate allows, a running request
+  // of a lower tier than the next choice's (the lowest tier first), else one
+  // of the running tenant served most, if the waiting tenant runs fewer
+  // sequences than its weighted share of those `running` in its tier, the
+  // other runs more than its share (and at least two more than the waiting
+  // one), and it was served more per weight (by at least a quantum,
+  // min_progress_tokens at the least); among its requests the newest. Requests that made less
+  // progress than min_progress_tokens since they last started are never chosen.
+  Handle preemptionVictim(EndpointId e, TimeNs now, std::span<const Running> running);
+
   // A dispatched request finished after producing `output_tokens`: refunds
   // the unused token reservation and, under the adaptive cost model, corrects
   // the tenant's deficit by the actual cost. Returns false for an unknown handle.
@@ -231,7 +261,9 @@ class Scheduler {
     std::int64_t charged = 0;   // DRR cost charged at dispatch (and per token since)
     std::uint64_t seq = 0;      // arrival order, kept across a requeue
     std::uint32_t emitted = 0;  // output tokens charged through charge()
-    std::uint32_t ts = 0;       // index of the tenant's state on the endpoint
+    bool resumed = false;       // preempted: its next dispatch charges no prompt
+    TimeNs dispatched_at = 0;
+    std::uint32_t ts = 0;  // index of the tenant's state on the endpoint
     std::uint32_t gen = 1;
     SlotState state = SlotState::kFree;
   };
@@ -266,7 +298,7 @@ class Scheduler {
     // TenantId -> index into `states`, kNoState when the tenant has none here.
     // Ids are dense (TenantTable reuses them), so a vector beats a hash map.
     std::vector<std::uint32_t> state_of;
-    std::vector<DrrScheduler> drr;  // one per tier
+    std::vector<FlowSelector> flows;  // one per tier
     std::vector<TierState> tiers;
     TierSelector tier_selector;
     FifoQueue fifo;
@@ -279,7 +311,10 @@ class Scheduler {
     std::uint64_t queued_tokens = 0;
     std::size_t gc_cursor = 0;
     RecentCounter recent;
+    double preempt_budget = 0;  // token bucket of PreemptionSpec::max_per_s
+    TimeNs preempt_refilled = 0;
   };
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> preempt_counts_;  // scratch: state, running
   struct DeadlineEntry {
     TimeNs deadline;
     Handle handle;
@@ -303,7 +338,13 @@ class Scheduler {
   std::unique_ptr<KeyLimiter> makeLimiter(const EndpointState& ep, const TenantTable::Entry& e);
   std::uint32_t stateFor(EndpointState& ep, TenantId t, TimeNs now);
   std::int64_t costOf(const EndpointState& ep, const TenantState& ts, const Slot& s) const {
-    return costOf(ep, ts, s.req.input_tokens, s.req.max_output_tokens);
+    return s.resumed ? 0 : costOf(ep, ts, s.req.input_tokens, s.req.max_output_tokens);
+  }
+  // The cost of a queued entry: only a preempted request (so only where
+  // preemption is on) costs other than its tokens say.
+  std::int64_t costOf(const EndpointState& ep, const TenantState& ts, const QueueEntry& e) const {
+    if (ep.spec.preemption.enabled && slots_[indexOf(e.handle)].resumed) return 0;
+    return costOf(ep, ts, e.input_tokens, e.max_output_tokens);
   }
   std::int64_t costOf(const EndpointState& ep, const TenantState& ts, std::uint32_t input,
                       std::uint32_t max_output) const;
@@ -326,14 +367,14 @@ class Scheduler {
   void enqueue(EndpointState& ep, std::uint32_t index, TimeNs now);
   bool takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& out, std::vector<Done>& done);
   static constexpr std::size_t kPrefetchDepth = 4;
-  void prefetchUpcoming(const EndpointState& ep, const DrrScheduler& drr) const;
+  void prefetchUpcoming(const EndpointState& ep, const FlowSelector& drr) const;
   void prefetchSlot(Handle h) const {
     const char* p = reinterpret_cast<const char*>(&slots_[indexOf(h)]);
     __builtin_prefetch(p);
     __builtin_prefetch(p + sizeof(Slot) - 1);  // a Slot may straddle two lines
   }
   bool takeFifo(EndpointState& ep, TimeNs now, Limits limits, Batch& out, std::vector<Done>& done);
-  void dispatch(EndpointState& ep, Slot& s, Batch& out);
+  void dispatch(EndpointState& ep, Slot& s, Batch& out, TimeNs now);
   // Bookkeeping shared by dispatch and withdraw: the request leaves the queue.
   void unqueue(EndpointState& ep, TenantState& ts, std::uint64_t tokens);
   void freeSlot(std::uint32_t index);
@@ -350,5 +391,6 @@ class Scheduler {
 };
 
 const char* toString(CostModel m);
+FlowSelector makeFlowSelector(const EndpointSpec& spec);
 
 }  // namespace fairsched::core

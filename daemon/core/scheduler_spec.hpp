@@ -12,6 +12,26 @@
 
 namespace fairsched::core {
 
+// How the tenants of one tier share an endpoint (flow_selector.hpp).
+enum class Fairness : std::uint8_t {
+  kDrr,     // deficit round robin: fair among tenants that stay backlogged
+  kRecent,  // least recent service first: service decays with half_life
+  kVtc,     // the Virtual Token Counter (no decay, returning tenants lifted)
+};
+const char* toString(Fairness f);
+
+// Preemption on worker endpoints (design.md §7): a waiting request of a
+// higher tier, or of a tenant served less than a running one, may take the
+// place of a running sequence, which later resumes (prompt + generated
+// prefix, recomputed by the engine).
+struct PreemptionSpec {
+  bool enabled = false;
+  double max_per_s = 20.0;  // preemptions per second on the endpoint (a token bucket, burst 1 s)
+  // A sequence runs this many output tokens after it (re)started before it
+  // may be preempted again: no thrashing.
+  std::uint32_t min_progress_tokens = 16;
+};
+
 struct EndpointSpec {
   std::string name;
   CostModel cost = CostModel::kTokens;
@@ -27,6 +47,9 @@ struct EndpointSpec {
   // is generated (Scheduler::charge), so the DRR deficit follows service at
   // iteration granularity; the final count settles nothing further.
   bool per_token = false;
+  Fairness fairness = Fairness::kDrr;
+  TimeNs half_life = 20 * kNsPerSec;  // kRecent (and preemption's service counters under DRR)
+  PreemptionSpec preemption;
 };
 
 struct TierSpec {

@@ -1648,6 +1648,35 @@ TEST(ConfigWorker, WorkerKeysOutOfRangeAreRejected) {
   }
 }
 
+TEST(ConfigWorker, FairnessAndPreemptionKeysReachTheSchedulerSpec) {
+  const Config drr = parsedOk(withWorker(""));
+  EXPECT_EQ(drr.findEndpoint("gen")->fairness, core::Fairness::kDrr);
+  const Config cfg = parsedOk(withWorker(R"(fairness = "recent"
+half_life_s = 7.5
+[endpoints.gen.worker]
+preemption = true
+max_preemptions_per_s = 3.5
+min_progress_tokens = 40
+)"));
+  const core::SchedulerSpec spec = buildSchedulerSpec(cfg);
+  const core::EndpointSpec* es = nullptr;
+  for (const auto& e : spec.endpoints) {
+    if (e.name == "gen") es = &e;
+  }
+  ASSERT_NE(es, nullptr);
+  EXPECT_EQ(es->fairness, core::Fairness::kRecent);
+  EXPECT_EQ(es->half_life, 7500 * kNsPerMs);
+  EXPECT_TRUE(es->preemption.enabled);
+  EXPECT_EQ(es->preemption.max_per_s, 3.5);
+  EXPECT_EQ(es->preemption.min_progress_tokens, 40u);
+  EXPECT_EQ(
+      errorOf(withWorker("fairness = \"wfq\"\n")).rfind("cfg.toml:13: endpoints.gen.fairness: ", 0),
+      0u);
+  EXPECT_EQ(
+      errorOf(withWorker("half_life_s = 0\n")).rfind("cfg.toml:13: endpoints.gen.half_life_s: ", 0),
+      0u);
+}
+
 TEST(ConfigWorker, EngineKeysOutOfRangeAreRejected) {
   const std::pair<std::string, std::string> cases[] = {
       {"max_sequences = 0", "max_sequences: must be at least 1, got 0"},

@@ -421,5 +421,204 @@ TEST(SchedulerRequeue, RequestRequeuedPastItsDeadlineExpiresAtTheNextCheck) {
   EXPECT_EQ(f.done[0].status, Status::kDeadlineExceeded);
 }
 
+// ---- preemption ------------------------------------------------------------------
+
+SchedulerSpec preemptSpec(Fairness fairness = Fairness::kRecent, double max_per_s = 1000) {
+  SchedulerSpec s = workerSpec();
+  EndpointSpec& e = s.endpoints[0];
+  e.quantum = 16;
+  e.fairness = fairness;
+  e.half_life = 20 * kNsPerSec;
+  e.preemption.enabled = true;
+  e.preemption.max_per_s = max_per_s;
+  e.preemption.min_progress_tokens = 8;
+  return s;
+}
+
+std::vector<Scheduler::Running> runningOf(const std::vector<Dispatched>& ds,
+                                          std::uint32_t progress) {
+  std::vector<Scheduler::Running> out;
+  for (const Dispatched& d : ds) out.push_back({d.handle, progress});
+  return out;
+}
+
+TEST(SchedulerPreemption, NoVictimWhenPreemptionIsOff) {
+  SchedulerSpec spec = preemptSpec();
+  spec.endpoints[0].preemption.enabled = false;
+  Fixture f(spec);
+  const TenantId a = f.tenant("a"), b = f.tenant("b");
+  f.submit(a, 0);
+  const auto running = f.take(0, 1);
+  for (int i = 0; i < 50; ++i) f.sched.charge(running[0].handle, 1, kMs);
+  f.submit(b, kMs);
+  EXPECT_EQ(f.sched.preemptionVictim(0, kMs, runningOf(running, 50)), 0u);
+}
+
+TEST(SchedulerPreemption, TheMostServedTenantsNewestSequenceMakesRoom) {
+  Fixture f(preemptSpec());
+  const TenantId a = f.tenant("a"), c = f.tenant("c"), b = f.tenant("b");
+  for (int i = 0; i < 3; ++i) f.submit(a, 0);
+  std::vector<Dispatched> running;
+  for (int i = 0; i < 3; ++i) running.push_back(f.take(i * kMs, 1).at(0));
+  f.submit(c, 0);
+  const auto from_c = f.take(0, 1);
+  running.push_back(from_c[0]);
+  for (const Dispatched& d : running) {
+    for (int i = 0; i < 20; ++i) f.sched.charge(d.handle, 1, 10 * kMs);
+  }
+  f.submit(b, 20 * kMs);  // b has been served nothing; no room
+  const Handle victim = f.sched.preemptionVictim(0, 20 * kMs, runningOf(running, 20));
+  // a was served 3 prompts and 60 tokens, c one prompt and 20: a gives back
+  // the sequence it got last.
+  EXPECT_EQ(victim, running[2].handle);
+}
+
+TEST(SchedulerPreemption, ALessServedRunningTenantIsLeftAlone) {
+  Fixture f(preemptSpec());
+  const TenantId a = f.tenant("a"), b = f.tenant("b");
+  f.submit(a, 0);
+  const auto running = f.take(0, 1);
+  for (int i = 0; i < 10; ++i) f.sched.charge(running[0].handle, 1, kMs);
+  // b was served more than a, and waits for more: a keeps its sequence.
+  f.submit(b, kMs, 100, 100);
+  const auto b_run = f.take(kMs, 1);
+  for (int i = 0; i < 500; ++i) f.sched.charge(b_run[0].handle, 1, 2 * kMs);
+  f.sched.complete(b_run[0].handle, 500, 2 * kMs);
+  f.submit(b, 3 * kMs);
+  EXPECT_EQ(f.sched.preemptionVictim(0, 3 * kMs, runningOf(running, 10)), 0u);
+}
+
+TEST(SchedulerPreemption, ASequenceThatMadeTooLittleProgressIsNotPreempted) {
+  Fixture f(preemptSpec());
+  const TenantId a = f.tenant("a"), b = f.tenant("b");
+  f.submit(a, 0);
+  f.submit(a, 0);
+  const auto running = f.take(0, 2);
+  for (int i = 0; i < 100; ++i) f.sched.charge(running[0].handle, 1, kMs);
+  f.submit(b, kMs);
+  EXPECT_EQ(f.sched.preemptionVictim(0, kMs, runningOf(running, 7)), 0u) << "min progress is 8";
+  EXPECT_EQ(f.sched.preemptionVictim(0, kMs, runningOf(running, 8)), running[1].handle);
+}
+
+TEST(SchedulerPreemption, TenantsThatHaveTheirShareOfSequencesDoNotTrade) {
+  // a and b run two sequences each; b was served less, and waits for a
+  // third: it has its share (2 of 4) already, so a keeps its sequences.
+  Fixture f(preemptSpec());
+  const TenantId a = f.tenant("a"), b = f.tenant("b");
+  std::vector<Dispatched> running;
+  for (int i = 0; i < 2; ++i) {
+    f.submit(a, 0);
+    f.submit(b, 0);
+  }
+  running = f.take(0, 4);
+  ASSERT_EQ(running.size(), 4u);
+  for (const Dispatched& d : running) {
+    for (int i = 0; i < (d.tenant == a ? 200 : 20); ++i) f.sched.charge(d.handle, 1, kMs);
+  }
+  f.submit(b, 2 * kMs);
+  EXPECT_EQ(f.sched.preemptionVictim(0, 2 * kMs, runningOf(running, 50)), 0u);
+  // A third tenant with nothing running is below its share (4/3): it gets
+  // one of the most-served tenant's.
+  const TenantId c = f.tenant("c");
+  f.submit(c, 2 * kMs);
+  std::vector<Done> done;
+  const Handle v = f.sched.preemptionVictim(0, 2 * kMs, runningOf(running, 50));
+  ASSERT_NE(v, 0u);
+  EXPECT_EQ(std::find_if(running.begin(), running.end(),
+                         [&](const Dispatched& d) { return d.handle == v; })
+                ->tenant,
+            a);
+}
+
+TEST(SchedulerPreemption, AHigherTiersRequestTakesTheLowestTiersPlace) {
+  Fixture f(preemptSpec(Fairness::kDrr));
+  const TenantId trial = f.sched.tenants().acquire("t", TierId{1});
+  const TenantId paid = f.sched.tenants().acquire("p", TierId{0});
+  f.submit(trial, 0);
+  f.submit(trial, 0);
+  const auto running = f.take(0, 2);
+  f.submit(paid, kMs);
+  // Whatever the service: a lower tier gives way to a higher one, newest first.
+  EXPECT_EQ(f.sched.preemptionVictim(0, kMs, runningOf(running, 8)), running[1].handle);
+  // ...but never the other way round.
+  Fixture g(preemptSpec(Fairness::kDrr));
+  const TenantId p2 = g.sched.tenants().acquire("p", TierId{0});
+  const TenantId t2 = g.sched.tenants().acquire("t", TierId{1});
+  g.submit(p2, 0);
+  const auto paid_running = g.take(0, 1);
+  for (int i = 0; i < 1000; ++i) g.sched.charge(paid_running[0].handle, 1, kMs);
+  g.submit(t2, kMs);
+  EXPECT_EQ(g.sched.preemptionVictim(0, kMs, runningOf(paid_running, 1000)), 0u);
+}
+
+TEST(SchedulerPreemption, TheRateOfPreemptionsIsCapped) {
+  Fixture f(preemptSpec(Fairness::kRecent, /*max_per_s=*/2));
+  const TenantId a = f.tenant("a"), b = f.tenant("b");
+  for (int i = 0; i < 6; ++i) f.submit(a, 0);
+  const auto running = f.take(0, 6);
+  for (const Dispatched& d : running) {
+    for (int i = 0; i < 50; ++i) f.sched.charge(d.handle, 1, kMs);
+  }
+  for (int i = 0; i < 6; ++i) f.submit(b, kMs);
+  TimeNs now = kNsPerSec;  // a full bucket: 2
+  std::vector<Dispatched> left = running;
+  std::size_t preempted = 0;
+  for (int i = 0; i < 6; ++i) {
+    const Handle v = f.sched.preemptionVictim(0, now, runningOf(left, 50));
+    if (v == 0) break;
+    EXPECT_TRUE(f.sched.preempt(v, now));
+    left.erase(
+        std::find_if(left.begin(), left.end(), [&](const Dispatched& d) { return d.handle == v; }));
+    ++preempted;
+  }
+  EXPECT_EQ(preempted, 2u);
+  now += kNsPerSec / 2;  // one more token in the bucket
+  EXPECT_NE(f.sched.preemptionVictim(0, now, runningOf(left, 50)), 0u);
+  EXPECT_EQ(f.stats(a).preempted, 2u);
+}
+
+TEST(SchedulerPreemption, APreemptedRequestResumesFirstWithItsTokensAndNoSecondPrompt) {
+  Fixture f(preemptSpec());
+  const TenantId a = f.tenant("a"), b = f.tenant("b");
+  const Handle first = f.submit(a, 0, 100, 200);
+  const Handle second = f.submit(a, 0, 100, 200);
+  const Handle third = f.submit(a, 0, 100, 200);
+  const auto running = f.take(0, 2);
+  ASSERT_EQ(handlesOf(running), (std::vector<Handle>{first, second}));
+  EXPECT_EQ(running[1].resumed_tokens, 0u);
+  for (int i = 0; i < 30; ++i) {
+    f.sched.charge(first, 1, kMs);
+    f.sched.charge(second, 1, kMs);
+  }
+  const TenantStats before = f.stats(a);
+  f.submit(b, kMs);
+  // a runs both sequences: the newer one (second) makes room for b.
+  ASSERT_EQ(f.sched.preemptionVictim(0, kMs, runningOf(running, 30)), second);
+  ASSERT_TRUE(f.sched.preempt(second, kMs));
+  EXPECT_FALSE(f.sched.preempt(second, kMs)) << "not in flight any more";
+  EXPECT_EQ(f.sched.queued(0), 3u);
+  EXPECT_EQ(f.sched.inFlight(), 1u);
+  // b goes first (served nothing), then a's preempted request before a's
+  // third one: it keeps its place.
+  auto next = f.take(2 * kMs, 1);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].tenant, b);
+  f.sched.complete(next[0].handle, 0, 2 * kMs);
+  next = f.take(3 * kMs, 1);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].handle, second);
+  EXPECT_EQ(next[0].resumed_tokens, 30u);
+  EXPECT_EQ(next[0].input_tokens, 100u);
+  // The second dispatch charged no prompt: the tokens served count the
+  // prompt once, at completion, plus each generated token once.
+  for (int i = 0; i < 20; ++i) f.sched.charge(second, 1, 4 * kMs);
+  ASSERT_TRUE(f.sched.complete(second, 50, 5 * kMs));
+  const TenantStats after = f.stats(a);
+  EXPECT_EQ(after.tokens_served - before.tokens_served, 20u + 100u);
+  EXPECT_EQ(after.completed, 1u);
+  EXPECT_EQ(after.preempted, 1u);
+  (void)third;
+}
+
 }  // namespace
 }  // namespace fairsched::core
