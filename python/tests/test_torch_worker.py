@@ -138,4 +138,6 @@ def test_bench_runs_the_loop_alone_and_through_the_daemon_with_the_same_tokens(
     assert res["through_fairsched"]["tokens"] == 6 * 12
     assert res["client"]["tokens"] == 6 * 12 and res["client"]["bad"] == 0
     assert res["standalone"]["tokens_per_s"] > 0 and res["through_fairsched"]["tokens_per_s"] > 0
+    assert len(res["standalone"]["rounds"]) == 1 and len(res["through_fairsched"]["rounds"]) == 1
+    assert res["through_fairsched"]["fairsched_us_per_step"] > 0
     assert "added_us_per_step" in res
