@@ -6,6 +6,8 @@
 #   make asan|tsan  build and run the tests under ASan+UBSan / TSan (build-asan/, build-tsan/)
 #   make fuzz       build the libFuzzer targets with clang and run each for FUZZ_SECONDS
 #   make format-check   fail when a source is not formatted as .clang-format says
+#   make gpu-kit    build gpu-kit/, the self-contained GPU checks for a lent GPU machine
+#                   (needs nvcc; docs/gpu.md), and check its size and libraries
 #   make install    build, then install under PREFIX (default /usr/local), staged under DESTDIR
 #                   if set; the config goes to /etc/fairsched only when none is there yet
 
@@ -16,7 +18,7 @@ CMAKE_FLAGS  ?=
 PREFIX       ?= /usr/local
 DESTDIR      ?=
 
-.PHONY: all deps configure test stress demo bench install asan tsan fuzz clean format format-check
+.PHONY: all deps configure test stress demo bench install asan tsan fuzz clean format format-check gpu-kit
 
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -66,6 +68,11 @@ fuzz:
 	cmake --build build-fuzz -j $(JOBS)
 	scripts/run-fuzz build-fuzz $(FUZZ_SECONDS)
 
+# Release for sm_90 into build-gpu-kit/, assembled into gpu-kit/ (docs/gpu.md).
+gpu-kit:
+	@scripts/install-deps --quiet
+	JOBS=$(JOBS) scripts/gpu-kit
+
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h' '*.cu')
 
@@ -75,4 +82,4 @@ format-check:
 	clang-format --dry-run -Werror $$(git ls-files '*.cpp' '*.hpp' '*.h' '*.cu')
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz build-gpu-kit gpu-kit

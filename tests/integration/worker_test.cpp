@@ -827,7 +827,7 @@ TEST_F(Workers, CudaReferenceWorkerStreamsTheReferenceTokens) {
   ASSERT_TRUE(d.ok()) << d.error().message;
   const pid_t worker = fork();
   if (worker == 0) {
-    const std::string bin = std::string(FAIRSCHED_BINARY_DIR) + "/bin/fairsched-worker";
+    const std::string bin = testing::binDir() + "/fairsched-worker";
     const std::string sock = socket();
     execl(bin.c_str(), bin.c_str(), "--socket", sock.c_str(), "--endpoint", "chat", "--cuda",
           static_cast<char*>(nullptr));

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace fairsched::testing {
@@ -20,9 +21,18 @@ inline int runCommand(const std::string& cmd, std::string* out = nullptr) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-// fairschedctl from this build tree with `args`.
+// Where the tests find fairschedd, fairsched-worker and fairschedctl:
+// $FAIRSCHED_TEST_BIN_DIR where set (the GPU kit runs its test binaries away
+// from their build tree), else this build tree's bin/.
+inline std::string binDir() {
+  const char* env = std::getenv("FAIRSCHED_TEST_BIN_DIR");
+  return env != nullptr && *env != '\0' ? std::string(env)
+                                        : std::string(FAIRSCHED_BINARY_DIR) + "/bin";
+}
+
+// fairschedctl from binDir() with `args`.
 inline int runFairschedctl(const std::string& args, std::string* out = nullptr) {
-  return runCommand(std::string(FAIRSCHED_BINARY_DIR) + "/bin/fairschedctl " + args, out);
+  return runCommand(binDir() + "/fairschedctl " + args, out);
 }
 
 }  // namespace fairsched::testing
