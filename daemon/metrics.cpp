@@ -294,6 +294,8 @@ void Metrics::publish(TimeNs now, const core::Scheduler& sched, const ServerStat
   shared_.endpoint_queued = std::move(endpoint_queued);
   shared_.endpoint_workers = stats.workers;
   shared_.endpoint_running = stats.running_on_workers;
+  shared_.endpoint_preemptions = stats.preemptions;
+  shared_.preempts_ignored = stats.preempts_ignored;
   shared_.tokens_streamed = stats.tokens_streamed;
   shared_.in_flight = sched.inFlight();
   shared_.tenants = sched.tenants().size();
@@ -477,13 +479,24 @@ std::vector<prometheus::MetricFamily> Metrics::collect() const {
   auto workers = family("fairsched_workers", "Workers attached to the endpoint", MetricType::Gauge);
   auto running = family("fairsched_worker_running_requests",
                         "Requests running on the endpoint's workers", MetricType::Gauge);
+  auto preemptions =
+      family("fairsched_preemptions_total", "Sequences the endpoint's workers gave back on PREEMPT",
+             MetricType::Counter);
   for (std::size_t e = 0; e < s.endpoint_workers.size() && e + 1 < s.endpoint_names.size(); ++e) {
     const Labels l{{"endpoint", s.endpoint_names[e]}};
     add(workers, l, static_cast<double>(s.endpoint_workers[e]));
     add(running, l, static_cast<double>(e < s.endpoint_running.size() ? s.endpoint_running[e] : 0));
+    add(preemptions, l,
+        static_cast<double>(e < s.endpoint_preemptions.size() ? s.endpoint_preemptions[e] : 0));
   }
   out.push_back(std::move(workers));
   out.push_back(std::move(running));
+  out.push_back(std::move(preemptions));
+  auto ignored =
+      family("fairsched_preempts_ignored_total",
+             "PREEMPTs a worker left unanswered (it is not asked again)", MetricType::Counter);
+  add(ignored, Labels{}, static_cast<double>(s.preempts_ignored));
+  out.push_back(std::move(ignored));
   const std::uint64_t listed = s.listed_series;
   const std::uint64_t unlisted = s.series_names.size() - 1 - listed;
   auto series_family = family("fairsched_metrics_tenant_labels",

@@ -181,8 +181,10 @@ class Metrics {
     std::vector<SeriesGauges> gauges;         // same index
     std::vector<std::uint64_t> clients;       // open rings per series
     std::vector<std::uint64_t> endpoint_queued;
-    std::vector<std::uint64_t> endpoint_workers;  // attached workers per endpoint
-    std::vector<std::uint64_t> endpoint_running;  // requests running on them
+    std::vector<std::uint64_t> endpoint_workers;      // attached workers per endpoint
+    std::vector<std::uint64_t> endpoint_running;      // requests running on them
+    std::vector<std::uint64_t> endpoint_preemptions;  // sequences given back on PREEMPT
+    std::uint64_t preempts_ignored = 0;
     std::uint64_t tokens_streamed = 0;
     std::uint64_t in_flight = 0;
     std::uint64_t tenants = 0;

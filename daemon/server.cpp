@@ -27,19 +27,6 @@ namespace {
 
 constexpr std::size_t kIdleCollectBudget = 64;  // idle tenants looked at per loop pass
 
-// What the config may say that this daemon does not do yet: refused at start
-// and reload rather than ignored.
-std::optional<std::string> unsupported(const config::Config& cfg) {
-  for (const config::EndpointConfig& ec : cfg.endpoints) {
-    if (ec.executor == config::ExecutorKind::kWorker && ec.worker.preemption) {
-      return "endpoints." + ec.name +
-             ".worker.preemption: fairschedd does not preempt worker sequences yet "
-             "(fairsched-bench replay models it); set it to false";
-    }
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg) {
@@ -59,7 +46,6 @@ Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg,
   if (pthread_sigmask(SIG_BLOCK, &mask, nullptr) != 0) {
     return Error{Errc::kSystem, "pthread_sigmask failed"};
   }
-  if (auto why = unsupported(cfg)) return Error{Errc::kConfig, *why};
   std::unique_ptr<Server> s(new Server(cfg, config::buildSchedulerSpec(cfg)));
   if (cfg.fleet) {  // its thread inherits the signal mask set above
     s->fleet_ = fleet::makeFleetLimiter(*cfg.fleet);
@@ -103,6 +89,9 @@ Server::Server(const config::Config& cfg, core::SchedulerSpec spec)
     : cfg_(cfg), rules_(cfg_), sched_(std::move(spec)), notifier_(makeSystemdNotifier()) {
   stats_.workers.assign(cfg_.endpoints.size(), 0);
   stats_.running_on_workers.assign(cfg_.endpoints.size(), 0);
+  stats_.preemptions.assign(cfg_.endpoints.size(), 0);
+  preempt_outstanding_.assign(cfg_.endpoints.size(), kNoPreempt);
+  next_preempt_check_.assign(cfg_.endpoints.size(), 0);
 }
 
 std::string Server::statusLine() const {
@@ -307,7 +296,6 @@ Result<> Server::reload() {
     return fail(Errc::kConfig, err->toString());
   }
   config::Config next = std::move(std::get<config::Config>(loaded));
-  if (auto why = unsupported(next)) return fail(Errc::kConfig, path + ": " + *why);
   if (const auto blockers = config::reloadBlockers(cfg_, next); !blockers.empty()) {
     std::string keys;
     for (const std::string& b : blockers) keys += (keys.empty() ? "" : ", ") + b;

@@ -73,7 +73,8 @@ struct WorkerState {
   std::uint32_t running = 0;               // assigned, not finished
   std::uint64_t tokens = 0;                // output tokens it streamed
   std::uint64_t finished = 0;              // requests it finished
-  std::deque<shm::CompletionSlot> aborts;  // ABORT records not yet in its ring
+  std::deque<shm::CompletionSlot> aborts;  // ABORT and PREEMPT records not yet in its ring
+  bool ignores_preempt = false;            // left a PREEMPT unanswered: not asked again
   // What the daemon may still assign: its statement less what it was given since.
   std::uint32_t freeSequences() const {
     const std::uint64_t since = assigned - seen;
@@ -215,6 +216,12 @@ class Server {
     // entry lives on until the worker acknowledges it, so that what the
     // worker still sends for it is recognised.
     bool aborted = false;
+    // Preemption (endpoints with it on): the ids streamed so far, for the
+    // ASSIGN that resumes it; `streamed` when it was last assigned; when a
+    // PREEMPT was sent (0: none outstanding).
+    std::vector<std::uint32_t> generated;
+    std::uint32_t streamed_at_dispatch = 0;
+    TimeNs preempt_asked = 0;
   };
 
   Server(const config::Config& cfg, core::SchedulerSpec spec);
@@ -302,6 +309,19 @@ class Server {
   }
   std::size_t running_on_workers_ = 0;
   TimeNs next_running_check_ = 0;
+  // Preemption (server_workers.cpp): at most one PREEMPT outstanding per
+  // endpoint; the pending key it names, or kNoPreempt.
+  static constexpr std::uint64_t kNoPreempt = UINT64_MAX;
+  std::vector<std::uint64_t> preempt_outstanding_;
+  std::vector<TimeNs> next_preempt_check_;
+  std::vector<core::Scheduler::Running> preempt_running_;
+  std::vector<std::uint64_t> preempt_keys_;
+  std::vector<std::uint32_t> resume_payload_;
+  // Asks a worker of endpoint `e` to give back the sequence the core names,
+  // when its waiting request fits nowhere.
+  void maybePreempt(EndpointId e, TimeNs now);
+  // A PREEMPTED event: the request goes back to its tenant's queue.
+  bool onPreempted(Connection& c, const shm::WorkerEvent& ev, TimeNs now);
   void finishDone(std::vector<core::Done>& done);
   void complete(std::uint64_t conn_id, shm::CompletionSlot slot, bool was_admitted);
   bool flush();

@@ -227,6 +227,12 @@ std::string Server::statusJson() const {
   }
   j["workers"] = std::move(workers);
   j["running_on_workers"] = running_on_workers_;
+  nlohmann::json preempted = nlohmann::json::object();
+  for (std::size_t e = 0; e < cfg_.endpoints.size(); ++e) {
+    if (isWorkerEndpoint(e)) preempted[cfg_.endpoints[e].name] = stats_.preemptions[e];
+  }
+  j["preemptions"] = std::move(preempted);
+  j["preempts_ignored"] = stats_.preempts_ignored;
   if (fleet_) {
     const fleet::FleetStats f = fleet_->stats();
     j["fleet"] = {{"backend", cfg_.fleet ? cfg_.fleet->url : ""},

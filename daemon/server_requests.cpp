@@ -159,6 +159,9 @@ void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot&
   p.streamed = 0;
   p.first_token = 0;
   p.aborted = false;
+  p.generated.clear();
+  p.streamed_at_dispatch = 0;
+  p.preempt_asked = 0;
   ++c.outstanding;
 }
 

@@ -20,6 +20,8 @@ struct ServerStats {
   // Per endpoint (index = EndpointId), worker endpoints only nonzero.
   std::vector<std::uint64_t> workers;             // attached workers
   std::vector<std::uint64_t> running_on_workers;  // requests assigned, not finished
+  std::vector<std::uint64_t> preemptions;         // sequences given back on PREEMPT
+  std::uint64_t preempts_ignored = 0;             // PREEMPTs no worker answered in time
 };
 
 }  // namespace fairsched::daemon

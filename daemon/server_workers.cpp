@@ -21,6 +21,10 @@ namespace fairsched::daemon {
 namespace {
 
 constexpr std::size_t kEventBudget = 256;  // events taken from one worker per pass
+// How often an endpoint with a backlog looks for a sequence to preempt, and
+// how long a worker has to answer a PREEMPT before it is not asked again.
+constexpr TimeNs kPreemptCheckInterval = kNsPerMs;
+constexpr TimeNs kPreemptAnswerTimeout = kNsPerSec;
 
 std::uint32_t micros(TimeNs ns) {
   return static_cast<std::uint32_t>(std::min<TimeNs>(ns / 1000, UINT32_MAX));
@@ -152,6 +156,9 @@ bool Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
       const std::uint64_t count = words.size();
       if (p->streamed + count > p->max_output_tokens) return false;
       sched_.charge(p->handle, static_cast<std::uint32_t>(count), now);
+      if (sched_.spec().endpoints[p->endpoint].preemption.enabled) {  // for a resume
+        p->generated.insert(p->generated.end(), words.begin(), words.end());
+      }
       if (metrics_) metrics_->tokensStreamed(p->tenant, p->endpoint, count);
       if (p->streamed == 0) {
         p->first_token = now;
@@ -191,8 +198,80 @@ bool Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
       finishWorkerRequest(key, st, ev.output_tokens, now);
       return true;
     }
+    case shm::WorkerEventKind::kPreempted:
+      return onPreempted(c, ev, now);
   }
   return false;
+}
+
+bool Server::onPreempted(Connection& c, const shm::WorkerEvent& ev, TimeNs now) {
+  Pending* p = assignedTo(ev.assignment, c.id);
+  // Only a sequence it was asked for, and only after emitting all it generated.
+  if (!p || p->preempt_asked == 0 || ev.output_tokens != p->streamed) return false;
+  const std::uint64_t key = ev.assignment & 0xffffffffu;
+  const EndpointId e = p->endpoint;
+  WorkerState& w = *c.worker;
+  if (w.running > 0) --w.running;
+  p->preempt_asked = 0;
+  if (preempt_outstanding_[e] == key) preempt_outstanding_[e] = kNoPreempt;
+  if (p->aborted) {  // cancelled meanwhile: its completion is out
+    finishWorkerRequest(key, Status::kCancelled, p->streamed, now);
+    return true;
+  }
+  if (!sched_.preempt(p->handle, now)) {
+    finishWorkerRequest(key, Status::kExecutorFailed, p->streamed, now);
+    return true;
+  }
+  // Back in its tenant's queue; the stream to its client simply pauses.
+  p->worker = 0;
+  --running_on_workers_;
+  --stats_.running_on_workers[e];
+  ++stats_.preemptions[e];
+  ++p->gen;  // a late event from this worker can never match it
+  return true;
+}
+
+void Server::maybePreempt(EndpointId e, TimeNs now) {
+  if (!sched_.spec().endpoints[e].preemption.enabled || sched_.queued(e) == 0 ||
+      now < next_preempt_check_[e]) {
+    return;
+  }
+  next_preempt_check_[e] = now + kPreemptCheckInterval;
+  if (const std::uint64_t out = preempt_outstanding_[e];
+      out != kNoPreempt && pending_[out].live && pending_[out].preempt_asked != 0) {
+    return;  // one at a time: its answer frees the room first
+  }
+  preempt_outstanding_[e] = kNoPreempt;
+  const config::WorkerEndpointConfig& wc = cfg_.endpoints[e].worker;
+  // A resumed ASSIGN carries prompt + generated ids + parameters in one cell.
+  const std::uint64_t room = std::uint64_t{wc.max_prompt_tokens} + (shm::kMaxParamsBytes + 3) / 4;
+  preempt_running_.clear();
+  preempt_keys_.clear();
+  for (std::uint64_t key = 0; key < pending_.size(); ++key) {
+    const Pending& p = pending_[key];
+    if (!p.live || p.worker == 0 || p.aborted || p.endpoint != e || p.preempt_asked != 0) continue;
+    auto it = conns_.find(p.worker);
+    if (it == conns_.end() || !it->second->worker || it->second->worker->ignores_preempt) continue;
+    const std::uint64_t words = (p.counts_only ? 0 : std::uint64_t{p.prompt_tokens}) + p.streamed +
+                                (std::uint64_t{p.params_bytes} + 3) / 4;
+    if (words > room) continue;
+    preempt_running_.push_back({p.handle, p.streamed - p.streamed_at_dispatch});
+    preempt_keys_.push_back(key);
+  }
+  const core::Handle victim = sched_.preemptionVictim(e, now, preempt_running_);
+  if (victim == 0) return;
+  for (std::size_t i = 0; i < preempt_running_.size(); ++i) {
+    if (preempt_running_[i].handle != victim) continue;
+    const std::uint64_t key = preempt_keys_[i];
+    Pending& p = pending_[key];
+    shm::AssignmentRecord a;
+    a.kind = shm::AssignmentKind::kPreempt;
+    a.assignment = assignmentId(key);
+    conns_.at(p.worker)->worker->aborts.push_back(shm::encodeAssignment(a));
+    p.preempt_asked = now;
+    preempt_outstanding_[e] = key;
+    return;
+  }
 }
 
 bool Server::relayTokens(Pending& p, std::span<const std::uint32_t> tokens, TimeNs emit_ns) {
@@ -324,7 +403,7 @@ bool Server::assignToWorkers(TimeNs now) {
       if (!sched_.take(ep, now, sequencesFor(*wc), w.freeKvTokens(), batch_, done_)) break;
       for (const core::Dispatched& d : batch_.requests) {
         Pending& p = pending_[d.id];
-        p.dispatched = now;
+        if (d.resumed_tokens == 0) p.dispatched = now;  // a resumed one keeps its first
         p.worker = wc->id;
         ++running_on_workers_;
         ++stats_.running_on_workers[ep];
@@ -337,7 +416,20 @@ bool Server::assignToWorkers(TimeNs now) {
         a.max_output_tokens = p.max_output_tokens;
         a.params_bytes = p.params_bytes;
         a.counts_only = p.counts_only;
-        wc->producer->write(shm::encodeAssignment(a), p.prompt);
+        if (d.resumed_tokens == 0) {
+          wc->producer->write(shm::encodeAssignment(a), p.prompt);
+        } else {  // resumed: prompt ids, the ids generated so far, parameters
+          a.resume_tokens = static_cast<std::uint32_t>(p.generated.size());
+          const std::size_t prompt_words = p.counts_only ? 0 : p.prompt_tokens;
+          resume_payload_.assign(p.prompt.begin(),
+                                 p.prompt.begin() + static_cast<std::ptrdiff_t>(prompt_words));
+          resume_payload_.insert(resume_payload_.end(), p.generated.begin(), p.generated.end());
+          resume_payload_.insert(resume_payload_.end(),
+                                 p.prompt.begin() + static_cast<std::ptrdiff_t>(prompt_words),
+                                 p.prompt.end());
+          wc->producer->write(shm::encodeAssignment(a), resume_payload_);
+        }
+        p.streamed_at_dispatch = p.streamed;
         const std::uint64_t tokens = std::uint64_t{d.input_tokens} + d.max_output_tokens;
         ++w.assigned;
         w.unseen_tokens.push_back(tokens);
@@ -351,6 +443,7 @@ bool Server::assignToWorkers(TimeNs now) {
         loop_->write(wc->completion_bell->fd(), &bell_value_, sizeof bell_value_, nullptr);
       }
     }
+    maybePreempt(ep, now);
     finishDone(done_);
   }
   return worked;
@@ -409,6 +502,19 @@ void Server::expireRunning(TimeNs now) {
   for (std::uint64_t key = 0; key < pending_.size(); ++key) {
     const Pending& p = pending_[key];
     if (!p.live || p.worker == 0 || p.aborted) continue;
+    if (p.preempt_asked != 0 && now - p.preempt_asked >= kPreemptAnswerTimeout) {
+      auto it = conns_.find(p.worker);
+      if (it != conns_.end() && it->second->worker && !it->second->worker->ignores_preempt) {
+        it->second->worker->ignores_preempt = true;
+        spdlog::warn(
+            "worker {} left a PREEMPT unanswered for {} ms; its sequences are not preempted "
+            "again (it keeps running request {})",
+            p.worker, kPreemptAnswerTimeout / kNsPerMs, p.request_id);
+      }
+      ++stats_.preempts_ignored;
+      pending_[key].preempt_asked = 0;
+      if (preempt_outstanding_[p.endpoint] == key) preempt_outstanding_[p.endpoint] = kNoPreempt;
+    }
     if (p.deadline <= now) {
       abortRunning(key, Status::kDeadlineExceeded, now);
       continue;

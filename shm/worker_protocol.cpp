@@ -7,9 +7,9 @@ namespace fairsched::shm {
 
 // Field mapping of a worker event onto a SubmissionSlot:
 //   endpoint          the kind
-//   request_id        kTokens/kFinish: the assignment; kCapacity: assignments_seen
+//   request_id        kTokens/kFinish/kPreempted: the assignment; kCapacity: assignments_seen
 //   tag               kCapacity: free KV tokens
-//   max_output_tokens kCapacity: free sequences; kFinish: output tokens
+//   max_output_tokens kCapacity: free sequences; kFinish/kPreempted: output tokens
 //   priority          kFinish: the encoded status
 //   deadline_ns       kTokens: emit time
 //   prompt_tokens     kTokens: token ids in the arena
@@ -54,6 +54,10 @@ SubmissionSlot encodeWorkerEvent(const WorkerEvent& e) {
       s.max_output_tokens = e.output_tokens;
       s.priority = static_cast<std::int32_t>(encodeStatus(e.status));
       break;
+    case WorkerEventKind::kPreempted:
+      s.request_id = e.assignment;
+      s.max_output_tokens = e.output_tokens;
+      break;
   }
   return s;
 }
@@ -95,6 +99,13 @@ EventCheck decodeWorkerEvent(const SubmissionSlot& s, WorkerEvent& out) {
       out.message_bytes = s.params_bytes;
       return EventCheck::kValid;
     }
+    case static_cast<std::uint16_t>(WorkerEventKind::kPreempted):
+      if (s.prompt_tokens != 0) return EventCheck::kStrayTokens;
+      if (s.params_bytes != 0 || s.priority != 0) return EventCheck::kBadFlags;
+      out.kind = WorkerEventKind::kPreempted;
+      out.assignment = s.request_id;
+      out.output_tokens = s.max_output_tokens;
+      return EventCheck::kValid;
     default:
       return EventCheck::kUnknownKind;
   }
@@ -115,7 +126,7 @@ CompletionSlot encodeAssignment(const AssignmentRecord& a) {
   CompletionSlot s;
   s.status = static_cast<std::uint32_t>(a.kind);
   s.request_id = a.assignment;
-  if (a.kind == AssignmentKind::kAbort) return s;
+  if (a.kind != AssignmentKind::kAssign) return s;
   s.tag = a.tenant;
   s.retry_after_ns = a.deadline_ns;
   s.queue_wait_ns = std::uint64_t{a.params_bytes} | (std::uint64_t{a.counts_only} << 32);
@@ -130,8 +141,9 @@ std::optional<AssignmentRecord> decodeAssignment(const CompletionSlot& s,
                                                  std::uint32_t payload_words) {
   AssignmentRecord a;
   a.assignment = s.request_id;
-  if (s.status == static_cast<std::uint32_t>(AssignmentKind::kAbort)) {
-    a.kind = AssignmentKind::kAbort;
+  if (s.status == static_cast<std::uint32_t>(AssignmentKind::kAbort) ||
+      s.status == static_cast<std::uint32_t>(AssignmentKind::kPreempt)) {
+    a.kind = static_cast<AssignmentKind>(s.status);
     return a;
   }
   if (s.status != static_cast<std::uint32_t>(AssignmentKind::kAssign)) return std::nullopt;

@@ -14,6 +14,13 @@
 //     ASSIGN{assignment, tenant, priority, deadline, max output tokens,
 //            prompt token ids and parameters in the reply arena}
 //     ABORT{assignment}          answered by FINISH{CANCELLED}
+//     PREEMPT{assignment}        answered by PREEMPTED{assignment, generated}
+//                                (or FINISH, when it ended first)
+//   event ring, on a PREEMPT: PREEMPTED{assignment, output tokens generated,
+//     every one of them emitted before} — the sequence stopped and its KV
+//     was freed; the daemon requeues the request, and whichever worker gets
+//     it next receives ASSIGN with resume_tokens: the ids generated so far
+//     follow the prompt, the engine recomputes them and goes on from there.
 //
 // Capacity is pulled: the daemon assigns a request only when the worker's
 // last CAPACITY leaves room for it (one sequence, and prompt + max output
@@ -46,7 +53,7 @@ enum class WorkerEventKind : std::uint16_t {
   kCapacity = 1,
   kTokens = 2,
   kFinish = 3,
-  // 4 is kept for PREEMPTED (a sequence given back with the tokens it generated).
+  kPreempted = 4,  // a sequence given back on PREEMPT, after emitting what it generated
 };
 
 struct WorkerEvent {
@@ -60,7 +67,7 @@ struct WorkerEvent {
   std::int64_t emit_ns = 0;  // CLOCK_MONOTONIC
   // kFinish
   Status status = Status::kOk;  // kOk, kCancelled (abort acknowledged), kExecutorFailed, kInvalid
-  std::uint32_t output_tokens = 0;  // generated in all
+  std::uint32_t output_tokens = 0;  // kFinish, kPreempted: generated in all
   std::uint32_t message_bytes = 0;  // an error message in the arena words (escaped when shown)
 };
 
@@ -86,7 +93,7 @@ SubmissionSlot encodeWorkerEvent(const WorkerEvent& event);
 // by the ring). Pure; safe on arbitrary bytes.
 EventCheck decodeWorkerEvent(const SubmissionSlot& slot, WorkerEvent& out);
 
-enum class AssignmentKind : std::uint32_t { kAssign = 0x200, kAbort = 0x201 };
+enum class AssignmentKind : std::uint32_t { kAssign = 0x200, kAbort = 0x201, kPreempt = 0x202 };
 
 struct AssignmentRecord {
   AssignmentKind kind = AssignmentKind::kAssign;
@@ -98,8 +105,8 @@ struct AssignmentRecord {
   std::uint32_t max_output_tokens = 0;
   std::uint32_t params_bytes = 0;
   bool counts_only = false;  // no token ids: the parameters reference the body
-  // Tokens this request already generated elsewhere (a resumed sequence);
-  // they follow the prompt in the payload. 0 until preemption exists.
+  // Tokens this request generated before it was preempted (a resumed
+  // sequence); their ids follow the prompt in the payload.
   std::uint32_t resume_tokens = 0;
 
   // Payload words: prompt ids (none when counts_only), resumed ids, parameters.

@@ -67,6 +67,17 @@ Result<void> ReferenceEngine::step(std::chrono::nanoseconds idle_wait) {
   worker_.poll(items_);
   bool took = false;
   for (WorkItem& item : items_) {
+    if (item.kind == WorkItem::Kind::kPreempt) {
+      auto it = std::find_if(seqs_.begin(), seqs_.end(),
+                             [&](const Sequence& s) { return s.id == item.id; });
+      if (it == seqs_.end()) continue;  // finished before the preempt arrived
+      // Every token it generated was emitted at the end of its step.
+      if (Result<void> r = worker_.preempted(it->id, it->generated); !r) return r;
+      kv_used_ -= it->reserved;
+      seqs_.erase(it);
+      ++stats_.preempted;
+      continue;
+    }
     if (item.kind == WorkItem::Kind::kAbort) {
       auto it = std::find_if(seqs_.begin(), seqs_.end(),
                              [&](const Sequence& s) { return s.id == item.id; });
@@ -85,10 +96,13 @@ Result<void> ReferenceEngine::step(std::chrono::nanoseconds idle_wait) {
     const std::uint32_t asked = outputTokensParam(a.params);
     s.target = asked == 0 ? a.max_output_tokens : std::min(asked, a.max_output_tokens);
     s.reserved = std::uint64_t{a.prompt_tokens} + a.max_output_tokens;
+    // A resumed sequence recomputes prompt + what it generated, then goes on.
+    s.generated = static_cast<std::uint32_t>(a.resumed.size());
+    s.prompt_tokens += s.generated;
     kv_used_ += s.reserved;
-    if (s.target == 0) {  // nothing to generate
+    if (s.generated >= s.target) {  // nothing (more) to generate
       kv_used_ -= s.reserved;
-      if (Result<void> r = worker_.finish(s.id, Status::kOk, 0); !r) return r;
+      if (Result<void> r = worker_.finish(s.id, Status::kOk, s.generated); !r) return r;
       ++stats_.finished;
       continue;
     }

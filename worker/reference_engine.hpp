@@ -5,7 +5,9 @@
 // request.
 //
 // Per iteration (step): take assignments (each reserves prompt + max output
-// tokens of KV) and aborts; prefill waiting prompts within the chunked
+// tokens of KV; a resumed one recomputes prompt + what it generated before),
+// aborts and preempts (answered at once: every token is emitted at the end
+// of the step that made it); prefill waiting prompts within the chunked
 // prefill budget, oldest first; every fully prefilled sequence decodes one
 // token; the step takes
 //     step_us + prefill_token_us × prompt tokens prefilled
@@ -51,6 +53,7 @@ struct EngineStats {
   std::uint64_t tokens = 0;
   std::uint64_t finished = 0;
   std::uint64_t aborted = 0;
+  std::uint64_t preempted = 0;  // sequences given back on PREEMPT
 };
 
 class ReferenceEngine {

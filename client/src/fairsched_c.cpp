@@ -116,8 +116,9 @@ fairsched_completion toC(const fairsched::Completion& c) {
 fairsched_work_item toC(const fairsched::WorkItem& item) {
   fairsched_work_item out{};
   out.id = item.id;
-  if (item.kind == fairsched::WorkItem::Kind::kAbort) {
-    out.kind = FAIRSCHED_WORK_ABORT;
+  if (item.kind != fairsched::WorkItem::Kind::kAssign) {
+    out.kind = item.kind == fairsched::WorkItem::Kind::kAbort ? FAIRSCHED_WORK_ABORT
+                                                              : FAIRSCHED_WORK_PREEMPT;
     return out;
   }
   const fairsched::Assignment& a = item.assignment;
@@ -138,6 +139,10 @@ fairsched_work_item toC(const fairsched::WorkItem& item) {
   if (!a.params.empty()) {
     out.params = a.params.data();
     out.params_bytes = static_cast<uint32_t>(a.params.size());
+  }
+  if (!a.resumed.empty()) {
+    out.resumed = a.resumed.data();
+    out.resumed_len = static_cast<uint32_t>(a.resumed.size());
   }
   return out;
 }
@@ -412,6 +417,14 @@ fairsched_error fairsched_worker_finish(fairsched_worker* worker, uint64_t id,
   if (!s) return invalid("status is not a fairsched_status");
   fairsched::Result<void> r = worker->worker.finish(
       id, *s, output_tokens, message != nullptr ? std::string_view(message) : std::string_view());
+  if (!r) return fail(r.error());
+  return FAIRSCHED_OK;
+}
+
+fairsched_error fairsched_worker_preempted(fairsched_worker* worker, uint64_t id,
+                                           uint32_t output_tokens) {
+  if (worker == nullptr) return invalid("worker is NULL");
+  fairsched::Result<void> r = worker->worker.preempted(id, output_tokens);
   if (!r) return fail(r.error());
   return FAIRSCHED_OK;
 }

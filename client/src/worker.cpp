@@ -98,6 +98,8 @@ class WorkerCore {
       if (a->kind == shm::AssignmentKind::kAbort) {
         item.kind = WorkItem::Kind::kAbort;
         ++stats_.aborted;
+      } else if (a->kind == shm::AssignmentKind::kPreempt) {
+        item.kind = WorkItem::Kind::kPreempt;
       } else {
         item.kind = WorkItem::Kind::kAssign;
         Assignment& as = item.assignment;
@@ -113,6 +115,9 @@ class WorkerCore {
         const std::size_t prompt_words = a->counts_only ? 0 : a->prompt_tokens;
         as.prompt.assign(payload_.begin(),
                          payload_.begin() + static_cast<std::ptrdiff_t>(prompt_words));
+        as.resumed.assign(
+            payload_.begin() + static_cast<std::ptrdiff_t>(prompt_words),
+            payload_.begin() + static_cast<std::ptrdiff_t>(prompt_words + a->resume_tokens));
         const std::size_t params_at = prompt_words + a->resume_tokens;
         as.params.resize(a->params_bytes);
         if (a->params_bytes > 0) {
@@ -197,6 +202,14 @@ class WorkerCore {
                           std::as_bytes(std::span<const char>(message.data(), message.size())));
     if (r) ++stats_.finished;
     return r;
+  }
+
+  Result<void> preempted(std::uint64_t id, std::uint32_t output_tokens) {
+    shm::WorkerEvent ev;
+    ev.kind = shm::WorkerEventKind::kPreempted;
+    ev.assignment = id;
+    ev.output_tokens = output_tokens;
+    return push(shm::encodeWorkerEvent(ev), {}, {});
   }
 
   bool connected() { return !lost(); }
@@ -299,6 +312,10 @@ Result<bool> Worker::prepareToBlock() {
 Result<void> Worker::emit(std::uint64_t id, std::span<const std::uint32_t> tokens) {
   return impl_->emit(id, tokens);
 }
+Result<void> Worker::preempted(std::uint64_t id, std::uint32_t output_tokens) {
+  return impl_->preempted(id, output_tokens);
+}
+
 Result<void> Worker::finish(std::uint64_t id, Status status, std::uint32_t output_tokens,
                             std::string_view message) {
   return impl_->finish(id, status, output_tokens, message);

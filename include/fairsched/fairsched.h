@@ -250,10 +250,13 @@ typedef struct fairsched_worker_options {
 
 typedef enum fairsched_work_kind {
   FAIRSCHED_WORK_ASSIGN = 0, /* run the request */
-  FAIRSCHED_WORK_ABORT = 1   /* stop request id and finish it with FAIRSCHED_STATUS_CANCELLED */
+  FAIRSCHED_WORK_ABORT = 1,  /* stop request id and finish it with FAIRSCHED_STATUS_CANCELLED */
+  FAIRSCHED_WORK_PREEMPT = 2 /* give request id back: stop it, free its KV, emit what it
+                                generated, then fairsched_worker_preempted (a worker that
+                                ignores it keeps running it; the daemon stops asking) */
 } fairsched_work_kind;
 
-/* What fairsched_worker_poll hands out. For ABORT only kind and id are set
+/* What fairsched_worker_poll hands out. For ABORT and PREEMPT only kind and id are set
  * (the rest is 0 and NULL). prompt and params point into the worker handle:
  * valid until the next fairsched_worker_poll or fairsched_worker_close. */
 typedef struct fairsched_work_item {
@@ -270,6 +273,11 @@ typedef struct fairsched_work_item {
   uint32_t prompt_len;    /* prompt_tokens, or 0 when counts_only */
   uint32_t params_bytes;
   const void* params; /* the submitter's opaque parameters; NULL when params_bytes is 0 */
+  /* A resumed sequence (it was preempted): the resumed_len ids it generated
+   * before; recompute prompt + these and emit from token resumed_len on.
+   * NULL and 0 otherwise. */
+  const uint32_t* resumed;
+  uint32_t resumed_len;
 } fairsched_work_item;
 
 typedef struct fairsched_worker_stats {
@@ -323,6 +331,10 @@ FAIRSCHED_C_API fairsched_error fairsched_worker_finish(fairsched_worker* worker
                                                         fairsched_status status,
                                                         uint32_t output_tokens,
                                                         const char* message);
+/* Acknowledges a PREEMPT: id stopped after generating output_tokens in all,
+ * every one emitted. _DAEMON_LOST, _RING_FULL. */
+FAIRSCHED_C_API fairsched_error fairsched_worker_preempted(fairsched_worker* worker, uint64_t id,
+                                                           uint32_t output_tokens);
 /* Nonzero while attached. */
 FAIRSCHED_C_API int fairsched_worker_connected(const fairsched_worker* worker);
 /* Counters since connect (relaxed). */

@@ -77,12 +77,20 @@ struct Assignment {
   std::vector<std::uint32_t> prompt;  // the token ids; empty when counts_only
   std::vector<std::byte> params;      // the submitter's opaque parameters
   bool counts_only = false;           // prompt_tokens is a count; params name the body
+  // A resumed sequence (it was preempted): the ids it generated before, in
+  // order. The engine recomputes prompt + these and emits from token
+  // resumed.size() on; its stream to the client simply continues.
+  std::vector<std::uint32_t> resumed;
 };
 
 struct WorkItem {
   enum class Kind : std::uint8_t {
     kAssign,  // run `assignment`
     kAbort,   // stop `id` and finish it with Status::kCancelled
+    // Give `id` back (the endpoint preempts): stop it, free its KV and call
+    // preempted() with the tokens it generated, all emitted first. A worker
+    // that ignores it keeps running the sequence; the daemon stops asking it.
+    kPreempt,
   };
   Kind kind = Kind::kAssign;
   std::uint64_t id = 0;
@@ -137,6 +145,11 @@ class FAIRSCHED_API Worker {
   // kMaxParamsBytes) says why when status is not kOk.
   Result<void> finish(std::uint64_t id, Status status, std::uint32_t output_tokens,
                       std::string_view message = {});
+
+  // Acknowledges a kPreempt: `id` stopped after generating `output_tokens`
+  // in all, every one emitted. (When it had finished already, finish() was
+  // the answer and nothing more is needed.) Errors: kDaemonLost, kRingFull.
+  Result<void> preempted(std::uint64_t id, std::uint32_t output_tokens);
 
   bool connected() const;
   // The endpoint served, as the daemon described it.

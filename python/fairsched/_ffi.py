@@ -134,6 +134,8 @@ class CWorkItem(Structure):
         ("prompt_len", c_uint32),
         ("params_bytes", c_uint32),
         ("params", c_void_p),
+        ("resumed", POINTER(c_uint32)),
+        ("resumed_len", c_uint32),
     ]
 
 
@@ -187,6 +189,7 @@ _PROTOTYPES = [
     ("fairsched_worker_prepare_to_block", c_int, [c_void_p, POINTER(c_int)]),
     ("fairsched_worker_emit", c_int, [c_void_p, c_uint64, POINTER(c_uint32), c_size_t]),
     ("fairsched_worker_finish", c_int, [c_void_p, c_uint64, c_int, c_uint32, c_char_p]),
+    ("fairsched_worker_preempted", c_int, [c_void_p, c_uint64, c_uint32]),
     ("fairsched_worker_connected", c_int, [c_void_p]),
     ("fairsched_worker_get_stats", None, [c_void_p, POINTER(CWorkerStats)]),
     ("fairsched_worker_close", None, [c_void_p]),

@@ -126,11 +126,12 @@ class WorkKind(enum.IntEnum):
 
     ASSIGN = 0  # run the request
     ABORT = 1  # stop it and finish it with Status.CANCELLED
+    PREEMPT = 2  # give it back: stop it, emit what it generated, then Worker.preempted()
 
 
 @dataclass(slots=True)
 class WorkItem:
-    """What Worker.poll() hands out: an assignment, or an abort (only kind and id set)."""
+    """What Worker.poll() hands out: an assignment, or an abort or preempt (only kind and id set)."""
 
     kind: WorkKind
     id: int
@@ -142,6 +143,9 @@ class WorkItem:
     max_output_tokens: int = 0
     prompt: list[int] = field(default_factory=list)
     params: bytes = b""
+    # A resumed sequence: the ids it generated before it was preempted;
+    # recompute prompt + these and emit from token len(resumed) on.
+    resumed: list[int] = field(default_factory=list)
 
     @property
     def deadline(self) -> Optional[float]:

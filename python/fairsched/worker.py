@@ -41,8 +41,8 @@ Tokens = Union[Iterable[int], "array.array[int]"]
 
 
 def _item_from_c(c: _ffi.CWorkItem) -> WorkItem:
-    if c.kind == WorkKind.ABORT:
-        return WorkItem(WorkKind.ABORT, c.id)
+    if c.kind != WorkKind.ASSIGN:
+        return WorkItem(WorkKind(c.kind), c.id)
     n = c.prompt_len
     params = ctypes.string_at(c.params, c.params_bytes) if c.params_bytes else b""
     return WorkItem(
@@ -56,6 +56,7 @@ def _item_from_c(c: _ffi.CWorkItem) -> WorkItem:
         c.max_output_tokens,
         c.prompt[:n] if n else [],
         params,
+        c.resumed[: c.resumed_len] if c.resumed_len else [],
     )
 
 
@@ -225,6 +226,18 @@ class Worker:
             int(st),
             _check_int("output_tokens", output_tokens, 0, _U32),
             msg,
+        )
+        if rc != 0:
+            _raise(self._lib, rc)
+
+    def preempted(self, request_id: int, output_tokens: int) -> None:
+        """Acknowledges a PREEMPT: ``request_id`` stopped after generating
+        ``output_tokens`` in all, every one emitted. Raises DaemonLost,
+        RingFull."""
+        rc = self._lib.fairsched_worker_preempted(
+            self._h(),
+            _check_int("request_id", request_id, 0, _U64),
+            _check_int("output_tokens", output_tokens, 0, _U32),
         )
         if rc != 0:
             _raise(self._lib, rc)

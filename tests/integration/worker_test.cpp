@@ -42,7 +42,8 @@ struct EndpointSetup {
   std::uint32_t client_buffer_chunks = 1024;
   bool requeue_on_loss = true;
   std::uint32_t max_output_tokens = 256;
-  std::string extra;  // more TOML
+  bool preemption = false;  // with fairness = "recent", min_progress_tokens = 4
+  std::string extra;        // more TOML
 };
 
 config::Config makeConfig(const std::string& socket, const EndpointSetup& s = {}) {
@@ -53,7 +54,10 @@ config::Config makeConfig(const std::string& socket, const EndpointSetup& s = {}
       "[endpoints.chat]\nexecutor = \"worker\"\nmax_batch_tokens = 65536\n"
       "max_output_tokens = " +
       std::to_string(s.max_output_tokens) + "\nbatch_timeout_ms = 60000\n" +
+      (s.preemption ? "fairness = \"recent\"\n" : "") +
       "[endpoints.chat.worker]\nmax_sequences = " + std::to_string(s.max_sequences) +
+      (s.preemption ? "\npreemption = true\nmin_progress_tokens = 4\nmax_preemptions_per_s = 100.0"
+                    : "") +
       "\nclient_buffer_chunks = " + std::to_string(s.client_buffer_chunks) +
       "\nrequeue_on_loss = " + (s.requeue_on_loss ? "true" : "false") +
       "\n"
@@ -811,6 +815,162 @@ TEST_F(Workers, AWorkerScribblingOverItsEventRingIsDroppedAndNothingIsLost) {
 // tokens through the pack and workload kernels on CUDA streams and checks
 // the device's checksums against the CPU reference; the client checks every
 // token as with the modelled engine.
+// Preemption (design.md §7): `heavy` fills both sequences of a slow engine
+// with long generations, then `light` submits a short one.
+struct PreemptRun {
+  std::map<RequestId, Seen> seen;
+  std::vector<RequestId> heavy;
+  RequestId light = 0;
+  std::vector<RequestId> finish_order;
+  std::string error;
+};
+
+PreemptRun runPreemptScenario(const std::string& socket) {
+  PreemptRun run;
+  auto client = connectClient(socket);
+  if (!client) {
+    run.error = "connect: " + client.error().message;
+    return run;
+  }
+  auto heavy = client->openTenant("heavy");
+  auto light = client->openTenant("light");
+  if (!heavy || !light) {
+    run.error = "openTenant failed";
+    return run;
+  }
+  std::vector<std::string> params = {paramsFor(300), paramsFor(300), paramsFor(5)};
+  auto submit = [&](Tenant t, std::uint64_t salt, const std::string& p, std::uint32_t want) {
+    Seen seen;
+    seen.prompt = promptFor(salt);
+    seen.want = want;
+    SubmitRequest r = chatRequest(t, seen.prompt, 400, &p, /*stream=*/true);
+    auto id = client->submit(r);
+    if (!id) return RequestId{0};
+    run.seen.emplace(*id, std::move(seen));
+    return *id;
+  };
+  for (int i = 0; i < 2; ++i) run.heavy.push_back(submit(*heavy, 100 + i, params[i], 300));
+  auto sink = [&](const Completion& c) {
+    account(run.seen, c);
+    if (!c.partial) run.finish_order.push_back(c.request_id);
+  };
+  // Both heavy requests are streaming before light arrives.
+  if (!pollUntil(*client, sink, [&] {
+        return run.seen[run.heavy[0]].tokens.size() >= 10 &&
+               run.seen[run.heavy[1]].tokens.size() >= 10;
+      })) {
+    run.error = "the heavy requests did not start";
+    return run;
+  }
+  run.light = submit(*light, 7, params[2], 5);
+  if (!pollUntil(
+          *client, sink, [&] { return run.finish_order.size() == 3; }, 30s)) {
+    run.error = "not every request ended";
+  }
+  return run;
+}
+
+// Every request ended once, OK, with its whole reference stream: no token
+// repeated, none missing, none of another request's.
+void expectCompleteStreams(const PreemptRun& run) {
+  ASSERT_TRUE(run.error.empty()) << run.error;
+  for (const auto& [id, s] : run.seen) {
+    EXPECT_TRUE(s.error.empty()) << "request " << id << ": " << s.error;
+    EXPECT_EQ(s.finals, 1) << id;
+    EXPECT_EQ(s.final_completion.status, Status::kOk) << id;
+    EXPECT_EQ(s.tokens.size(), s.want) << id;
+    EXPECT_EQ(s.final_completion.output_tokens, s.want) << id;
+  }
+}
+
+nlohmann::json statusOf(const std::string& socket) {
+  std::string out;
+  EXPECT_EQ(testing::runFairschedctl("--socket " + socket + " status --json", &out), 0) << out;
+  return nlohmann::json::parse(out, nullptr, false);
+}
+
+TEST_F(Workers, PreemptionGivesALightTenantASequenceAndTheStreamsGoOnWithoutARepeatOrAGap) {
+  EndpointSetup setup;
+  setup.preemption = true;
+  setup.max_output_tokens = 512;
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket(), setup));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  reference::EngineModel m = fastModel();
+  m.max_sequences = 2;
+  m.step_us = 2000;  // 300 tokens take 0.6 s
+  WorkerProcess w(socket(), m);
+  const PreemptRun run = runPreemptScenario(socket());
+  expectCompleteStreams(run);
+  // light did not wait for a heavy generation to end: it finished first.
+  ASSERT_FALSE(run.finish_order.empty());
+  EXPECT_EQ(run.finish_order.front(), run.light);
+  const nlohmann::json status = statusOf(socket());
+  EXPECT_GE(status["preemptions"]["chat"].get<int>(), 1) << status.dump();
+  EXPECT_EQ(status["preempts_ignored"], 0);
+  // The thrash bound: the resumed sequence is not given back before it made
+  // progress, and there is nobody left to make room for.
+  EXPECT_LE(status["preemptions"]["chat"].get<int>(), 2) << status.dump();
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+TEST_F(Workers, AWorkerThatIgnoresPreemptKeepsItsSequencesAndNothingIsLost) {
+  EndpointSetup setup;
+  setup.preemption = true;
+  setup.max_output_tokens = 512;
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket(), setup));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  // A worker without preemption: two sequences, one token each per 4 ms
+  // step (300 tokens: 1.2 s, past the daemon's 1 s wait for an answer), and
+  // every PREEMPT ignored.
+  const pid_t worker = fork();
+  if (worker == 0) {
+    WorkerOptions wo;
+    wo.socket_path = socket();
+    wo.endpoint = "chat";
+    auto w = Worker::connect(wo);
+    if (!w) _exit(1);
+    struct Seq {
+      std::uint64_t id;
+      std::vector<std::uint32_t> prompt;
+      std::uint32_t want, done;
+    };
+    std::vector<Seq> seqs;
+    std::vector<WorkItem> items;
+    for (;;) {
+      if (!w->setCapacity(static_cast<std::uint32_t>(2 - seqs.size()), 1 << 20)) _exit(0);
+      if (seqs.empty()) (void)w->wait(50ms);
+      if (!w->connected()) _exit(0);
+      items.clear();
+      w->poll(items);
+      for (WorkItem& it : items) {
+        if (it.kind != WorkItem::Kind::kAssign) continue;  // PREEMPT ignored; no ABORT here
+        const Assignment& a = it.assignment;
+        seqs.push_back({a.id, a.prompt, reference::outputTokensParam(a.params), 0});
+      }
+      std::this_thread::sleep_for(4ms);
+      for (std::size_t i = 0; i < seqs.size();) {
+        Seq& q = seqs[i];
+        const std::uint32_t t = reference::referenceToken(q.prompt, q.done++);
+        if (!w->emit(q.id, std::span<const std::uint32_t>(&t, 1))) _exit(0);
+        if (q.done == q.want) {
+          if (!w->finish(q.id, Status::kOk, q.done)) _exit(0);
+          seqs.erase(seqs.begin() + static_cast<std::ptrdiff_t>(i));
+          continue;
+        }
+        ++i;
+      }
+    }
+  }
+  const PreemptRun run = runPreemptScenario(socket());
+  expectCompleteStreams(run);
+  const nlohmann::json status = statusOf(socket());
+  EXPECT_EQ(status["preemptions"]["chat"], 0) << status.dump();
+  EXPECT_EQ(status["preempts_ignored"], 1) << "asked once, then never again";
+  ::kill(worker, SIGKILL);
+  ::waitpid(worker, nullptr, 0);
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
 TEST_F(Workers, CudaReferenceWorkerStreamsTheReferenceTokens) {
   {
     reference::CudaStepRunner::Options ro;
