@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -504,8 +505,10 @@ class Gateway {
     res.keep_alive(c.keep_alive);
   }
 
-  awaitable<bool> sendBody(Conn& c, int status, std::string body, std::string_view content_type,
-                           const std::vector<HttpHeader>& headers) {
+  // Parameters by value: GCC 12 mishandles some temporaries that live across
+  // a co_await in the caller's expression, so callers pass named values.
+  awaitable<bool> sendBody(Conn& c, int status, std::string body, std::string content_type,
+                           std::vector<HttpHeader> headers) {
     http::response<http::string_body> res{static_cast<http::status>(status), c.version};
     commonHeaders(res, c);
     res.set(http::field::content_type, bsv(content_type));
@@ -518,12 +521,11 @@ class Gateway {
     co_return !ec;
   }
 
-  awaitable<bool> sendError(Conn& c, const ErrorReply& e,
-                            const std::vector<HttpHeader>& more = {}) {
+  awaitable<bool> sendError(Conn& c, ErrorReply e, std::vector<HttpHeader> more = {}) {
     std::vector<HttpHeader> h = e.headers;
     h.insert(h.end(), more.begin(), more.end());
-    return sendBody(c, e.status, errorJson(e.message, e.type, e.param, e.code), "application/json",
-                    h);
+    std::string body = errorJson(e.message, e.type, e.param, e.code);
+    co_return co_await sendBody(c, e.status, std::move(body), "application/json", std::move(h));
   }
 
   awaitable<void> session(tcp::socket s) {
@@ -560,6 +562,8 @@ class Gateway {
         c.keep_alive = false;
         if (ec == http::error::header_limit) {
           co_await sendError(c, headersTooLarge());
+        } else if (ec == http::error::body_limit) {
+          co_await sendError(c, bodyTooLarge(cfg_.max_body_bytes));
         } else if (ec != beast::error::timeout && ec != http::error::end_of_stream &&
                    ec != asio::error::eof && ec != asio::error::connection_reset) {
           co_await sendError(c, badRequest("malformed HTTP request: " + ec.message()));
@@ -763,7 +767,10 @@ class Gateway {
     };
     if (ex.aborted) {
       finishExchange(ex, Status::kCancelled, 0, "");
-      co_return co_await sendError(c, co_await abortReply(ex));
+      {
+        ErrorReply e = co_await abortReply(ex);
+        co_return co_await sendError(c, std::move(e));
+      }
     }
 
     // Connect.
@@ -779,14 +786,17 @@ class Gateway {
       }
       if (ex.aborted) {
         finishExchange(ex, Status::kCancelled, 0, "");
-        co_return co_await sendError(c, co_await abortReply(ex));
+        {
+        ErrorReply e = co_await abortReply(ex);
+        co_return co_await sendError(c, std::move(e));
+      }
       }
       const std::string why = "connect to " + u.host + ":" + std::to_string(u.port) + ": " +
                               (ec == beast::error::timeout ? "timed out" : ec.message());
       spdlog::warn("request {}: {}", ex.serial, why);
-      co_return co_await sendError(
-          c, failed(ec == beast::error::timeout ? upstreamTimeout(why) : upstreamUnavailable(why),
-                    Status::kExecutorFailed, why));
+      ErrorReply e = ec == beast::error::timeout ? upstreamTimeout(why) : upstreamUnavailable(why);
+      e = failed(std::move(e), Status::kExecutorFailed, why);
+      co_return co_await sendError(c, std::move(e));
     }
     up.socket().set_option(tcp::no_delay(true), ec);
 
@@ -804,7 +814,7 @@ class Gateway {
     co_await http::async_write(up, ureq, asio::redirect_error(use_awaitable, ec));
     beast::flat_buffer ubuf;
     http::response_parser<http::buffer_body> p;
-    p.body_limit(boost::none);
+    p.body_limit(std::numeric_limits<std::uint64_t>::max());
     if (!ec) co_await http::async_read_header(up, ubuf, p, asio::redirect_error(use_awaitable, ec));
     if (ec) {
       if (ex.caller_gone) {
@@ -813,16 +823,19 @@ class Gateway {
       }
       if (ex.aborted) {
         finishExchange(ex, Status::kCancelled, 0, "");
-        co_return co_await sendError(c, co_await abortReply(ex));
+        {
+        ErrorReply e = co_await abortReply(ex);
+        co_return co_await sendError(c, std::move(e));
+      }
       }
       const std::string why = ec == beast::error::timeout
                                   ? "no response within " + std::to_string(u.response_timeout_ms) +
                                         " ms"
                                   : ec.message();
       spdlog::warn("request {}: upstream: {}", ex.serial, why);
-      co_return co_await sendError(
-          c, failed(ec == beast::error::timeout ? upstreamTimeout(why) : upstreamUnavailable(why),
-                    Status::kExecutorFailed, why));
+      ErrorReply e = ec == beast::error::timeout ? upstreamTimeout(why) : upstreamUnavailable(why);
+      e = failed(std::move(e), Status::kExecutorFailed, why);
+      co_return co_await sendError(c, std::move(e));
     }
     const int status = p.get().result_int();
     const bool sse = ex.req.stream && status == 200;
@@ -915,7 +928,10 @@ class Gateway {
     }
     if (ex.aborted && !ex.worker_finished) finishExchange(ex, Status::kCancelled, ex.emitted, "");
     if (ex.aborted || ex.worker_finished) {  // the daemon ended it (abort, lost worker)
-      if (!header_sent) co_return co_await sendError(c, co_await abortReply(ex));
+      if (!header_sent) {
+        ErrorReply e = co_await abortReply(ex);
+        co_return co_await sendError(c, std::move(e));
+      }
       ErrorReply e = co_await abortReply(ex);
       co_await writeStreamEnd(c, ex, errorJson(e.message, e.type, e.param, e.code));
       co_return false;
@@ -937,8 +953,8 @@ class Gateway {
     // Not streamed (or the upstream refused the stream).
     if (broken) {
       spdlog::warn("request {}: upstream response: {}", ex.serial, *broken);
-      co_return co_await sendError(
-          c, failed(upstreamBroken(*broken), Status::kExecutorFailed, *broken));
+      ErrorReply e = failed(upstreamBroken(*broken), Status::kExecutorFailed, *broken);
+      co_return co_await sendError(c, std::move(e));
     }
     if (status == 200) {
       const std::optional<Usage> us = parseResponseUsage(whole);
@@ -954,8 +970,9 @@ class Gateway {
     if (auto it = p.get().find(http::field::content_type); it != p.get().end()) {
       ctype = std::string(it->value());
     }
-    co_return co_await sendBody(c, status, std::move(whole), ctype,
-                                status == 200 ? limitHeaders(ex) : std::vector<HttpHeader>{});
+    std::vector<HttpHeader> headers;
+    if (status == 200) headers = limitHeaders(ex);
+    co_return co_await sendBody(c, status, std::move(whole), std::move(ctype), std::move(headers));
   }
 
   // The end of an SSE response: an error event when `error` is set, then
@@ -998,9 +1015,10 @@ class Gateway {
     p.body_limit(u.max_response_bytes);
     if (!ec) co_await http::async_read(up, ubuf, p, asio::redirect_error(use_awaitable, ec));
     if (ec) {
-      co_return co_await sendError(c, ec == beast::error::timeout
-                                          ? upstreamTimeout("GET " + path)
-                                          : upstreamUnavailable("GET " + path + ": " + ec.message()));
+      ErrorReply e = ec == beast::error::timeout
+                         ? upstreamTimeout("GET " + path)
+                         : upstreamUnavailable("GET " + path + ": " + ec.message());
+      co_return co_await sendError(c, std::move(e));
     }
     std::string ctype = "application/json";
     if (auto it = p.get().find(http::field::content_type); it != p.get().end()) {
