@@ -304,6 +304,8 @@ class Gateway {
     if (it == by_serial_.end()) return;
     std::shared_ptr<Exchange> ex = it->second;
     by_serial_.erase(it);
+    spdlog::debug("request {} completed {} ({} output tokens)", ex->serial, toString(c.status),
+                  c.output_tokens);
     const bool refused = c.status == Status::kRateLimited || c.status == Status::kOverloaded ||
                          c.status == Status::kQueueFull || c.status == Status::kInvalid ||
                          c.status == Status::kUnauthorized;
@@ -360,6 +362,7 @@ class Gateway {
         reserved_ >= cfg_.upstream.max_tokens ? 0 : cfg_.upstream.max_tokens - reserved_;
     const std::pair<std::uint32_t, std::uint64_t> now{seqs, kv};
     if (stated_ == now) return;
+    spdlog::debug("capacity: {} sequences, {} tokens", seqs, kv);
     if (worker_->setCapacity(seqs, kv)) stated_ = now;
   }
 
@@ -443,6 +446,8 @@ class Gateway {
                     ex ? "" : "not a request of this gateway instance");
       return;
     }
+    spdlog::debug("request {} assigned as {} (prompt {}, max output {})", ex->serial, a.id,
+                  a.prompt_tokens, a.max_output_tokens);
     ex->assignment = a.id;
     ex->reserved_kv = std::uint64_t{a.prompt_tokens} + a.max_output_tokens;
     by_assignment_[a.id] = ex;
@@ -451,6 +456,7 @@ class Gateway {
 
   void endAssignment(std::uint64_t id, std::uint64_t kv, Status status, std::uint32_t output,
                      std::string_view message) {
+    spdlog::debug("assignment {} ends {} after {} tokens", id, toString(status), output);
     running_ -= std::min<std::uint32_t>(running_, 1);
     reserved_ -= std::min(reserved_, kv);
     if (worker_) {
@@ -703,7 +709,19 @@ class Gateway {
     sr.endpoint = cfg_.endpoint;
     sr.max_output_tokens = ex->req.max_tokens;
     sr.priority = key.priority;
-    sr.timeout = milliseconds(cfg_.request_timeout_ms);
+    // x-fairsched-timeout-ms: a shorter deadline for this request (queueing + running).
+    std::uint64_t timeout_ms = cfg_.request_timeout_ms;
+    if (auto h = req.find("x-fairsched-timeout-ms"); h != req.end()) {
+      const std::string v(h->value());
+      char* end = nullptr;
+      const unsigned long long t = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || t == 0) {
+        ErrorReply e = badRequest("x-fairsched-timeout-ms must be a positive integer");
+        co_return co_await sendError(c, std::move(e));
+      }
+      timeout_ms = std::min<std::uint64_t>(timeout_ms, t);
+    }
+    sr.timeout = milliseconds(timeout_ms);
     sr.tag = ex->serial;
     sr.params = std::as_bytes(std::span(params.data(), params.size()));
     sr.prompt_token_count = ex->req.prompt_tokens;
@@ -872,7 +890,8 @@ class Gateway {
       p.get().body().data = tmp.data();
       p.get().body().size = tmp.size();
       up.expires_after(milliseconds(u.idle_timeout_ms));
-      co_await http::async_read(up, ubuf, p, asio::redirect_error(use_awaitable, ec));
+      // read_some: back with whatever arrived (a token), not when the buffer is full.
+      co_await http::async_read_some(up, ubuf, p, asio::redirect_error(use_awaitable, ec));
       if (ec == http::error::need_buffer) ec = {};
       const std::size_t n = tmp.size() - p.get().body().size;
       if (ec) {

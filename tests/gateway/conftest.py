@@ -99,7 +99,7 @@ def daemon_toml(socket: str) -> str:
 def gateway_toml(socket: str, daemon_config: Path, upstream_port: int, **over) -> str:
     g = {
         "listen": '"127.0.0.1:0"', "socket": f'"{socket}"', "endpoint": '"chat"',
-        "daemon_config": f'"{daemon_config}"', "log_level": '"info"',
+        "daemon_config": f'"{daemon_config}"', "log_level": '"debug"',
         "max_body_bytes": 65536, "header_timeout_ms": 2000, "body_timeout_ms": 2000,
         "idle_timeout_ms": 10000, "write_timeout_ms": 5000, "request_timeout_ms": 30000,
         "default_max_tokens": 16,

@@ -166,15 +166,15 @@ def slow_stream(stack: Stack, key: str, tokens: int = 50):
 
 
 def test_queue_full_is_503_and_a_passed_deadline_is_504(stack: Stack):
-    stack.start(upstream_args=("--slow-ms", "100"), upstream_max_sequences=1,
-                request_timeout_ms=int(1500 * SLOW))
+    stack.start(upstream_args=("--slow-ms", "100"), upstream_max_sequences=1)
     c, r = slow_stream(stack, "alice")  # takes the upstream's only sequence
     results = {}
 
     def queued():
         results["queued"] = stack.request("POST", "/v1/completions",
                                           {"model": "m", "prompt": "hi", "max_tokens": 1},
-                                          key="tiny", timeout=30)
+                                          key="tiny", timeout=30,
+                                          headers={"x-fairsched-timeout-ms": str(int(1500 * SLOW))})
 
     t = threading.Thread(target=queued)
     t.start()
