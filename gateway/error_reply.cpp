@@ -24,8 +24,8 @@ ErrorReply errorForCompletion(const Completion& c) {
     case Status::kRateLimited:
       r.type = "rate_limit_error";
       r.code = "rate_limit_exceeded";
-      r.message = "rate limit reached for this tenant; retry after " +
-                  retryAfterMs(c.retry_after) + " ms";
+      r.message =
+          "rate limit reached for this tenant; retry after " + retryAfterMs(c.retry_after) + " ms";
       break;
     case Status::kOverloaded:
       r.type = "server_error";
@@ -80,9 +80,10 @@ ErrorReply errorForCompletion(const Completion& c) {
 
 ErrorReply errorForSubmit(const Error& e) {
   const HttpAnswer a = toHttpStatus(e);
-  ErrorReply r = reply(a.status, a.status == 403 ? "permission_error"
-                                 : a.status == 400 ? "invalid_request_error"
-                                                   : "server_error",
+  ErrorReply r = reply(a.status,
+                       a.status == 403   ? "permission_error"
+                       : a.status == 400 ? "invalid_request_error"
+                                         : "server_error",
                        "scheduler_" + std::string(toString(e.code)), e.toString());
   if (a.status == 503) r.headers.push_back({"retry-after", "1"});
   return r;

@@ -69,11 +69,21 @@ class Parser {
   }
 
   bool readGateway(const toml::node& node, GatewayConfig& cfg) {
-    static constexpr std::string_view kKeys[] = {
-        "listen",          "socket",          "endpoint",         "name",
-        "log_level",       "daemon_config",   "max_connections",  "max_body_bytes",
-        "max_header_bytes", "header_timeout_ms", "body_timeout_ms", "idle_timeout_ms",
-        "write_timeout_ms", "request_timeout_ms", "default_max_tokens"};
+    static constexpr std::string_view kKeys[] = {"listen",
+                                                 "socket",
+                                                 "endpoint",
+                                                 "name",
+                                                 "log_level",
+                                                 "daemon_config",
+                                                 "max_connections",
+                                                 "max_body_bytes",
+                                                 "max_header_bytes",
+                                                 "header_timeout_ms",
+                                                 "body_timeout_ms",
+                                                 "idle_timeout_ms",
+                                                 "write_timeout_ms",
+                                                 "request_timeout_ms",
+                                                 "default_max_tokens"};
     const toml::table* t = r_.readTable(node, "gateway");
     if (t == nullptr || !r_.checkKeys(*t, "gateway", kKeys)) return false;
     if (!readString(*t, "gateway", "listen", cfg.listen)) return false;
@@ -94,7 +104,7 @@ class Parser {
     }
     if (!readString(*t, "gateway", "log_level", cfg.log_level)) return false;
     if (const toml::node* n = config::findKey(*t, "log_level")) {
-      static constexpr std::string_view kLevels[] = {"trace", "debug", "info",    "warn",
+      static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
                                                      "error", "critical", "off"};
       bool ok = false;
       for (std::string_view l : kLevels) ok = ok || l == cfg.log_level;
@@ -117,9 +127,13 @@ class Parser {
   }
 
   bool readUpstream(const toml::node& node, UpstreamConfig& u) {
-    static constexpr std::string_view kKeys[] = {
-        "url",        "max_sequences",       "max_tokens",      "connect_timeout_ms",
-        "response_timeout_ms", "idle_timeout_ms", "max_response_bytes"};
+    static constexpr std::string_view kKeys[] = {"url",
+                                                 "max_sequences",
+                                                 "max_tokens",
+                                                 "connect_timeout_ms",
+                                                 "response_timeout_ms",
+                                                 "idle_timeout_ms",
+                                                 "max_response_bytes"};
     const toml::table* t = r_.readTable(node, "upstream");
     if (t == nullptr || !r_.checkKeys(*t, "upstream", kKeys)) return false;
     const toml::node* url = config::findKey(*t, "url");
@@ -174,9 +188,9 @@ class Parser {
         hex = hex && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
       }
       if (!hex) {
-        return r_.fail(*digest, path + ".sha256",
-                       "expected 64 hex digits (sha256sum of the key), got " +
-                           config::quote(k.sha256));
+        return r_.fail(
+            *digest, path + ".sha256",
+            "expected 64 hex digits (sha256sum of the key), got " + config::quote(k.sha256));
       }
       for (const ApiKeyConfig& other : cfg.keys) {
         if (other.sha256 == k.sha256) {

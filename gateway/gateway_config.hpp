@@ -40,12 +40,12 @@ struct UpstreamConfig {
   std::string url;  // http://HOST[:PORT][/PREFIX] as written
   std::string host;
   std::uint16_t port = 80;
-  std::string prefix;               // path prefix before /v1/..., without a trailing '/'
-  std::uint32_t max_sequences = 64;        // requests the upstream runs at once
-  std::uint64_t max_tokens = 262144;       // prompt + max output of those requests, together
+  std::string prefix;                 // path prefix before /v1/..., without a trailing '/'
+  std::uint32_t max_sequences = 64;   // requests the upstream runs at once
+  std::uint64_t max_tokens = 262144;  // prompt + max output of those requests, together
   std::uint64_t connect_timeout_ms = 2000;
-  std::uint64_t response_timeout_ms = 120000;  // request sent → response headers
-  std::uint64_t idle_timeout_ms = 60000;       // between two reads of the response body
+  std::uint64_t response_timeout_ms = 120000;   // request sent → response headers
+  std::uint64_t idle_timeout_ms = 60000;        // between two reads of the response body
   std::uint64_t max_response_bytes = 8u << 20;  // a non-streamed response body, or one SSE event
 };
 
@@ -54,17 +54,17 @@ struct GatewayConfig {
   std::string listen_host = "127.0.0.1";
   std::uint16_t listen_port = 8080;
   std::string socket = "/run/fairsched/fairsched.sock";  // fairschedd's control socket
-  std::string endpoint = "chat";   // a worker endpoint of the daemon, served by this gateway alone
-  std::string name = "gateway";    // client and worker name in the daemon's log
+  std::string endpoint = "chat";  // a worker endpoint of the daemon, served by this gateway alone
+  std::string name = "gateway";   // client and worker name in the daemon's log
   std::string log_level = "info";
-  std::string daemon_config;       // the daemon's TOML, to advertise limits; "" = none
+  std::string daemon_config;  // the daemon's TOML, to advertise limits; "" = none
   std::uint32_t max_connections = 1024;
   std::uint64_t max_body_bytes = 1u << 20;
   std::uint32_t max_header_bytes = 16384;
-  std::uint64_t header_timeout_ms = 10000;  // first byte of a request → its last header
-  std::uint64_t body_timeout_ms = 30000;    // last header → last body byte
-  std::uint64_t idle_timeout_ms = 60000;    // keep-alive: between requests
-  std::uint64_t write_timeout_ms = 30000;   // one write to a caller (a slow reader is dropped)
+  std::uint64_t header_timeout_ms = 10000;    // first byte of a request → its last header
+  std::uint64_t body_timeout_ms = 30000;      // last header → last body byte
+  std::uint64_t idle_timeout_ms = 60000;      // keep-alive: between requests
+  std::uint64_t write_timeout_ms = 30000;     // one write to a caller (a slow reader is dropped)
   std::uint64_t request_timeout_ms = 600000;  // fairsched deadline: queueing + running (504)
   std::uint32_t default_max_tokens = 256;     // when the body names none
   UpstreamConfig upstream;

@@ -237,8 +237,8 @@ class Gateway {
     }
     cfg_ = std::move(next);
     keys_ = KeyTable(cfg_.keys);
-    if (auto lvl = spdlog::level::from_str(cfg_.log_level); lvl != spdlog::level::off ||
-                                                            cfg_.log_level == "off") {
+    if (auto lvl = spdlog::level::from_str(cfg_.log_level);
+        lvl != spdlog::level::off || cfg_.log_level == "off") {
       spdlog::set_level(lvl);
     }
     loadDaemonConfig();
@@ -262,8 +262,8 @@ class Gateway {
     draining_ = true;
     error_code ec;
     acceptor_.close(ec);
-    const auto until = Clock::now() + milliseconds(std::min<std::uint64_t>(
-                                          cfg_.request_timeout_ms, 30'000));
+    const auto until =
+        Clock::now() + milliseconds(std::min<std::uint64_t>(cfg_.request_timeout_ms, 30'000));
     asio::steady_timer t(io_);
     while ((!by_serial_.empty() || !by_assignment_.empty()) && Clock::now() < until) {
       t.expires_after(milliseconds(20));
@@ -318,8 +318,8 @@ class Gateway {
 
   std::variant<Tenant, ErrorReply> tenantFor(const ApiKeyConfig& key) {
     if (auto it = tenants_.find(key.tenant); it != tenants_.end()) return it->second;
-    auto t = client_->openTenant(key.tenant, key.tier ? std::optional<std::string_view>(*key.tier)
-                                                      : std::nullopt);
+    auto t = client_->openTenant(
+        key.tenant, key.tier ? std::optional<std::string_view>(*key.tier) : std::nullopt);
     if (!t) {
       spdlog::warn("cannot open tenant '{}' (key '{}'): {}", key.tenant, key.name,
                    t.error().toString());
@@ -432,8 +432,8 @@ class Gateway {
     std::shared_ptr<Exchange> ex;
     const std::string_view params(reinterpret_cast<const char*>(a.params.data()), a.params.size());
     if (params.starts_with(instance_)) {
-      const std::uint64_t serial = std::strtoull(std::string(params.substr(instance_.size())).c_str(),
-                                                 nullptr, 10);
+      const std::uint64_t serial =
+          std::strtoull(std::string(params.substr(instance_.size())).c_str(), nullptr, 10);
       if (auto it = by_serial_.find(serial); it != by_serial_.end()) ex = it->second;
     } else {
       spdlog::warn(
@@ -622,10 +622,12 @@ class Gateway {
     }
     if (path == "/readyz") {
       const bool ready = !draining_ && worker_ && client_ && client_->connected();
-      std::string why = draining_ ? "draining" : !worker_ ? "not attached as the worker"
-                                             : !client_->connected() ? "no connection to fairschedd"
-                                                                     : "";
-      if (ready) co_return co_await sendBody(c, 200, "{\"status\":\"ready\"}", "application/json", {});
+      std::string why = draining_               ? "draining"
+                        : !worker_              ? "not attached as the worker"
+                        : !client_->connected() ? "no connection to fairschedd"
+                                                : "";
+      if (ready)
+        co_return co_await sendBody(c, 200, "{\"status\":\"ready\"}", "application/json", {});
       co_return co_await sendError(c, schedulerUnavailable(why));
     }
     std::optional<Route> route;
@@ -688,8 +690,8 @@ class Gateway {
   awaitable<bool> generate(Conn& c, http::request<http::string_body>& req, const ApiKeyConfig& key,
                            Route route) {
     if (draining_) co_return co_await sendError(c, draining());
-    auto parsed = parseGenerateRequest(route, req.body(), cfg_.default_max_tokens,
-                                       max_output_tokens_);
+    auto parsed =
+        parseGenerateRequest(route, req.body(), cfg_.default_max_tokens, max_output_tokens_);
     if (auto* e = std::get_if<BodyError>(&parsed)) {
       co_return co_await sendError(c, badRequest(e->message, e->param));
     }
@@ -731,8 +733,8 @@ class Gateway {
       co_return co_await sendError(c, errorForSubmit(id.error()));
     }
     ex->request_id = *id;
-    ex->sent = limits_.add(ex->tenant, std::uint64_t{ex->req.prompt_tokens} + ex->req.max_tokens,
-                           nowNs());
+    ex->sent =
+        limits_.add(ex->tenant, std::uint64_t{ex->req.prompt_tokens} + ex->req.max_tokens, nowNs());
     by_serial_[ex->serial] = ex;
     watchCaller(c, ex);
 
@@ -805,9 +807,9 @@ class Gateway {
       if (ex.aborted) {
         finishExchange(ex, Status::kCancelled, 0, "");
         {
-        ErrorReply e = co_await abortReply(ex);
-        co_return co_await sendError(c, std::move(e));
-      }
+          ErrorReply e = co_await abortReply(ex);
+          co_return co_await sendError(c, std::move(e));
+        }
       }
       const std::string why = "connect to " + u.host + ":" + std::to_string(u.port) + ": " +
                               (ec == beast::error::timeout ? "timed out" : ec.message());
@@ -842,14 +844,14 @@ class Gateway {
       if (ex.aborted) {
         finishExchange(ex, Status::kCancelled, 0, "");
         {
-        ErrorReply e = co_await abortReply(ex);
-        co_return co_await sendError(c, std::move(e));
+          ErrorReply e = co_await abortReply(ex);
+          co_return co_await sendError(c, std::move(e));
+        }
       }
-      }
-      const std::string why = ec == beast::error::timeout
-                                  ? "no response within " + std::to_string(u.response_timeout_ms) +
-                                        " ms"
-                                  : ec.message();
+      const std::string why =
+          ec == beast::error::timeout
+              ? "no response within " + std::to_string(u.response_timeout_ms) + " ms"
+              : ec.message();
       spdlog::warn("request {}: upstream: {}", ex.serial, why);
       ErrorReply e = ec == beast::error::timeout ? upstreamTimeout(why) : upstreamUnavailable(why);
       e = failed(std::move(e), Status::kExecutorFailed, why);
@@ -860,12 +862,12 @@ class Gateway {
 
     // Relay.
     std::array<char, 16384> tmp{};
-    std::string whole;        // a non-streamed body (bounded)
-    std::string out;          // what one read forwards to the caller
+    std::string whole;  // a non-streamed body (bounded)
+    std::string out;    // what one read forwards to the caller
     std::vector<std::string> events;
     SseParser parser(u.max_response_bytes);
     std::optional<Usage> usage;
-    bool done = false;        // [DONE] seen
+    bool done = false;  // [DONE] seen
     bool header_sent = false;
     std::optional<std::string> broken;  // why the upstream's answer is unusable
 

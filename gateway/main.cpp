@@ -17,11 +17,13 @@
 #endif
 
 int main(int argc, char** argv) {
-  CLI::App app{"fairsched-gateway: an OpenAI-compatible HTTP front that schedules through fairschedd"};
+  CLI::App app{
+      "fairsched-gateway: an OpenAI-compatible HTTP front that schedules through fairschedd"};
   app.set_version_flag("--version", std::string("fairsched-gateway ") + FAIRSCHED_VERSION);
   std::string config, check, level;
-  auto* cfg_opt = app.add_option("--config", config, "load FILE and serve until SIGTERM/SIGINT; "
-                                                     "SIGHUP reloads the keys")
+  auto* cfg_opt = app.add_option("--config", config,
+                                 "load FILE and serve until SIGTERM/SIGINT; "
+                                 "SIGHUP reloads the keys")
                       ->type_name("FILE");
   auto* check_opt = app.add_option("--check-config", check,
                                    "validate FILE; exit 0 if it is valid, 1 with the reason if not")

@@ -74,7 +74,8 @@ bool RateLimitHeaders::hasLimits(const std::string& tenant) const {
 
 void RateLimitHeaders::advance(Window& w, TimeNs now) {
   w.last_now = std::max(w.last_now, now);  // time never goes back for the window
-  w.window.advance(w.last_now, w.spec.window_ns, core::SlidingWindow::bucketWidth(w.spec.window_ns));
+  w.window.advance(w.last_now, w.spec.window_ns,
+                   core::SlidingWindow::bucketWidth(w.spec.window_ns));
 }
 
 RateLimitHeaders::Sent RateLimitHeaders::add(const std::string& tenant, std::uint64_t tokens,
@@ -101,13 +102,14 @@ void RateLimitHeaders::refund(const std::string& tenant, const Sent& sent, bool 
   }
   if (auto& w = it->second.tokens; w) {
     const std::uint64_t back = request_refused ? sent.tokens : std::min(unused_tokens, sent.tokens);
-    if (back > 0) w->window.refund(back, sent.at, core::SlidingWindow::bucketWidth(w->spec.window_ns));
+    if (back > 0)
+      w->window.refund(back, sent.at, core::SlidingWindow::bucketWidth(w->spec.window_ns));
   }
 }
 
-std::vector<HttpHeader> RateLimitHeaders::headers(const std::string& tenant, TimeNs now,
-                                                  std::optional<std::chrono::nanoseconds> retry_after,
-                                                  std::uint64_t next_tokens) {
+std::vector<HttpHeader> RateLimitHeaders::headers(
+    const std::string& tenant, TimeNs now, std::optional<std::chrono::nanoseconds> retry_after,
+    std::uint64_t next_tokens) {
   std::vector<HttpHeader> out;
   const auto it = tenants_.find(tenant);
   if (it == tenants_.end()) return out;
@@ -134,9 +136,9 @@ std::vector<HttpHeader> RateLimitHeaders::headers(const std::string& tenant, Tim
     const std::uint64_t used = w->window.used();
     const std::uint64_t remaining = used >= w->spec.amount ? 0 : w->spec.amount - used;
     // Until the window holds nothing: when `amount` more would fit.
-    const TimeNs empty_at =
-        used == 0 ? w->last_now
-                  : w->window.admitAt(w->spec.amount, w->spec.amount, w->last_now, w->spec.window_ns);
+    const TimeNs empty_at = used == 0 ? w->last_now
+                                      : w->window.admitAt(w->spec.amount, w->spec.amount,
+                                                          w->last_now, w->spec.window_ns);
     std::chrono::nanoseconds reset{std::max<TimeNs>(0, empty_at - w->last_now)};
     if (retry_after && (exhausted[i] || !any_exhausted)) reset = std::max(reset, *retry_after);
     const std::string unit = rows[i].unit;

@@ -34,6 +34,7 @@ ARGS = argparse.Namespace(token_ms=1.0, slow_ms=200.0)
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are separate writes
 
     def log_message(self, fmt, *args):  # quiet
         pass
