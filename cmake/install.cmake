@@ -22,7 +22,7 @@ set(FAIRSCHED_CONFIG_DIR "/etc/fairsched" CACHE PATH
     "Where the default fairsched.toml is installed (absolute; DESTDIR applies)")
 
 set(_fairsched_programs fairschedd)
-foreach(tgt fairschedctl fairsched-bench fairsched-worker)
+foreach(tgt fairschedctl fairsched-bench fairsched-worker fairsched-gateway)
   if(TARGET ${tgt})
     list(APPEND _fairsched_programs ${tgt})
   endif()

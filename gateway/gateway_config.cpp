@@ -1,0 +1,277 @@
+#include "gateway/gateway_config.hpp"
+
+#include <toml++/toml.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "daemon/config/toml_reader.hpp"
+#include "fairsched/name.hpp"
+
+namespace fairsched::gateway {
+
+namespace {
+
+using config::ConfigError;
+using config::TomlReader;
+
+// "HOST:PORT" with a numeric port; HOST may be [v6].
+bool splitHostPort(std::string_view s, std::string& host, std::uint16_t& port) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == s.size()) return false;
+  std::string_view h = s.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  const std::string_view p = s.substr(colon + 1);
+  unsigned v = 0;
+  const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
+  if (ec != std::errc{} || end != p.data() + p.size() || v > 65535) return false;
+  host = std::string(h);
+  port = static_cast<std::uint16_t>(v);
+  return !host.empty();
+}
+
+class Parser {
+ public:
+  explicit Parser(std::string_view source) : r_(source) {}
+
+  std::optional<ConfigError> run(const toml::table& root, GatewayConfig& cfg) {
+    static constexpr std::string_view kRoot[] = {"gateway", "upstream", "keys"};
+    if (!r_.checkKeys(root, "", kRoot)) return r_.error();
+    if (const toml::node* g = config::findKey(root, "gateway")) {
+      if (!readGateway(*g, cfg)) return r_.error();
+    }
+    const toml::node* u = config::findKey(root, "upstream");
+    if (u == nullptr) {
+      r_.fail(1, "upstream", "missing required table");
+      return r_.error();
+    }
+    if (!readUpstream(*u, cfg.upstream)) return r_.error();
+    if (const toml::node* k = config::findKey(root, "keys")) {
+      if (!readKeys(*k, cfg)) return r_.error();
+    }
+    return std::nullopt;
+  }
+
+ private:
+  template <typename T>
+  bool readInt(const toml::table& t, std::string_view path, std::string_view key, T& out,
+               std::uint64_t min, std::uint64_t max = std::numeric_limits<T>::max()) {
+    const toml::node* n = config::findKey(t, key);
+    return n == nullptr || r_.readInt(*n, config::join(path, key), min, out, max);
+  }
+  bool readString(const toml::table& t, std::string_view path, std::string_view key,
+                  std::string& out) {
+    const toml::node* n = config::findKey(t, key);
+    return n == nullptr || r_.readString(*n, config::join(path, key), out);
+  }
+
+  bool readGateway(const toml::node& node, GatewayConfig& cfg) {
+    static constexpr std::string_view kKeys[] = {"listen",
+                                                 "socket",
+                                                 "endpoint",
+                                                 "name",
+                                                 "log_level",
+                                                 "daemon_config",
+                                                 "max_connections",
+                                                 "max_body_bytes",
+                                                 "max_header_bytes",
+                                                 "header_timeout_ms",
+                                                 "body_timeout_ms",
+                                                 "idle_timeout_ms",
+                                                 "write_timeout_ms",
+                                                 "request_timeout_ms",
+                                                 "default_max_tokens"};
+    const toml::table* t = r_.readTable(node, "gateway");
+    if (t == nullptr || !r_.checkKeys(*t, "gateway", kKeys)) return false;
+    if (!readString(*t, "gateway", "listen", cfg.listen)) return false;
+    if (!splitHostPort(cfg.listen, cfg.listen_host, cfg.listen_port)) {
+      return r_.fail(*config::findKey(*t, "listen"), "gateway.listen",
+                     "expected HOST:PORT, got " + config::quote(cfg.listen));
+    }
+    if (!readString(*t, "gateway", "socket", cfg.socket)) return false;
+    if (!readString(*t, "gateway", "endpoint", cfg.endpoint)) return false;
+    if (const toml::node* n = config::findKey(*t, "endpoint")) {
+      if (auto err = nameError(cfg.endpoint, kMaxEndpointNameBytes)) {
+        return r_.fail(*n, "gateway.endpoint", *err);
+      }
+    }
+    if (!readString(*t, "gateway", "name", cfg.name)) return false;
+    if (const toml::node* n = config::findKey(*t, "name")) {
+      if (auto err = nameError(cfg.name)) return r_.fail(*n, "gateway.name", *err);
+    }
+    if (!readString(*t, "gateway", "log_level", cfg.log_level)) return false;
+    if (const toml::node* n = config::findKey(*t, "log_level")) {
+      static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
+                                                     "error", "critical", "off"};
+      bool ok = false;
+      for (std::string_view l : kLevels) ok = ok || l == cfg.log_level;
+      if (!ok) {
+        return r_.fail(*n, "gateway.log_level",
+                       "expected one of trace|debug|info|warn|error|critical|off, got " +
+                           config::quote(cfg.log_level));
+      }
+    }
+    if (!readString(*t, "gateway", "daemon_config", cfg.daemon_config)) return false;
+    return readInt(*t, "gateway", "max_connections", cfg.max_connections, 1, 1'000'000) &&
+           readInt(*t, "gateway", "max_body_bytes", cfg.max_body_bytes, 1, 1ull << 30) &&
+           readInt(*t, "gateway", "max_header_bytes", cfg.max_header_bytes, 1024, 1u << 20) &&
+           readInt(*t, "gateway", "header_timeout_ms", cfg.header_timeout_ms, 1, 3'600'000) &&
+           readInt(*t, "gateway", "body_timeout_ms", cfg.body_timeout_ms, 1, 3'600'000) &&
+           readInt(*t, "gateway", "idle_timeout_ms", cfg.idle_timeout_ms, 1, 3'600'000) &&
+           readInt(*t, "gateway", "write_timeout_ms", cfg.write_timeout_ms, 1, 3'600'000) &&
+           readInt(*t, "gateway", "request_timeout_ms", cfg.request_timeout_ms, 1, 86'400'000) &&
+           readInt(*t, "gateway", "default_max_tokens", cfg.default_max_tokens, 1, 1u << 24);
+  }
+
+  bool readUpstream(const toml::node& node, UpstreamConfig& u) {
+    static constexpr std::string_view kKeys[] = {"url",
+                                                 "max_sequences",
+                                                 "max_tokens",
+                                                 "connect_timeout_ms",
+                                                 "response_timeout_ms",
+                                                 "idle_timeout_ms",
+                                                 "max_response_bytes"};
+    const toml::table* t = r_.readTable(node, "upstream");
+    if (t == nullptr || !r_.checkKeys(*t, "upstream", kKeys)) return false;
+    const toml::node* url = config::findKey(*t, "url");
+    if (url == nullptr) return r_.fail(node, "upstream.url", "missing required key");
+    if (!r_.readString(*url, "upstream.url", u.url)) return false;
+    std::string_view rest = u.url;
+    if (!rest.starts_with("http://")) {
+      return r_.fail(*url, "upstream.url",
+                     "expected http://HOST[:PORT][/PREFIX], got " + config::quote(u.url) +
+                         " (https upstreams are not supported: keep the engine on a private "
+                         "address)");
+    }
+    rest.remove_prefix(7);
+    const auto slash = rest.find('/');
+    std::string_view authority = rest.substr(0, slash);
+    u.prefix = slash == std::string_view::npos ? "" : std::string(rest.substr(slash));
+    while (!u.prefix.empty() && u.prefix.back() == '/') u.prefix.pop_back();
+    if (authority.find(':') == std::string_view::npos) {
+      u.host = std::string(authority);
+      u.port = 80;
+    } else if (!splitHostPort(authority, u.host, u.port)) {
+      return r_.fail(*url, "upstream.url", "bad HOST:PORT in " + config::quote(u.url));
+    }
+    if (u.host.empty()) return r_.fail(*url, "upstream.url", "no host in " + config::quote(u.url));
+    return readInt(*t, "upstream", "max_sequences", u.max_sequences, 1, 65536) &&
+           readInt(*t, "upstream", "max_tokens", u.max_tokens, 1, 1ull << 40) &&
+           readInt(*t, "upstream", "connect_timeout_ms", u.connect_timeout_ms, 1, 600'000) &&
+           readInt(*t, "upstream", "response_timeout_ms", u.response_timeout_ms, 1, 86'400'000) &&
+           readInt(*t, "upstream", "idle_timeout_ms", u.idle_timeout_ms, 1, 86'400'000) &&
+           readInt(*t, "upstream", "max_response_bytes", u.max_response_bytes, 1024, 1ull << 30);
+  }
+
+  bool readKeys(const toml::node& node, GatewayConfig& cfg) {
+    const toml::table* keys = r_.readTable(node, "keys");
+    if (keys == nullptr) return false;
+    for (const config::TomlEntry& e : config::entriesInFileOrder(*keys)) {
+      const std::string path = config::join("keys", e.key);
+      ApiKeyConfig k;
+      k.name = std::string(e.key);
+      k.source_line = e.key_line;
+      if (auto err = nameError(k.name)) return r_.fail(e.key_line, path, *err);
+      static constexpr std::string_view kKeys[] = {"sha256", "tenant", "tier", "priority",
+                                                   "routes"};
+      const toml::table* t = r_.readTable(*e.value, path);
+      if (t == nullptr || !r_.checkKeys(*t, path, kKeys)) return false;
+      const toml::node* digest = config::findKey(*t, "sha256");
+      if (digest == nullptr) return r_.fail(*e.value, path + ".sha256", "missing required key");
+      if (!r_.readString(*digest, path + ".sha256", k.sha256)) return false;
+      bool hex = k.sha256.size() == 64;
+      for (char& c : k.sha256) {
+        if (c >= 'A' && c <= 'F') c = static_cast<char>(c - 'A' + 'a');
+        hex = hex && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+      }
+      if (!hex) {
+        return r_.fail(
+            *digest, path + ".sha256",
+            "expected 64 hex digits (sha256sum of the key), got " + config::quote(k.sha256));
+      }
+      for (const ApiKeyConfig& other : cfg.keys) {
+        if (other.sha256 == k.sha256) {
+          return r_.fail(*digest, path + ".sha256",
+                         "the same digest as keys." + other.name + " (line " +
+                             std::to_string(other.source_line) + ")");
+        }
+      }
+      const toml::node* tenant = config::findKey(*t, "tenant");
+      if (tenant == nullptr) return r_.fail(*e.value, path + ".tenant", "missing required key");
+      if (!r_.readString(*tenant, path + ".tenant", k.tenant)) return false;
+      if (auto err = nameError(k.tenant)) return r_.fail(*tenant, path + ".tenant", *err);
+      if (const toml::node* tier = config::findKey(*t, "tier")) {
+        std::string s;
+        if (!r_.readString(*tier, path + ".tier", s)) return false;
+        if (auto err = nameError(s)) return r_.fail(*tier, path + ".tier", *err);
+        k.tier = s;
+      }
+      if (const toml::node* p = config::findKey(*t, "priority")) {
+        std::int64_t v = 0;
+        if (const auto* i = p->as_integer()) v = i->get();
+        if (!p->is_integer() || v < -1'000'000 || v > 1'000'000) {
+          return r_.fail(*p, path + ".priority", "expected an integer in [-1000000, 1000000]");
+        }
+        k.priority = static_cast<std::int32_t>(v);
+      }
+      if (const toml::node* routes = config::findKey(*t, "routes")) {
+        std::vector<config::StringAt> names;
+        if (!r_.readStringArray(*routes, path + ".routes", names)) return false;
+        k.routes = 0;
+        for (const config::StringAt& s : names) {
+          if (s.text == "completions") {
+            k.routes |= routeBit(Route::kCompletions);
+          } else if (s.text == "chat.completions") {
+            k.routes |= routeBit(Route::kChatCompletions);
+          } else if (s.text == "models") {
+            k.routes |= routeBit(Route::kModels);
+          } else {
+            return r_.fail(s.line, path + ".routes",
+                           "unknown route " + config::quote(s.text) +
+                               " (expected completions, chat.completions or models)");
+          }
+        }
+      }
+      cfg.keys.push_back(std::move(k));
+    }
+    return true;
+  }
+
+  TomlReader r_;
+};
+
+}  // namespace
+
+GatewayConfigResult parseGatewayConfig(std::string_view text, std::string_view source_name) {
+  try {
+    toml::table root;
+    try {
+      root = toml::parse(text, source_name);
+    } catch (const toml::parse_error& e) {
+      return ConfigError{std::string(source_name),
+                         static_cast<std::uint32_t>(e.source().begin.line), "",
+                         std::string(e.description())};
+    }
+    GatewayConfig cfg;
+    Parser p(source_name);
+    if (auto err = p.run(root, cfg)) return *err;
+    return cfg;
+  } catch (const std::exception& e) {
+    return ConfigError{std::string(source_name), 0, "", e.what()};
+  }
+}
+
+GatewayConfigResult loadGatewayConfigFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ConfigError{path, 0, "", std::string("cannot open: ") + std::strerror(errno)};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  GatewayConfigResult r = parseGatewayConfig(ss.str(), path);
+  if (auto* cfg = std::get_if<GatewayConfig>(&r)) cfg->source_path = path;
+  return r;
+}
+
+}  // namespace fairsched::gateway

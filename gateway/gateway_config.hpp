@@ -1,0 +1,81 @@
+// The gateway's configuration (docs/gateway.md has every key): where it
+// listens, the fairschedd socket and endpoint it serves, the upstream
+// OpenAI-compatible server and its concurrency, the protections against slow
+// or greedy callers, and the API keys — stored as SHA-256 digests, never in
+// plain text — with the tenant, tier and priority each one submits as.
+//
+// Parsing never throws: an error names the file, the line and the key, like
+// the daemon's config ("gw.toml:12: keys.alice.sha256: expected 64 hex digits").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "daemon/config/config.hpp"
+
+namespace fairsched::gateway {
+
+// The routes a key may use.
+enum class Route : std::uint8_t { kCompletions = 0, kChatCompletions = 1, kModels = 2 };
+inline constexpr std::uint8_t kAllRoutes = 0b111;
+constexpr std::uint8_t routeBit(Route r) {
+  return static_cast<std::uint8_t>(1u << static_cast<unsigned>(r));
+}
+
+struct ApiKeyConfig {
+  std::string name;    // the table name: a label for logs, never the key
+  std::string sha256;  // 64 lower-case hex digits of SHA-256(key)
+  std::string tenant;
+  std::optional<std::string> tier;  // a tier hint (the gateway's client rule must allow it)
+  std::int32_t priority = 0;
+  std::uint8_t routes = kAllRoutes;  // routeBit() of each allowed route
+  std::uint32_t source_line = 0;
+};
+
+struct UpstreamConfig {
+  std::string url;  // http://HOST[:PORT][/PREFIX] as written
+  std::string host;
+  std::uint16_t port = 80;
+  std::string prefix;                 // path prefix before /v1/..., without a trailing '/'
+  std::uint32_t max_sequences = 64;   // requests the upstream runs at once
+  std::uint64_t max_tokens = 262144;  // prompt + max output of those requests, together
+  std::uint64_t connect_timeout_ms = 2000;
+  std::uint64_t response_timeout_ms = 120000;   // request sent → response headers
+  std::uint64_t idle_timeout_ms = 60000;        // between two reads of the response body
+  std::uint64_t max_response_bytes = 8u << 20;  // a non-streamed response body, or one SSE event
+};
+
+struct GatewayConfig {
+  std::string listen = "127.0.0.1:8080";  // HOST:PORT (PORT 0: any free port, printed)
+  std::string listen_host = "127.0.0.1";
+  std::uint16_t listen_port = 8080;
+  std::string socket = "/run/fairsched/fairsched.sock";  // fairschedd's control socket
+  std::string endpoint = "chat";  // a worker endpoint of the daemon, served by this gateway alone
+  std::string name = "gateway";   // client and worker name in the daemon's log
+  std::string log_level = "info";
+  std::string daemon_config;  // the daemon's TOML, to advertise limits; "" = none
+  std::uint32_t max_connections = 1024;
+  std::uint64_t max_body_bytes = 1u << 20;
+  std::uint32_t max_header_bytes = 16384;
+  std::uint64_t header_timeout_ms = 10000;    // first byte of a request → its last header
+  std::uint64_t body_timeout_ms = 30000;      // last header → last body byte
+  std::uint64_t idle_timeout_ms = 60000;      // keep-alive: between requests
+  std::uint64_t write_timeout_ms = 30000;     // one write to a caller (a slow reader is dropped)
+  std::uint64_t request_timeout_ms = 600000;  // fairsched deadline: queueing + running (504)
+  std::uint32_t default_max_tokens = 256;     // when the body names none
+  UpstreamConfig upstream;
+  std::vector<ApiKeyConfig> keys;
+  std::string source_path;
+};
+
+using GatewayConfigResult = std::variant<GatewayConfig, config::ConfigError>;
+
+GatewayConfigResult parseGatewayConfig(std::string_view text,
+                                       std::string_view source_name = "<string>");
+GatewayConfigResult loadGatewayConfigFile(const std::string& path);
+
+}  // namespace fairsched::gateway

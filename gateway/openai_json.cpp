@@ -1,0 +1,200 @@
+#include "gateway/openai_json.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <limits>
+
+namespace fairsched::gateway {
+
+namespace {
+
+using nlohmann::json;
+
+std::uint64_t textBytes(const json& v) {
+  if (v.is_string()) return v.get_ref<const std::string&>().size();
+  std::uint64_t n = 0;
+  if (v.is_array()) {
+    for (const json& e : v) {
+      if (e.is_string()) {
+        n += e.get_ref<const std::string&>().size();
+      } else if (e.is_object()) {  // content parts: {"type":"text","text":...}
+        if (auto t = e.find("text"); t != e.end() && t->is_string()) {
+          n += t->get_ref<const std::string&>().size();
+        }
+      } else if (e.is_number_integer()) {  // a prompt given as token ids
+        n += 4;
+      } else if (e.is_array()) {
+        n += textBytes(e);
+      }
+    }
+  }
+  return n;
+}
+
+std::uint32_t clampTokens(std::uint64_t v) {
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(v, 1u << 30));
+}
+
+}  // namespace
+
+std::variant<GenerateRequest, BodyError> parseGenerateRequest(Route route, std::string_view body,
+                                                              std::uint32_t default_max_tokens,
+                                                              std::uint32_t max_output_tokens) {
+  json j = json::parse(body.begin(), body.end(), nullptr, false);
+  if (j.is_discarded()) return BodyError{"the request body is not valid JSON", ""};
+  if (!j.is_object()) return BodyError{"the request body must be a JSON object", ""};
+  GenerateRequest r;
+  if (auto m = j.find("model"); m != j.end()) {
+    if (!m->is_string()) return BodyError{"'model' must be a string", "model"};
+    r.model = m->get<std::string>();
+  }
+  if (auto s = j.find("stream"); s != j.end() && !s->is_null()) {
+    if (!s->is_boolean()) return BodyError{"'stream' must be a boolean", "stream"};
+    r.stream = s->get<bool>();
+  }
+  if (auto n = j.find("n"); n != j.end() && !n->is_null()) {
+    if (!n->is_number_integer() || n->get<std::int64_t>() != 1) {
+      return BodyError{"only n = 1 is supported", "n"};
+    }
+  }
+  if (auto b = j.find("best_of"); b != j.end() && !b->is_null()) {
+    if (!b->is_number_integer() || b->get<std::int64_t>() != 1) {
+      return BodyError{"only best_of = 1 is supported", "best_of"};
+    }
+  }
+  std::uint64_t bytes = 0;
+  std::uint64_t overhead = 0;
+  if (route == Route::kCompletions) {
+    auto p = j.find("prompt");
+    if (p == j.end() || !(p->is_string() || p->is_array())) {
+      return BodyError{"'prompt' must be a string or an array", "prompt"};
+    }
+    if (p->is_array() && !p->empty() && (*p)[0].is_string() && p->size() > 1) {
+      return BodyError{"only one prompt per request is supported", "prompt"};
+    }
+    bytes = textBytes(*p);
+  } else {
+    auto m = j.find("messages");
+    if (m == j.end() || !m->is_array() || m->empty()) {
+      return BodyError{"'messages' must be a non-empty array", "messages"};
+    }
+    for (const json& msg : *m) {
+      if (!msg.is_object()) return BodyError{"each message must be an object", "messages"};
+      if (auto c = msg.find("content"); c != msg.end()) bytes += textBytes(*c);
+      overhead += 4;
+    }
+  }
+  r.prompt_tokens = clampTokens(std::max<std::uint64_t>(1, (bytes + 3) / 4 + overhead));
+
+  // max_tokens (and chat's max_completion_tokens): the reservation, and what
+  // the upstream is told, so it never produces more than was reserved.
+  const char* key = "max_tokens";
+  auto mt = j.find("max_tokens");
+  if (route == Route::kChatCompletions) {
+    if (auto mct = j.find("max_completion_tokens"); mct != j.end() && !mct->is_null()) {
+      mt = mct;
+      key = "max_completion_tokens";
+    }
+  }
+  if (mt != j.end() && !mt->is_null()) {
+    if (!mt->is_number_integer() || mt->get<std::int64_t>() < 1 ||
+        mt->get<std::int64_t>() > std::numeric_limits<std::int32_t>::max()) {
+      return BodyError{std::string("'") + key + "' must be a positive integer", key};
+    }
+    r.max_tokens = static_cast<std::uint32_t>(mt->get<std::int64_t>());
+  } else {
+    r.max_tokens = default_max_tokens;
+    if (max_output_tokens != 0) r.max_tokens = std::min(r.max_tokens, max_output_tokens);
+  }
+  if (max_output_tokens != 0 && r.max_tokens > max_output_tokens) {
+    return BodyError{std::string("'") + key + "' is above this endpoint's limit of " +
+                         std::to_string(max_output_tokens),
+                     key};
+  }
+  j[key] = r.max_tokens;
+
+  if (r.stream) {
+    auto so = j.find("stream_options");
+    if (so != j.end() && !so->is_null() && !so->is_object()) {
+      return BodyError{"'stream_options' must be an object", "stream_options"};
+    }
+    if (so != j.end() && so->is_object()) {
+      if (auto iu = so->find("include_usage"); iu != so->end() && iu->is_boolean()) {
+        r.caller_wants_usage = iu->get<bool>();
+      }
+    }
+    j["stream_options"]["include_usage"] = true;
+  }
+  r.upstream_body = j.dump();
+  return r;
+}
+
+namespace {
+
+std::optional<Usage> usageOf(const json& j) {
+  auto u = j.find("usage");
+  if (u == j.end() || !u->is_object()) return std::nullopt;
+  Usage out;
+  if (auto p = u->find("prompt_tokens"); p != u->end() && p->is_number_unsigned()) {
+    out.prompt_tokens = clampTokens(p->get<std::uint64_t>());
+  }
+  if (auto c = u->find("completion_tokens"); c != u->end() && c->is_number_unsigned()) {
+    out.completion_tokens = clampTokens(c->get<std::uint64_t>());
+  }
+  return out;
+}
+
+bool nonEmptyString(const json& o, const char* key) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() && !it->get_ref<const std::string&>().empty();
+}
+
+}  // namespace
+
+StreamChunk parseStreamChunk(std::string_view payload) {
+  StreamChunk c;
+  json j = json::parse(payload.begin(), payload.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return c;
+  c.valid = true;
+  c.is_error = j.contains("error");
+  c.usage = usageOf(j);
+  auto choices = j.find("choices");
+  const bool no_choices = choices == j.end() || !choices->is_array() || choices->empty();
+  c.usage_only = no_choices && c.usage.has_value();
+  if (!no_choices) {
+    for (const json& ch : *choices) {
+      if (!ch.is_object()) continue;
+      if (nonEmptyString(ch, "text")) c.has_text = true;
+      if (auto d = ch.find("delta"); d != ch.end() && d->is_object()) {
+        if (nonEmptyString(*d, "content") || nonEmptyString(*d, "reasoning_content")) {
+          c.has_text = true;
+        }
+        if (auto tc = d->find("tool_calls"); tc != d->end() && tc->is_array() && !tc->empty()) {
+          c.has_text = true;
+        }
+      }
+    }
+  }
+  return c;
+}
+
+std::optional<Usage> parseResponseUsage(std::string_view body) {
+  json j = json::parse(body.begin(), body.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return usageOf(j);
+}
+
+std::string errorJson(std::string_view message, std::string_view type, std::string_view param,
+                      std::string_view code) {
+  json e = json::object();
+  e["message"] = std::string(message);
+  e["type"] = std::string(type);
+  e["param"] = param.empty() ? json(nullptr) : json(std::string(param));
+  e["code"] = code.empty() ? json(nullptr) : json(std::string(code));
+  json out = json::object();
+  out["error"] = std::move(e);
+  // Invalid UTF-8 in a message (a peer's bytes) is replaced, never thrown on.
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace fairsched::gateway

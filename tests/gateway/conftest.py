@@ -1,0 +1,248 @@
+"""Real processes for the gateway's tests: fairschedd, the fake upstream
+(fake_upstream.py) and fairsched-gateway, each on private sockets or free
+ports, every wait bounded. The binaries come from $FAIRSCHED_BIN_DIR (ctest
+sets it) or build/bin of this checkout."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+BIN = Path(os.environ.get("FAIRSCHED_BIN_DIR", REPO / "build" / "bin"))
+# Sanitized builds run several times slower: stretch the time boxes.
+SLOW = 3.0 if os.environ.get("FAIRSCHED_SANITIZED") else 1.0
+
+KEYS = {
+    "alice": ("sk-alice-0123456789", "alice", ""),
+    "bob": ("sk-bob-0123456789", "bob", ""),
+    "limited": ("sk-limited-0123456789", "limited", ""),
+    "tiny": ("sk-tiny-0123456789", "tiny", ""),
+    "modelsonly": ("sk-models-0123456789", "alice", 'routes = ["models"]\n'),
+}
+
+
+def sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout * SLOW
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout * SLOW:.1f} s waiting for {what}")
+        time.sleep(0.01)
+
+
+class Proc:
+    def __init__(self, argv: list[str], log: Path) -> None:
+        self.log = log
+        self._out = open(log, "ab")
+        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def output(self) -> str:
+        if not self._out.closed:
+            self._out.flush()
+        return self.log.read_text(errors="replace")
+
+    def send(self, sig: int) -> None:
+        if self.alive():
+            self.proc.send_signal(sig)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> Optional[int]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if not self._out.closed:
+            self._out.close()
+        return self.proc.returncode
+
+
+def daemon_toml(socket: str) -> str:
+    loop = os.environ.get("FAIRSCHED_TEST_EVENT_LOOP", "")
+    loop_line = f'event_loop = "{loop}"\n' if loop in ("epoll", "io_uring") else ""
+    return (
+        f'[daemon]\nsocket = "{socket}"\nsocket_mode = "0600"\nlog_level = "error"\n'
+        f"shutdown_grace_ms = 500\n{loop_line}"
+        '[[tiers]]\nname = "paid"\n'
+        "[endpoints.chat]\nexecutor = \"worker\"\nmax_batch_tokens = 65536\n"
+        "max_output_tokens = 4096\nbatch_timeout_ms = 60000\n"
+        "[endpoints.chat.worker]\nmax_sequences = 256\n"
+        '[tenants.limited]\ntier = "paid"\n[tenants.limited.limits]\nchat = ["2 requests/minute"]\n'
+        '[tenants.tiny]\ntier = "paid"\nqueue_limit = 1\n'
+        f'[[clients]]\nname = "gateway"\nuids = [{os.getuid()}]\ntenants = ["*"]\n'
+        'endpoints = ["*"]\nworkers = ["chat"]\nassign_tiers = ["*"]\nadmin = true\n'
+    )
+
+
+def gateway_toml(socket: str, daemon_config: Path, upstream_port: int, **over) -> str:
+    g = {
+        "listen": '"127.0.0.1:0"', "socket": f'"{socket}"', "endpoint": '"chat"',
+        "daemon_config": f'"{daemon_config}"', "log_level": '"debug"',
+        "max_body_bytes": 65536, "header_timeout_ms": 2000, "body_timeout_ms": 2000,
+        "idle_timeout_ms": 10000, "write_timeout_ms": 5000, "request_timeout_ms": 30000,
+        "default_max_tokens": 16,
+    }
+    u = {
+        "url": f'"http://127.0.0.1:{upstream_port}"', "max_sequences": 8, "max_tokens": 1000000,
+        "connect_timeout_ms": 1000, "response_timeout_ms": int(1500 * SLOW),
+        "idle_timeout_ms": int(1500 * SLOW),
+    }
+    for k, v in over.items():
+        if k.startswith("upstream_"):
+            u[k[len("upstream_"):]] = v
+        else:
+            g[k] = v
+    text = "[gateway]\n" + "".join(f"{k} = {v}\n" for k, v in g.items())
+    text += "[upstream]\n" + "".join(f"{k} = {v}\n" for k, v in u.items())
+    for name, (key, tenant, extra) in KEYS.items():
+        text += f'[keys.{name}]\nsha256 = "{sha(key)}"\ntenant = "{tenant}"\n{extra}'
+    return text
+
+
+class Stack:
+    """fairschedd + fake upstream + fairsched-gateway in `dir`."""
+
+    def __init__(self, dir: Path) -> None:
+        self.dir = dir
+        self.socket = str(dir / "fairsched.sock")
+        self.daemon_config = dir / "fairsched.toml"
+        self.daemon_config.write_text(daemon_toml(self.socket))
+        self.gateway_config = dir / "gateway.toml"
+        self.procs: list[Proc] = []
+        self.daemon: Optional[Proc] = None
+        self.upstream: Optional[Proc] = None
+        self.gateway: Optional[Proc] = None
+        self.upstream_port = 0
+        self.port = 0
+
+    def start(self, upstream_args: tuple[str, ...] = (), upstream: bool = True, **gateway_over):
+        self.daemon = self._spawn([str(BIN / "fairschedd"), "--config", str(self.daemon_config)],
+                                  "fairschedd")
+        wait_until(lambda: os.path.exists(self.socket) or not self.daemon.alive(), 15,
+                   "fairschedd's socket")
+        assert self.daemon.alive(), self.daemon.output()
+        if upstream:
+            self.upstream = self._spawn(
+                [sys.executable, str(HERE / "fake_upstream.py"), *upstream_args], "upstream")
+            wait_until(lambda: "PORT" in self.upstream.output(), 10, "the fake upstream")
+            self.upstream_port = int(re.search(r"PORT (\d+)", self.upstream.output()).group(1))
+        else:
+            self.upstream_port = free_port()
+        self.gateway_config.write_text(
+            gateway_toml(self.socket, self.daemon_config, self.upstream_port, **gateway_over))
+        self.start_gateway()
+        return self
+
+    def start_gateway(self) -> None:
+        self.gateway = self._spawn(
+            [str(BIN / "fairsched-gateway"), "--config", str(self.gateway_config)], "gateway")
+        pat = re.compile(r"listening on [0-9.]+:(\d+)")
+        wait_until(lambda: pat.search(self.gateway.output()) or not self.gateway.alive(), 15,
+                   "the gateway to listen")
+        assert self.gateway.alive(), self.gateway.output()
+        self.port = int(pat.search(self.gateway.output()).group(1))
+
+    def _spawn(self, argv: list[str], name: str) -> Proc:
+        p = Proc(argv, self.dir / f"{name}.{len(self.procs)}.log")
+        self.procs.append(p)
+        return p
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.stop(signal.SIGKILL)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-4000:]}"
+                         for f in sorted(self.dir.glob("*.log")))
+
+    # --- HTTP ---------------------------------------------------------------
+    def conn(self, timeout: float = 10.0) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout * SLOW)
+
+    def request(self, method: str, path: str, body=None, key: Optional[str] = "alice",
+                headers: Optional[dict] = None, timeout: float = 10.0):
+        """(status, headers dict lower-cased, body bytes) on a fresh connection."""
+        c = self.conn(timeout)
+        h = dict(headers or {})
+        if key is not None:
+            h["Authorization"] = f"Bearer {KEYS[key][0]}"
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        if data is not None:
+            h.setdefault("Content-Type", "application/json")
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        out = (r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+        c.close()
+        return out
+
+    def upstream_stats(self) -> dict:
+        c = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=5)
+        c.request("GET", "/stats")
+        stats = json.loads(c.getresponse().read())
+        c.close()
+        return stats
+
+    def ctl(self, *args: str) -> str:
+        out = subprocess.run([str(BIN / "fairschedctl"), "--socket", self.socket, *args],
+                             capture_output=True, text=True, timeout=10)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+
+def free_port() -> int:
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def sse_events(body: bytes) -> list[str]:
+    return [line[len("data: "):] for line in body.decode().split("\n") if line.startswith("data: ")]
+
+
+@pytest.fixture
+def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    for binary in ("fairschedd", "fairsched-gateway", "fairschedctl"):
+        if not (BIN / binary).exists():
+            pytest.fail(f"{BIN / binary} is not built (cmake --build build --target {binary})")
+    d = Path(tempfile.mkdtemp(prefix="fsgw-", dir="/tmp"))
+    s = Stack(d)
+    try:
+        yield s
+    finally:
+        s.stop()
+        rep = getattr(request.node, "rep_call", None)
+        if rep is not None and rep.failed:
+            print(s.logs())
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)

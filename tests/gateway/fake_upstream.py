@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""A small OpenAI-compatible server for the gateway's tests and benchmark.
+
+Speaks what vLLM and SGLang speak on /v1/completions and
+/v1/chat/completions: JSON, or with "stream": true server-sent events
+(one chunk per token, then a usage chunk when stream_options.include_usage,
+then "data: [DONE]") over chunked transfer encoding; GET /v1/models.
+
+Token i of a response is "t<i> " (so a test can count them); the response
+has max_tokens tokens. The model name picks a behaviour:
+  "slow"        --slow-ms between tokens instead of --token-ms
+  "fail"        HTTP 500 with an OpenAI error body
+  "bad-request" HTTP 400 with an OpenAI error body
+  "hang"        never answers (until the connection closes)
+  "drop"        streams 2 tokens, then closes the connection without [DONE]
+
+GET /stats: {"requests", "running", "max_running", "disconnects", "prompts": [...]}.
+Prints "PORT <n>" on stdout once it listens. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LOCK = threading.Lock()
+STATS = {"requests": 0, "running": 0, "max_running": 0, "disconnects": 0, "prompts": []}
+ARGS = argparse.Namespace(token_ms=1.0, slow_ms=200.0)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are separate writes
+
+    def log_message(self, fmt, *args):  # quiet
+        pass
+
+    def _json(self, status: int, obj) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path.startswith("/v1/models"):
+            self._json(200, {"object": "list",
+                             "data": [{"id": "test-model", "object": "model", "owned_by": "tests"}]})
+        elif self.path == "/stats":
+            with LOCK:
+                self._json(200, dict(STATS))
+        else:
+            self._json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        chat = self.path.startswith("/v1/chat/completions")
+        if not (chat or self.path.startswith("/v1/completions")):
+            self._json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+            return
+        model = body.get("model", "test-model")
+        prompt = (json.dumps(body.get("messages")) if chat else str(body.get("prompt", "")))
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        with LOCK:
+            STATS["requests"] += 1
+            STATS["running"] += 1
+            STATS["max_running"] = max(STATS["max_running"], STATS["running"])
+            STATS["prompts"].append(prompt[:64])
+        try:
+            self._serve(body, chat, model, prompt, max_tokens)
+        except (BrokenPipeError, ConnectionResetError):
+            with LOCK:
+                STATS["disconnects"] += 1
+        finally:
+            with LOCK:
+                STATS["running"] -= 1
+
+    def _serve(self, body, chat, model, prompt, max_tokens):
+        if model == "fail":
+            self._json(500, {"error": {"message": "engine failure", "type": "server_error"}})
+            return
+        if model == "bad-request":
+            self._json(400, {"error": {"message": "bad sampling parameters",
+                                       "type": "invalid_request_error"}})
+            return
+        if model == "hang":
+            while True:  # until the peer closes
+                time.sleep(0.05)
+                self.connection.settimeout(0.0)
+                try:
+                    if self.connection.recv(1) == b"":
+                        raise BrokenPipeError()
+                except BlockingIOError:
+                    pass
+                finally:
+                    self.connection.settimeout(None)
+        delay = (ARGS.slow_ms if model == "slow" else ARGS.token_ms) / 1000.0
+        usage = {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": max_tokens,
+                 "total_tokens": max(1, len(prompt) // 4) + max_tokens}
+        obj = "chat.completion" if chat else "text_completion"
+        if not body.get("stream"):
+            time.sleep(delay * max_tokens)
+            text = "".join(f"t{i} " for i in range(max_tokens))
+            choice = ({"index": 0, "message": {"role": "assistant", "content": text},
+                       "finish_reason": "length"} if chat else
+                      {"index": 0, "text": text, "finish_reason": "length"})
+            self._json(200, {"id": "cmpl-1", "object": obj, "model": model,
+                             "choices": [choice], "usage": usage})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i in range(max_tokens):
+            if delay > 0:
+                time.sleep(delay)
+            piece = f"t{i} "
+            choice = ({"index": 0, "delta": {"content": piece}, "finish_reason": None} if chat
+                      else {"index": 0, "text": piece, "finish_reason": None})
+            chunk = {"id": "cmpl-1", "object": obj + ".chunk", "model": model, "choices": [choice]}
+            self._chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            if model == "drop" and i == 1:
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+        if (body.get("stream_options") or {}).get("include_usage"):
+            self._chunk(b"data: " + json.dumps({"id": "cmpl-1", "object": obj + ".chunk",
+                                                "model": model, "choices": [],
+                                                "usage": usage}).encode() + b"\n\n")
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--token-ms", type=float, default=1.0, help="delay before each token")
+    p.add_argument("--slow-ms", type=float, default=200.0, help="the same for model 'slow'")
+    args = p.parse_args()
+    ARGS.token_ms, ARGS.slow_ms = args.token_ms, args.slow_ms
+    ThreadingHTTPServer.daemon_threads = True
+    ThreadingHTTPServer.request_queue_size = 1024
+    srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    print(f"PORT {srv.server_address[1]}", flush=True)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+#include "gateway/gateway_config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <variant>
+
+namespace fairsched::gateway {
+
+namespace {
+
+const std::string kDigest(64, 'a');
+const std::string kMinimal = "[upstream]\nurl = \"http://127.0.0.1:8000\"\n";
+
+std::string errorOf(const std::string& text) {
+  auto r = parseGatewayConfig(text, "gw.toml");
+  if (std::holds_alternative<GatewayConfig>(r)) return "OK";
+  return std::get<config::ConfigError>(r).toString();
+}
+
+}  // namespace
+
+TEST(GatewayConfig, DefaultsAndAFullFile) {
+  auto r = parseGatewayConfig(kMinimal +
+                              "[gateway]\nlisten = \"0.0.0.0:9000\"\nendpoint = \"chat\"\n"
+                              "[keys.alice]\nsha256 = \"" +
+                              kDigest +
+                              "\"\ntenant = \"acme\"\ntier = \"paid\"\npriority = 3\n"
+                              "routes = [\"chat.completions\", \"models\"]\n");
+  ASSERT_TRUE(std::holds_alternative<GatewayConfig>(r)) << errorOf(kMinimal);
+  const GatewayConfig& c = std::get<GatewayConfig>(r);
+  EXPECT_EQ(c.listen_host, "0.0.0.0");
+  EXPECT_EQ(c.listen_port, 9000);
+  EXPECT_EQ(c.upstream.host, "127.0.0.1");
+  EXPECT_EQ(c.upstream.port, 8000);
+  ASSERT_EQ(c.keys.size(), 1u);
+  EXPECT_EQ(c.keys[0].tenant, "acme");
+  EXPECT_EQ(*c.keys[0].tier, "paid");
+  EXPECT_EQ(c.keys[0].priority, 3);
+  EXPECT_EQ(c.keys[0].routes, routeBit(Route::kChatCompletions) | routeBit(Route::kModels));
+}
+
+TEST(GatewayConfig, UpstreamUrlWithPrefixAndDefaultPort) {
+  auto r = parseGatewayConfig("[upstream]\nurl = \"http://engine/api/\"\n");
+  ASSERT_TRUE(std::holds_alternative<GatewayConfig>(r));
+  const auto& u = std::get<GatewayConfig>(r).upstream;
+  EXPECT_EQ(u.host, "engine");
+  EXPECT_EQ(u.port, 80);
+  EXPECT_EQ(u.prefix, "/api");
+}
+
+TEST(GatewayConfig, EachBadFieldNamesItsLineAndKey) {
+  EXPECT_EQ(errorOf(""), "gw.toml:1: upstream: missing required table");
+  EXPECT_EQ(errorOf("[upstream]\nurl = \"https://x\"\n").substr(0, 31),
+            "gw.toml:2: upstream.url: expect");
+  EXPECT_EQ(errorOf(kMinimal + "[gateway]\nlisten = \"nowhere\"\n"),
+            "gw.toml:4: gateway.listen: expected HOST:PORT, got 'nowhere'");
+  EXPECT_EQ(errorOf(kMinimal + "[gateway]\nmax_conections = 3\n").substr(0, 40),
+            "gw.toml:4: gateway.max_conections: unkno");
+  EXPECT_EQ(errorOf(kMinimal + "[keys.a]\nsha256 = \"abc\"\ntenant = \"t\"\n"),
+            "gw.toml:4: keys.a.sha256: expected 64 hex digits (sha256sum of the key), got 'abc'");
+  EXPECT_EQ(errorOf(kMinimal + "[keys.a]\nsha256 = \"" + kDigest + "\"\n"),
+            "gw.toml:3: keys.a.tenant: missing required key");
+  EXPECT_EQ(errorOf(kMinimal + "[keys.a]\nsha256 = \"" + kDigest +
+                    "\"\ntenant = \"t\"\nroutes = [\"embeddings\"]\n"),
+            "gw.toml:6: keys.a.routes: unknown route 'embeddings' (expected completions, "
+            "chat.completions or models)");
+  EXPECT_EQ(errorOf(kMinimal + "[keys.a]\nsha256 = \"" + kDigest + "\"\ntenant = \"t\"\n" +
+                    "[keys.b]\nsha256 = \"" + kDigest + "\"\ntenant = \"u\"\n"),
+            "gw.toml:7: keys.b.sha256: the same digest as keys.a (line 3)");
+  EXPECT_EQ(errorOf(kMinimal + "[keys.a]\nsha256 = \"" + kDigest + "\"\ntenant = \"bad name\"\n")
+                .substr(0, 26),
+            "gw.toml:5: keys.a.tenant: ");
+}
+
+}  // namespace fairsched::gateway

@@ -1,0 +1,94 @@
+#include "gateway/openai_json.hpp"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace fairsched::gateway {
+
+namespace {
+
+GenerateRequest ok(Route r, const std::string& body, std::uint32_t def = 16,
+                   std::uint32_t cap = 4096) {
+  auto v = parseGenerateRequest(r, body, def, cap);
+  EXPECT_TRUE(std::holds_alternative<GenerateRequest>(v)) << std::get<BodyError>(v).message;
+  return std::holds_alternative<GenerateRequest>(v) ? std::get<GenerateRequest>(v)
+                                                    : GenerateRequest{};
+}
+
+BodyError bad(Route r, const std::string& body) {
+  auto v = parseGenerateRequest(r, body, 16, 4096);
+  EXPECT_TRUE(std::holds_alternative<BodyError>(v)) << body;
+  return std::holds_alternative<BodyError>(v) ? std::get<BodyError>(v) : BodyError{};
+}
+
+}  // namespace
+
+TEST(ParseGenerateRequest, EstimatesPromptTokensAsBytesOverFour) {
+  EXPECT_EQ(ok(Route::kCompletions, R"({"prompt":"12345678"})").prompt_tokens, 2u);
+  EXPECT_EQ(ok(Route::kCompletions, R"({"prompt":"123456789"})").prompt_tokens, 3u);
+  EXPECT_EQ(ok(Route::kCompletions, R"({"prompt":""})").prompt_tokens, 1u);
+  // Chat: content bytes / 4 plus 4 per message; content parts count their text.
+  EXPECT_EQ(ok(Route::kChatCompletions,
+               R"({"messages":[{"role":"system","content":"12345678"},
+                   {"role":"user","content":[{"type":"text","text":"1234"}]}]})")
+                .prompt_tokens,
+            2u + 1u + 8u);
+}
+
+TEST(ParseGenerateRequest, SetsMaxTokensAndAsksForUsageWhenStreaming) {
+  const GenerateRequest r = ok(Route::kChatCompletions,
+                               R"({"model":"m","messages":[{"role":"user","content":"x"}],
+                                   "stream":true})",
+                               7);
+  EXPECT_TRUE(r.stream);
+  EXPECT_FALSE(r.caller_wants_usage);
+  EXPECT_EQ(r.max_tokens, 7u);
+  const auto up = nlohmann::json::parse(r.upstream_body);
+  EXPECT_EQ(up["max_tokens"], 7);
+  EXPECT_EQ(up["stream_options"]["include_usage"], true);
+  EXPECT_EQ(up["model"], "m");
+  const GenerateRequest c = ok(Route::kChatCompletions,
+                               R"({"messages":[{"role":"user","content":"x"}],
+                                   "max_completion_tokens":9,"stream":true,
+                                   "stream_options":{"include_usage":true}})");
+  EXPECT_EQ(c.max_tokens, 9u);
+  EXPECT_TRUE(c.caller_wants_usage);
+}
+
+TEST(ParseGenerateRequest, RefusesWhatCannotBeScheduled) {
+  EXPECT_EQ(bad(Route::kCompletions, "{nope").message, "the request body is not valid JSON");
+  EXPECT_EQ(bad(Route::kCompletions, "[]").message, "the request body must be a JSON object");
+  EXPECT_EQ(bad(Route::kCompletions, R"({"prompt":1})").param, "prompt");
+  EXPECT_EQ(bad(Route::kChatCompletions, R"({"messages":[]})").param, "messages");
+  EXPECT_EQ(bad(Route::kCompletions, R"({"prompt":"x","max_tokens":0})").param, "max_tokens");
+  EXPECT_EQ(bad(Route::kCompletions, R"({"prompt":"x","max_tokens":5000})").param, "max_tokens");
+  EXPECT_EQ(bad(Route::kCompletions, R"({"prompt":"x","n":2})").param, "n");
+  EXPECT_EQ(bad(Route::kCompletions, R"({"prompt":"x","stream":"yes"})").param, "stream");
+}
+
+TEST(ParseStreamChunk, TextUsageAndErrors) {
+  EXPECT_TRUE(parseStreamChunk(R"({"choices":[{"text":"a"}]})").has_text);
+  EXPECT_FALSE(parseStreamChunk(R"({"choices":[{"text":""}]})").has_text);
+  EXPECT_TRUE(parseStreamChunk(R"({"choices":[{"delta":{"content":"a"}}]})").has_text);
+  EXPECT_FALSE(parseStreamChunk(R"({"choices":[{"delta":{"role":"assistant"}}]})").has_text);
+  const StreamChunk u =
+      parseStreamChunk(R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}})");
+  EXPECT_TRUE(u.usage_only);
+  EXPECT_EQ(u.usage->completion_tokens, 5u);
+  EXPECT_TRUE(parseStreamChunk(R"({"error":{"message":"x"}})").is_error);
+  EXPECT_FALSE(parseStreamChunk("not json").valid);
+}
+
+TEST(ErrorJson, IsOpenAiShapedAndEscapes) {
+  const auto j =
+      nlohmann::json::parse(errorJson("a \"quote\"\n", "invalid_request_error", "", "x"));
+  EXPECT_EQ(j["error"]["message"], "a \"quote\"\n");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(j["error"]["param"].is_null());
+  EXPECT_EQ(j["error"]["code"], "x");
+  // Bytes that are not UTF-8 never make it throw.
+  EXPECT_NO_THROW(errorJson("\xff\xfe", "t", "", ""));
+}
+
+}  // namespace fairsched::gateway

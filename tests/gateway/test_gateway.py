@@ -1,0 +1,376 @@
+"""fairsched-gateway end to end: a real fairschedd, the fake OpenAI upstream
+and the gateway, driven by http.client and curl."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import BIN, KEYS, SLOW, Stack, sha, sse_events, wait_until
+
+CHAT = {"model": "test-model", "messages": [{"role": "user", "content": "hello there"}]}
+
+
+def test_check_config_accepts_a_good_file_and_names_the_line_and_key_of_a_bad_one(tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text('[upstream]\nurl = "http://127.0.0.1:8000"\n'
+                    f'[keys.a]\nsha256 = "{sha("k")}"\ntenant = "acme"\n')
+    r = subprocess.run([str(BIN / "fairsched-gateway"), "--check-config", str(good)],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0, r.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[upstream]\nurl = "http://127.0.0.1:8000"\n'
+                   '[keys.a]\nsha256 = "not-a-digest"\ntenant = "acme"\n')
+    r = subprocess.run([str(BIN / "fairsched-gateway"), "--check-config", str(bad)],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 1
+    assert f"{bad}:4: keys.a.sha256: expected 64 hex digits" in r.stderr
+
+
+def test_streamed_chat_relays_every_token_then_done(stack: Stack):
+    stack.start()
+    status, headers, body = stack.request(
+        "POST", "/v1/chat/completions", {**CHAT, "stream": True, "max_tokens": 12})
+    assert status == 200, body
+    assert headers["content-type"] == "text/event-stream"
+    events = sse_events(body)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert text == "".join(f"t{i} " for i in range(12))
+    # The caller did not ask for usage: the chunk the gateway asked for is not relayed.
+    assert all(c["choices"] for c in chunks)
+
+
+def test_streamed_completion_with_include_usage_relays_the_usage_chunk(stack: Stack):
+    stack.start()
+    status, _, body = stack.request("POST", "/v1/completions", {
+        "model": "test-model", "prompt": "x" * 40, "stream": True, "max_tokens": 5,
+        "stream_options": {"include_usage": True}})
+    assert status == 200, body
+    events = sse_events(body)
+    assert events[-1] == "[DONE]"
+    usage = json.loads(events[-2])["usage"]
+    assert usage["completion_tokens"] == 5
+
+
+def test_non_streamed_completion_returns_the_upstream_json(stack: Stack):
+    stack.start()
+    status, headers, body = stack.request("POST", "/v1/completions",
+                                          {"model": "test-model", "prompt": "hi", "max_tokens": 3})
+    assert status == 200, body
+    j = json.loads(body)
+    assert j["choices"][0]["text"] == "t0 t1 t2 "
+    assert j["usage"]["completion_tokens"] == 3
+
+
+def test_default_max_tokens_is_set_for_the_upstream(stack: Stack):
+    stack.start(default_max_tokens=7)
+    status, _, body = stack.request("POST", "/v1/completions", {"model": "m", "prompt": "hi"})
+    assert status == 200, body
+    assert json.loads(body)["usage"]["completion_tokens"] == 7
+
+
+def test_curl_streams_through_the_gateway(stack: Stack):
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed (scripts/install-deps installs it)")
+    stack.start()
+    r = subprocess.run(
+        ["curl", "-sS", "-N", "--max-time", str(int(20 * SLOW)),
+         f"http://127.0.0.1:{stack.port}/v1/chat/completions",
+         "-H", f"Authorization: Bearer {KEYS['bob'][0]}", "-H", "Content-Type: application/json",
+         "-d", json.dumps({**CHAT, "stream": True, "max_tokens": 4})],
+        capture_output=True, text=True, timeout=30 * SLOW)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().endswith("data: [DONE]")
+    assert r.stdout.count("data: ") == 5
+
+
+def test_keys_health_models_and_routes(stack: Stack):
+    stack.start()
+    assert stack.request("GET", "/healthz", key=None)[0] == 200
+    assert stack.request("GET", "/readyz", key=None)[0] == 200
+    s, _, b = stack.request("POST", "/v1/chat/completions", CHAT, key=None)
+    assert s == 401 and json.loads(b)["error"]["code"] == "missing_api_key"
+    s, _, b = stack.request("POST", "/v1/chat/completions", CHAT,
+                            headers={"Authorization": "Bearer sk-wrong"}, key=None)
+    assert s == 401 and json.loads(b)["error"]["type"] == "authentication_error"
+    s, _, b = stack.request("POST", "/v1/chat/completions", CHAT, key="modelsonly")
+    assert s == 403 and json.loads(b)["error"]["type"] == "permission_error"
+    s, _, b = stack.request("GET", "/v1/models", key="modelsonly")
+    assert s == 200 and json.loads(b)["data"][0]["id"] == "test-model"
+    s, _, b = stack.request("GET", "/v1/nothing")
+    assert s == 404
+
+
+def test_malformed_json_is_400_and_a_large_body_is_413(stack: Stack):
+    stack.start(max_body_bytes=4096)
+    s, _, b = stack.request("POST", "/v1/chat/completions", b"{not json")
+    assert s == 400
+    err = json.loads(b)["error"]
+    assert err["type"] == "invalid_request_error" and "JSON" in err["message"]
+    s, _, b = stack.request("POST", "/v1/chat/completions", {"model": "m", "messages": "x"})
+    assert s == 400 and json.loads(b)["error"]["param"] == "messages"
+    s, _, b = stack.request("POST", "/v1/completions", {"model": "m", "prompt": "x" * 5000})
+    assert s == 413 and json.loads(b)["error"]["code"] == "body_too_large"
+    s, _, b = stack.request("POST", "/v1/completions",
+                            {"model": "m", "prompt": "x", "max_tokens": 5000})
+    assert s == 400 and json.loads(b)["error"]["param"] == "max_tokens"
+
+
+def test_rate_limited_is_429_with_retry_after_and_ratelimit_headers(stack: Stack):
+    stack.start()
+    body = {"model": "m", "prompt": "hi", "max_tokens": 2}
+    for _ in range(2):
+        s, h, b = stack.request("POST", "/v1/completions", body, key="limited")
+        assert s == 200, b
+        assert h["x-ratelimit-limit-requests"] == "2"
+    s, h, b = stack.request("POST", "/v1/completions", body, key="limited")
+    assert s == 429, b
+    err = json.loads(b)["error"]
+    assert err["type"] == "rate_limit_error" and err["code"] == "rate_limit_exceeded"
+    assert 1 <= int(h["retry-after"]) <= 60
+    assert int(h["retry-after-ms"]) > 0
+    assert h["x-ratelimit-limit-requests"] == "2"
+    assert h["x-ratelimit-remaining-requests"] == "0"
+    reset = float(h["x-ratelimit-reset-requests"].rstrip("s"))
+    assert reset * 1000 >= int(h["retry-after-ms"]) - 1
+    # Another tenant is not affected.
+    assert stack.request("POST", "/v1/completions", body, key="bob")[0] == 200
+
+
+def slow_stream(stack: Stack, key: str, tokens: int = 50):
+    """Opens a streamed request of the slow model and returns its connection
+    once its first event arrived."""
+    c = stack.conn(30)
+    c.request("POST", "/v1/completions",
+              body=json.dumps({"model": "slow", "prompt": "p", "stream": True,
+                               "max_tokens": tokens}),
+              headers={"Authorization": f"Bearer {KEYS[key][0]}",
+                       "Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    line = b""
+    while not line.startswith(b"data: "):
+        line = r.readline()
+        assert line, "the stream ended before its first event"
+    return c, r
+
+
+def test_queue_full_is_503_and_a_passed_deadline_is_504(stack: Stack):
+    stack.start(upstream_args=("--slow-ms", "100"), upstream_max_sequences=1)
+    c, r = slow_stream(stack, "alice")  # takes the upstream's only sequence
+    results = {}
+
+    def queued():
+        results["queued"] = stack.request("POST", "/v1/completions",
+                                          {"model": "m", "prompt": "hi", "max_tokens": 1},
+                                          key="tiny", timeout=30,
+                                          headers={"x-fairsched-timeout-ms": str(int(1500 * SLOW))})
+
+    t = threading.Thread(target=queued)
+    t.start()
+    time.sleep(0.3 * SLOW)  # the tiny tenant's one queue slot is taken
+    s, h, b = stack.request("POST", "/v1/completions",
+                            {"model": "m", "prompt": "hi", "max_tokens": 1}, key="tiny")
+    assert s == 503, b
+    assert json.loads(b)["error"]["code"] == "queue_full"
+    t.join(30 * SLOW)
+    s, h, b = results["queued"]
+    assert s == 504, b  # the slow stream holds the sequence past the deadline
+    assert json.loads(b)["error"]["code"] == "deadline_exceeded"
+    c.close()
+
+
+def test_a_caller_that_hangs_up_cancels_its_running_request(stack: Stack):
+    stack.start(upstream_args=("--slow-ms", "50"), upstream_max_sequences=1)
+    c, r = slow_stream(stack, "alice", tokens=400)
+    wait_until(lambda: stack.upstream_stats()["running"] == 1, 10, "the upstream to run it")
+    c.sock.shutdown(socket.SHUT_RDWR)
+    c.close()
+    # The gateway closes its upstream call, the daemon frees the sequence...
+    wait_until(lambda: stack.upstream_stats()["running"] == 0, 5, "the upstream call to end")
+    # ...and the next request gets it at once, not after 400 × 50 ms.
+    t0 = time.monotonic()
+    s, _, b = stack.request("POST", "/v1/completions",
+                            {"model": "m", "prompt": "hi", "max_tokens": 2}, key="bob")
+    assert s == 200, b
+    assert time.monotonic() - t0 < 5 * SLOW
+
+
+def test_a_caller_that_hangs_up_while_queued_cancels_it(stack: Stack):
+    stack.start(upstream_args=("--slow-ms", "100"), upstream_max_sequences=1)
+    c, r = slow_stream(stack, "alice", tokens=30)
+    q = stack.conn(10)
+    q.request("POST", "/v1/completions",
+              body=json.dumps({"model": "m", "prompt": "queued", "max_tokens": 2}),
+              headers={"Authorization": f"Bearer {KEYS['bob'][0]}",
+                       "Content-Type": "application/json"})
+    time.sleep(0.3 * SLOW)
+    q.sock.shutdown(socket.SHUT_RDWR)
+    q.close()
+    c.close()
+    wait_until(lambda: stack.upstream_stats()["running"] == 0, 10, "the stream to end")
+    time.sleep(0.3 * SLOW)
+    # The queued request never reached the upstream.
+    assert not any("queued" in p for p in stack.upstream_stats()["prompts"])
+
+
+def test_upstream_down_is_502(stack: Stack):
+    stack.start(upstream=False)
+    t0 = time.monotonic()
+    s, _, b = stack.request("POST", "/v1/chat/completions", CHAT)
+    assert s == 502, b
+    assert json.loads(b)["error"]["code"] == "upstream_unavailable"
+    assert time.monotonic() - t0 < 5 * SLOW
+    # The sequence was given back: the next one fails the same way, not by waiting.
+    assert stack.request("POST", "/v1/chat/completions", CHAT)[0] == 502
+
+
+def test_upstream_errors_are_passed_on_and_a_hang_times_out(stack: Stack):
+    stack.start()
+    s, _, b = stack.request("POST", "/v1/chat/completions", {**CHAT, "model": "fail"})
+    assert s == 500 and json.loads(b)["error"]["message"] == "engine failure"
+    s, _, b = stack.request("POST", "/v1/chat/completions", {**CHAT, "model": "bad-request"})
+    assert s == 400
+    t0 = time.monotonic()
+    s, _, b = stack.request("POST", "/v1/chat/completions", {**CHAT, "model": "hang"}, timeout=20)
+    assert s == 504 and json.loads(b)["error"]["code"] == "upstream_timeout"
+    assert time.monotonic() - t0 < 10 * SLOW
+    # A stream cut short ends with an explicit error event.
+    s, _, b = stack.request("POST", "/v1/chat/completions",
+                            {**CHAT, "model": "drop", "stream": True, "max_tokens": 10})
+    assert s == 200
+    events = sse_events(b)
+    assert json.loads(events[-2])["error"]["code"] == "upstream_bad_response"
+    # And the gateway still serves.
+    assert stack.request("POST", "/v1/chat/completions", CHAT)[0] == 200
+
+
+def test_upstream_concurrency_is_never_exceeded(stack: Stack):
+    stack.start(upstream_args=("--token-ms", "5"), upstream_max_sequences=3)
+    results = []
+
+    def one(i):
+        results.append(stack.request("POST", "/v1/completions",
+                                     {"model": "m", "prompt": f"p{i}", "max_tokens": 10},
+                                     key="alice" if i % 2 else "bob", timeout=60)[0])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60 * SLOW)
+    assert results == [200] * 24
+    assert stack.upstream_stats()["max_running"] <= 3
+
+
+def test_keep_alive_serves_many_requests_on_one_connection(stack: Stack):
+    stack.start()
+    c = stack.conn()
+    for i in range(20):
+        c.request("POST", "/v1/completions",
+                  body=json.dumps({"model": "m", "prompt": "hi", "max_tokens": 2,
+                                   "stream": i % 2 == 0}),
+                  headers={"Authorization": f"Bearer {KEYS['alice'][0]}",
+                           "Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.status == 200
+        r.read()
+    c.close()
+
+
+def test_a_slow_header_is_cut_off(stack: Stack):
+    stack.start(header_timeout_ms=300)
+    s = socket.create_connection(("127.0.0.1", stack.port), timeout=5 * SLOW)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # never finishes
+    t0 = time.monotonic()
+    assert s.recv(100) == b""  # closed by the gateway
+    assert time.monotonic() - t0 < 3 * SLOW
+    s.close()
+
+
+def test_sighup_reloads_the_keys(stack: Stack):
+    stack.start()
+    text = stack.gateway_config.read_text()
+    stack.gateway_config.write_text(
+        text + f'[keys.carol]\nsha256 = "{sha("sk-carol")}"\ntenant = "carol"\n')
+    stack.gateway.send(signal.SIGHUP)
+    wait_until(lambda: "reloaded" in stack.gateway.output(), 5, "the reload")
+    s, _, b = stack.request("POST", "/v1/completions", {"model": "m", "prompt": "x"},
+                            key=None, headers={"Authorization": "Bearer sk-carol"})
+    assert s == 200, b
+    # A broken file is refused and the running keys stay.
+    stack.gateway_config.write_text(text + "[keys.bad]\nsha256 = 1\n")
+    stack.gateway.send(signal.SIGHUP)
+    wait_until(lambda: "reload refused" in stack.gateway.output(), 5, "the refusal")
+    assert stack.request("POST", "/v1/completions", {"model": "m", "prompt": "x"},
+                         key=None, headers={"Authorization": "Bearer sk-carol"})[0] == 200
+
+
+def test_sigterm_drains_and_exits_cleanly(stack: Stack):
+    stack.start(upstream_args=("--slow-ms", "20"))
+    c, r = slow_stream(stack, "alice", tokens=20)
+    stack.gateway.send(signal.SIGTERM)
+    rest = r.read()
+    assert rest.rstrip().endswith(b"data: [DONE]")
+    assert stack.gateway.proc.wait(10 * SLOW) == 0
+
+
+def ttft(stack: Stack, key: str) -> float:
+    c = stack.conn(60)
+    t0 = time.monotonic()
+    c.request("POST", "/v1/completions",
+              body=json.dumps({"model": "m", "prompt": "light", "stream": True,
+                               "max_tokens": 4}),
+              headers={"Authorization": f"Bearer {KEYS[key][0]}",
+                       "Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    line = r.readline()
+    first = time.monotonic() - t0
+    assert line.startswith(b"data: ")
+    r.read()
+    c.close()
+    return first
+
+
+def test_a_flooding_tenant_does_not_delay_a_light_tenants_first_token(stack: Stack):
+    # The upstream runs 4 sequences of 40 tokens at 5 ms: 200 ms each.
+    # Alice floods with 40 requests (10 rounds of the upstream's capacity);
+    # Bob's time to first token must stay within 2x of alone, plus slack for
+    # this machine (one sequence's length: fair order gives Bob the next free
+    # sequence, not an immediate one).
+    stack.start(upstream_args=("--token-ms", "5"), upstream_max_sequences=4)
+    alone = sorted(ttft(stack, "bob") for _ in range(3))[1]
+    flood_done = []
+
+    def flood(i):
+        flood_done.append(stack.request("POST", "/v1/completions",
+                                        {"model": "m", "prompt": f"f{i}", "max_tokens": 40},
+                                        key="alice", timeout=120)[0])
+
+    threads = [threading.Thread(target=flood, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: stack.upstream_stats()["running"] == 4, 10, "the flood to fill the upstream")
+    loaded = []
+    for _ in range(3):
+        loaded.append(ttft(stack, "bob"))
+        time.sleep(0.05)
+    for t in threads:
+        t.join(120 * SLOW)
+    assert flood_done == [200] * 40
+    one_sequence = 40 * 0.005
+    median = sorted(loaded)[1]
+    assert median <= 2 * alone + one_sequence * 1.5 * SLOW, (alone, loaded)
+    # Without fair scheduling Bob would wait behind the whole flood (~2 s).
+    assert median < 10 * one_sequence
