@@ -152,6 +152,9 @@ std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, Repl
 ReplaySummary summarize(const ReplayRun& run, const CostWeights& cost) {
   ReplaySummary s;
   s.windowed_difference = windowedServiceDifference(run.events, run.weights, kServiceWindow).mean;
+  s.windowed_waiting = windowedServiceDifference(run.events, run.weights, kServiceWindow, {0, 1, 2},
+                                                 Activity::kWaiting)
+                           .mean;
   s.max_service_difference = maxServiceDifference(run.events, run.weights, cost).value;
   std::map<std::string, double> demand;
   double total = 0;
@@ -368,7 +371,7 @@ ScenarioResult compareReplays(const config::Config& cfg, const std::vector<Repla
                               const std::vector<TraceRequest>& trace, const CostWeights& cost,
                               int runs, TimeNs jitter, std::uint64_t seed) {
   struct Figures {
-    std::vector<double> windowed, max_diff, light_ttft, ttft, makespan, preemptions;
+    std::vector<double> windowed, waiting, max_diff, light_ttft, ttft, makespan, preemptions;
   };
   std::map<ReplayPolicy, Figures> figures;
   for (const ReplayPolicy p : policies) {
@@ -378,6 +381,7 @@ ScenarioResult compareReplays(const config::Config& cfg, const std::vector<Repla
       if (auto* err = std::get_if<std::string>(&run)) return ScenarioError{*err};
       const ReplaySummary s = summarize(std::get<ReplayRun>(run), cost);
       f.windowed.push_back(s.windowed_difference);
+      f.waiting.push_back(s.windowed_waiting);
       f.max_diff.push_back(s.max_service_difference);
       f.light_ttft.push_back(s.light_ttft_p50_ms);
       f.ttft.push_back(s.ttft_p50_ms);
@@ -396,56 +400,70 @@ ScenarioResult compareReplays(const config::Config& cfg, const std::vector<Repla
                         {"cost", cost.toString()},
                         {"requests", trace.size()}};
   std::ostringstream t;
-  char line[320];
+  char line[640];
   std::snprintf(line, sizeof line,
                 "replay comparison: %zu requests, %d run(s), arrivals jittered by up to %.0f ms; "
                 "medians [min-max]\n"
-                "windowed = service difference over 60 s windows (input+2*output, VTC paper); "
-                "light = tenants with under half an equal share of the demand\n\n",
+                "windowed = service difference over 60 s windows (input+2*output, VTC paper) "
+                "among tenants with a request in the system; waiting = the same among tenants "
+                "with a request waiting\nmax_diff = max_service_difference (two tenants both "
+                "backlogged); light = tenants with under half an equal share of the demand\n\n",
                 trace.size(), runs, static_cast<double>(jitter) / kNsPerMs);
   t << line;
-  std::snprintf(line, sizeof line, "%-6s %26s %8s %8s %8s %12s %22s %10s %9s %8s\n", "policy",
-                "windowed", "/fifo", "/vtc", "/floor", "max_diff", "light_ttft_p50_ms",
-                "makespan_s", "/fifo", "preempt");
+  std::snprintf(line, sizeof line, "%-6s %24s %6s %6s %6s %9s %6s %6s %9s %6s %20s %10s %6s %7s\n",
+                "policy", "windowed", "/fifo", "/vtc", "/floor", "waiting", "/fifo", "/vtc",
+                "max_diff", "/vtc", "light_ttft_p50_ms", "makespan_s", "/fifo", "preempt");
   t << line;
+  // The median of `field` under `p` over that under `base`, as JSON and text.
+  auto versus = [&](ReplayPolicy p, std::vector<double> Figures::*field, ReplayPolicy base) {
+    return figures.count(base) ? ratio(median(p, field), median(base, field)) : 0.0;
+  };
+  auto cell = [&](ReplayPolicy p, std::vector<double> Figures::*field, ReplayPolicy base) {
+    if (figures.count(base) == 0) return std::string("-");
+    char c[16];
+    std::snprintf(c, sizeof c, "%.2f", versus(p, field, base));
+    return std::string(c);
+  };
+  struct Named {
+    const char* name;
+    std::vector<double> Figures::*field;
+  };
+  constexpr Named kFigures[] = {{"windowed_service_difference", &Figures::windowed},
+                                {"windowed_service_difference_waiting", &Figures::waiting},
+                                {"max_service_difference", &Figures::max_diff},
+                                {"light_ttft_p50_ms", &Figures::light_ttft},
+                                {"ttft_p50_ms", &Figures::ttft},
+                                {"makespan_s", &Figures::makespan},
+                                {"preemptions", &Figures::preemptions}};
   nlohmann::json per = nlohmann::json::object();
   for (const ReplayPolicy p : policies) {
     const Figures& f = figures[p];
-    const Spread w = spreadOf(f.windowed), md = spreadOf(f.max_diff), lt = spreadOf(f.light_ttft),
-                 tt = spreadOf(f.ttft), mk = spreadOf(f.makespan), pr = spreadOf(f.preemptions);
-    nlohmann::json j = {{"windowed_service_difference", toJson(w)},
-                        {"max_service_difference", toJson(md)},
-                        {"light_ttft_p50_ms", toJson(lt)},
-                        {"ttft_p50_ms", toJson(tt)},
-                        {"makespan_s", toJson(mk)},
-                        {"preemptions", toJson(pr)}};
+    nlohmann::json j = nlohmann::json::object();
     nlohmann::json ratios = nlohmann::json::object();
-    for (const ReplayPolicy base :
-         {ReplayPolicy::kFifo, ReplayPolicy::kVtc, ReplayPolicy::kFloor}) {
-      if (figures.count(base) == 0) continue;
-      ratios[std::string("windowed_vs_") + toString(base)] =
-          ratio(w.median, median(base, &Figures::windowed));
-      ratios[std::string("light_ttft_vs_") + toString(base)] =
-          ratio(lt.median, median(base, &Figures::light_ttft));
-      ratios[std::string("makespan_vs_") + toString(base)] =
-          ratio(mk.median, median(base, &Figures::makespan));
+    for (const Named& n : kFigures) {
+      j[n.name] = toJson(spreadOf(f.*n.field));
+      for (const ReplayPolicy base :
+           {ReplayPolicy::kFifo, ReplayPolicy::kVtc, ReplayPolicy::kFloor}) {
+        if (figures.count(base) == 0 || n.field == &Figures::preemptions) continue;
+        ratios[std::string(n.name) + "_vs_" + toString(base)] = versus(p, n.field, base);
+      }
     }
     j["ratios"] = ratios;
     per[toString(p)] = j;
-    auto cell = [&](ReplayPolicy base) {
-      char c[16];
-      if (figures.count(base) == 0) return std::string("-");
-      std::snprintf(c, sizeof c, "%.2f", ratio(w.median, median(base, &Figures::windowed)));
-      return std::string(c);
-    };
+    const Spread w = spreadOf(f.windowed), lt = spreadOf(f.light_ttft);
     char windowed[64], light[64];
     std::snprintf(windowed, sizeof windowed, "%.0f [%.0f-%.0f]", w.median, w.min, w.max);
     std::snprintf(light, sizeof light, "%.1f [%.1f-%.1f]", lt.median, lt.min, lt.max);
-    const double mk_fifo = ratio(mk.median, median(ReplayPolicy::kFifo, &Figures::makespan));
-    std::snprintf(line, sizeof line, "%-6s %26s %8s %8s %8s %12.0f %22s %10.1f %9.3f %8.0f\n",
-                  toString(p), windowed, cell(ReplayPolicy::kFifo).c_str(),
-                  cell(ReplayPolicy::kVtc).c_str(), cell(ReplayPolicy::kFloor).c_str(), md.median,
-                  light, mk.median, mk_fifo, pr.median);
+    std::snprintf(
+        line, sizeof line, "%-6s %24s %6s %6s %6s %9.0f %6s %6s %9.0f %6s %20s %10.1f %6s %7.0f\n",
+        toString(p), windowed, cell(p, &Figures::windowed, ReplayPolicy::kFifo).c_str(),
+        cell(p, &Figures::windowed, ReplayPolicy::kVtc).c_str(),
+        cell(p, &Figures::windowed, ReplayPolicy::kFloor).c_str(), median(p, &Figures::waiting),
+        cell(p, &Figures::waiting, ReplayPolicy::kFifo).c_str(),
+        cell(p, &Figures::waiting, ReplayPolicy::kVtc).c_str(), median(p, &Figures::max_diff),
+        cell(p, &Figures::max_diff, ReplayPolicy::kVtc).c_str(), light,
+        median(p, &Figures::makespan), cell(p, &Figures::makespan, ReplayPolicy::kFifo).c_str(),
+        median(p, &Figures::preemptions));
     t << line;
   }
   out["policies"] = per;

@@ -58,7 +58,8 @@ inline std::variant<ReplayRun, std::string> replayTrace(const config::Config& cf
 
 // The headline figures of one run, for comparisons.
 struct ReplaySummary {
-  double windowed_difference = 0;  // mean over 60 s windows (VTC paper)
+  double windowed_difference = 0;  // mean over 60 s windows (VTC paper), tenants in the system
+  double windowed_waiting = 0;     // the same among tenants with a waiting request
   double max_service_difference = 0;
   double light_ttft_p50_ms = 0;  // light tenants: under half an equal share of the demand
   double ttft_p50_ms = 0;        // every request with a first token

@@ -182,7 +182,8 @@ ServiceDifference maxServiceDifference(const std::vector<RequestEvent>& events,
 
 WindowedDifference windowedServiceDifference(const std::vector<RequestEvent>& events,
                                              const std::map<std::string, double>& weights,
-                                             TimeNs window, const CostWeights& cost) {
+                                             TimeNs window, const CostWeights& cost,
+                                             Activity activity) {
   WindowedDifference out;
   if (events.empty() || window <= 0) return out;
   TimeNs start = events.front().arrival, end = start;
@@ -207,8 +208,14 @@ WindowedDifference windowedServiceDifference(const std::vector<RequestEvent>& ev
   };
   for (const RequestEvent& e : events) {
     const std::size_t t = index[e.tenant];
-    for (std::size_t w = at(e.arrival); w <= at(std::max(e.arrival, e.completion)); ++w)
-      active[t * windows + w] = 1;
+    TimeNs until = std::max(e.arrival, e.completion);
+    if (activity == Activity::kWaiting) {
+      if (e.dispatch >= 0) until = e.dispatch;
+      if (until <= e.arrival) until = -1;  // never waited
+    }
+    if (until >= e.arrival) {
+      for (std::size_t w = at(e.arrival); w <= at(until); ++w) active[t * windows + w] = 1;
+    }
     if (e.dispatch < 0 || e.status != Status::kOk) continue;
     const double total =
         (cost.per_request + cost.per_input * e.input_tokens + cost.per_output * e.output_tokens) /

@@ -85,13 +85,21 @@ ServiceDifference maxServiceDifference(const std::vector<RequestEvent>& events,
 //  - in each window with two or more active tenants, the difference is the
 //    largest minus the smallest weight-normalised service among them.
 // `mean` is the average over those windows, `max` the largest.
+//
+// `Activity::kWaiting` counts a tenant only in windows where one of its
+// requests waited (between its arrival and its first dispatch; never
+// dispatched: until its completion) — the backlogged tenants, as fair
+// queueing defines them. Where nothing ever waits (the floor) no window
+// counts and the difference is 0.
 struct WindowedDifference {
   double mean = 0;
   double max = 0;
   std::size_t windows = 0;  // windows with two or more active tenants
 };
+enum class Activity { kInSystem, kWaiting };
 WindowedDifference windowedServiceDifference(const std::vector<RequestEvent>& events,
                                              const std::map<std::string, double>& weights,
-                                             TimeNs window, const CostWeights& cost = {0, 1, 2});
+                                             TimeNs window, const CostWeights& cost = {0, 1, 2},
+                                             Activity activity = Activity::kInSystem);
 
 }  // namespace fairsched::bench

@@ -214,11 +214,11 @@ SubmissionSlot validSlotOf(WorkerEventKind kind) {
 }
 
 constexpr WorkerEventKind kAllKinds[] = {WorkerEventKind::kCapacity, WorkerEventKind::kTokens,
-                                         WorkerEventKind::kFinish};
+                                         WorkerEventKind::kFinish, WorkerEventKind::kPreempted};
 
 TEST(WorkerEventRefused, UnknownKind) {
   WorkerEvent out;
-  for (const std::uint16_t kind : {0, 4, 5, 0x100, 0xffff}) {
+  for (const std::uint16_t kind : {0, 5, 6, 0x100, 0xffff}) {
     SubmissionSlot s = validSlotOf(WorkerEventKind::kCapacity);
     s.endpoint = kind;
     EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kUnknownKind) << kind;
@@ -391,6 +391,39 @@ TEST(Assignment, AbortRoundTripsItsAssignmentOnly) {
   EXPECT_EQ(assignmentPayloadWords(s), 0u) << "an abort has no payload";
 }
 
+TEST(Assignment, PreemptRoundTripsItsAssignmentOnly) {
+  AssignmentRecord a = sampleAssign();
+  a.kind = AssignmentKind::kPreempt;
+  const CompletionSlot s = encodeAssignment(a);
+  const std::optional<AssignmentRecord> got = decodeAssignment(s, 0);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->kind, AssignmentKind::kPreempt);
+  EXPECT_EQ(got->assignment, a.assignment);
+  EXPECT_EQ(got->prompt_tokens, 0u);
+  EXPECT_EQ(assignmentPayloadWords(s), 0u) << "a preempt has no payload";
+}
+
+TEST(WorkerEvent, PreemptedRoundTripsAndCarriesNothingElse) {
+  WorkerEvent e;
+  e.kind = WorkerEventKind::kPreempted;
+  e.assignment = (std::uint64_t{3} << 32) | 17;
+  e.output_tokens = 1234;
+  WorkerEvent out;
+  SubmissionSlot s = encodeWorkerEvent(e);
+  ASSERT_EQ(decodeWorkerEvent(s, out), EventCheck::kValid);
+  EXPECT_EQ(out.kind, WorkerEventKind::kPreempted);
+  EXPECT_EQ(out.assignment, e.assignment);
+  EXPECT_EQ(out.output_tokens, 1234u);
+  s.prompt_tokens = 1;
+  EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kStrayTokens);
+  s.prompt_tokens = 0;
+  s.params_bytes = 4;
+  EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kBadFlags);
+  s.params_bytes = 0;
+  s.priority = 1;  // a status belongs to FINISH
+  EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kBadFlags);
+}
+
 TEST(Assignment, PayloadOverTheBudgetIsRefused) {
   const AssignmentRecord a = sampleAssign();
   const CompletionSlot s = encodeAssignment(a);
@@ -415,7 +448,7 @@ TEST(Assignment, UnknownKindsAreRefused) {
   CompletionSlot s = encodeAssignment(sampleAssign());
   // A client's completion and a stream chunk are not assignments.
   for (const std::uint32_t kind : {encodeStatus(Status::kOk), encodeStatus(Status::kCancelled),
-                                   kStreamChunk, 0x1ffu, 0x202u, 0xffffffffu}) {
+                                   kStreamChunk, 0x1ffu, 0x203u, 0xffffffffu}) {
     s.status = kind;
     EXPECT_FALSE(decodeAssignment(s, std::numeric_limits<std::uint32_t>::max()).has_value())
         << kind;
