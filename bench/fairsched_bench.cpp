@@ -123,6 +123,12 @@ int main(int argc, char** argv) {
                  "(default: the config's policy)");
   app.add_option("--runs", options.runs, "replay: jittered copies of the trace (medians, ranges)")
       ->check(CLI::Range(1, 1000));
+  app.add_flag("--real", options.real,
+               "replay: through a real fairschedd, reference workers and client processes, in "
+               "real time");
+  app.add_option("--service-window-s", options.service_window_s,
+                 "replay: window of the windowed service difference (the VTC paper's 60 s)")
+      ->check(CLI::Range(0.001, 1e6));
   app.add_option("--jitter-ms", options.jitter_ms, "replay: move each arrival by up to ±J ms")
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--events", options.events_path, "replay: write one JSON line per request");

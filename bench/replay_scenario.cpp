@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 
+#include "bench/process_run.hpp"
 #include "bench/simulator.hpp"
 #include "daemon/config/embedded_config.hpp"
 #include "daemon/config/scheduler_setup.hpp"
@@ -29,8 +30,6 @@ double percentile(const std::vector<double>& sorted, double p) {
 double seconds(TimeNs t) {
   return static_cast<double>(t) / kNsPerSec;
 }
-
-constexpr TimeNs kServiceWindow = 60 * kNsPerSec;  // the windowed service difference
 
 std::vector<double> ttftsOf(const std::vector<const RequestEvent*>& events) {
   std::vector<double> v;
@@ -149,12 +148,77 @@ std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, Repl
   return run;
 }
 
-ReplaySummary summarize(const ReplayRun& run, const CostWeights& cost) {
+std::variant<ReplayRun, std::string> replayReal(config::Config cfg, ReplayPolicy policy,
+                                                const std::vector<TraceRequest>& trace,
+                                                const std::string& dir) {
+  if (policy == ReplayPolicy::kFloor) return std::string("the floor has no daemon to run");
+  cfg.daemon.policy = policy == ReplayPolicy::kFifo ? Policy::kFifo : Policy::kFair;
+  for (config::EndpointConfig& ec : cfg.endpoints) {
+    if (policy == ReplayPolicy::kDrr || policy == ReplayPolicy::kVtc) {
+      ec.fairness = policy == ReplayPolicy::kVtc ? core::Fairness::kVtc : core::Fairness::kDrr;
+      ec.worker.preemption = false;
+    }
+  }
+  prepareBenchConfig(cfg, dir);
+  // One plan per tenant, its requests in arrival order; where each went.
+  std::map<std::string, TenantPlan> plans;
+  std::vector<std::pair<std::string, std::size_t>> where(trace.size());
+  std::vector<std::size_t> order(trace.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return trace[a].t < trace[b].t; });
+  double end_s = 0;
+  for (const std::size_t i : order) {
+    const TraceRequest& r = trace[i];
+    if (cfg.findEndpoint(r.endpoint) == nullptr) {
+      return "line " + std::to_string(r.line) + ": endpoint: '" + r.endpoint +
+             "' is not an endpoint of the config";
+    }
+    TenantPlan& plan = plans[r.tenant];
+    plan.tenant = r.tenant;
+    plan.endpoint = r.endpoint;
+    where[i] = {r.tenant, plan.requests.size()};
+    plan.requests.push_back(
+        {static_cast<TimeNs>(std::llround(r.t * kNsPerSec)), r.input_tokens, r.output_tokens});
+    end_s = std::max(end_s, r.t);
+  }
+  std::vector<TenantPlan> list;
+  for (auto& [name, plan] : plans) list.push_back(std::move(plan));
+  auto records =
+      runProcesses(cfg, list, dir, std::chrono::seconds(static_cast<std::int64_t>(end_s) + 60));
+  if (auto* err = std::get_if<std::string>(&records)) return *err;
+  const TenantRecords& got = std::get<TenantRecords>(records);
+
+  ReplayRun run;
+  run.policy = policy;
+  const core::SchedulerSpec spec = config::buildSchedulerSpec(cfg);
+  const double default_weight = spec.tiers.at(spec.default_tier).default_weight;
+  for (const TraceRequest& r : trace) run.weights.emplace(r.tenant, default_weight);
+  for (const auto& t : spec.tenants) {
+    if (auto it = run.weights.find(t.name); it != run.weights.end()) it->second = t.weight;
+  }
+  run.events.resize(trace.size());
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    const RequestRecord& rec = got.at(where[i].first).at(where[i].second);
+    RequestEvent& ev = run.events[i];
+    ev.tenant = trace[i].tenant;
+    ev.arrival = rec.arrival;
+    ev.completion = rec.completion < 0 ? rec.arrival : rec.completion;
+    ev.first_token = rec.first_token;
+    ev.dispatch = rec.first_token >= 0 ? rec.first_token : ev.completion;
+    ev.input_tokens = trace[i].input_tokens;
+    ev.output_tokens = trace[i].output_tokens;
+    ev.status = rec.completion < 0 ? Status::kExecutorFailed : rec.status;
+  }
+  return run;
+}
+
+ReplaySummary summarize(const ReplayRun& run, const CostWeights& cost, TimeNs window) {
   ReplaySummary s;
-  s.windowed_difference = windowedServiceDifference(run.events, run.weights, kServiceWindow).mean;
-  s.windowed_waiting = windowedServiceDifference(run.events, run.weights, kServiceWindow, {0, 1, 2},
-                                                 Activity::kWaiting)
-                           .mean;
+  s.windowed_difference = windowedServiceDifference(run.events, run.weights, window).mean;
+  s.windowed_waiting =
+      windowedServiceDifference(run.events, run.weights, window, {0, 1, 2}, Activity::kWaiting)
+          .mean;
   s.max_service_difference = maxServiceDifference(run.events, run.weights, cost).value;
   std::map<std::string, double> demand;
   double total = 0;
@@ -180,7 +244,7 @@ ReplaySummary summarize(const ReplayRun& run, const CostWeights& cost) {
   return s;
 }
 
-nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost) {
+nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost, TimeNs window) {
   struct Acc {
     std::uint64_t submitted = 0, completed = 0, rejected = 0, tokens = 0;
     std::map<std::string, std::uint64_t> statuses;
@@ -239,8 +303,8 @@ nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost) {
     series[name] = {{"tokens_per_window", a.windows}, {"latency_percentiles_ms", cdf}};
   }
   const ServiceDifference d = maxServiceDifference(run.events, run.weights, cost);
-  const WindowedDifference wd = windowedServiceDifference(run.events, run.weights, kServiceWindow);
-  const ReplaySummary sum = summarize(run, cost);
+  const WindowedDifference wd = windowedServiceDifference(run.events, run.weights, window);
+  const ReplaySummary sum = summarize(run, cost, window);
   return {{"scenario", "replay"},
           {"policy", toString(run.policy)},
           {"cost", cost.toString()},
@@ -254,7 +318,7 @@ nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost) {
             {"window_start_s", seconds(d.window_start)},
             {"window_end_s", seconds(d.window_end)}}},
           {"windowed_service_difference",
-           {{"window_s", seconds(kServiceWindow)},
+           {{"window_s", seconds(window)},
             {"cost", "input+2*output"},
             {"mean", wd.mean},
             {"max", wd.max},
@@ -367,9 +431,18 @@ double ratio(double a, double b) {
 
 // Every policy on the same N jittered copies of the trace (copy r has seed
 // seed + r, whatever the policy).
+// replayReal in a temporary directory of its own.
+std::variant<ReplayRun, std::string> replayOnProcesses(const config::Config& cfg, ReplayPolicy p,
+                                                       const std::vector<TraceRequest>& trace) {
+  TempDir dir("fairsched-replay");
+  if (dir.path().empty()) return std::string("cannot create a temporary directory");
+  return replayReal(cfg, p, trace, dir.path());
+}
+
 ScenarioResult compareReplays(const config::Config& cfg, const std::vector<ReplayPolicy>& policies,
                               const std::vector<TraceRequest>& trace, const CostWeights& cost,
-                              int runs, TimeNs jitter, std::uint64_t seed) {
+                              int runs, TimeNs jitter, std::uint64_t seed, bool real,
+                              TimeNs window) {
   struct Figures {
     std::vector<double> windowed, waiting, max_diff, light_ttft, ttft, makespan, preemptions;
   };
@@ -377,9 +450,10 @@ ScenarioResult compareReplays(const config::Config& cfg, const std::vector<Repla
   for (const ReplayPolicy p : policies) {
     Figures& f = figures[p];
     for (int r = 0; r < runs; ++r) {
-      auto run = replayTrace(cfg, p, trace, jitter, seed + static_cast<std::uint64_t>(r));
+      auto run = real ? replayOnProcesses(cfg, p, trace)
+                      : replayTrace(cfg, p, trace, jitter, seed + static_cast<std::uint64_t>(r));
       if (auto* err = std::get_if<std::string>(&run)) return ScenarioError{*err};
-      const ReplaySummary s = summarize(std::get<ReplayRun>(run), cost);
+      const ReplaySummary s = summarize(std::get<ReplayRun>(run), cost, window);
       f.windowed.push_back(s.windowed_difference);
       f.waiting.push_back(s.windowed_waiting);
       f.max_diff.push_back(s.max_service_difference);
@@ -404,11 +478,11 @@ ScenarioResult compareReplays(const config::Config& cfg, const std::vector<Repla
   std::snprintf(line, sizeof line,
                 "replay comparison: %zu requests, %d run(s), arrivals jittered by up to %.0f ms; "
                 "medians [min-max]\n"
-                "windowed = service difference over 60 s windows (input+2*output, VTC paper) "
+                "windowed = service difference over %.0f s windows (input+2*output, VTC paper) "
                 "among tenants with a request in the system; waiting = the same among tenants "
                 "with a request waiting\nmax_diff = max_service_difference (two tenants both "
                 "backlogged); light = tenants with under half an equal share of the demand\n\n",
-                trace.size(), runs, static_cast<double>(jitter) / kNsPerMs);
+                trace.size(), runs, static_cast<double>(jitter) / kNsPerMs, seconds(window));
   t << line;
   std::snprintf(line, sizeof line, "%-6s %24s %6s %6s %6s %9s %6s %6s %9s %6s %20s %10s %6s %7s\n",
                 "policy", "windowed", "/fifo", "/vtc", "/floor", "waiting", "/fifo", "/vtc",
@@ -501,13 +575,18 @@ ScenarioResult runReplay(const ScenarioOptions& options) {
     at = comma + 1;
   }
   const auto& requests = std::get<std::vector<TraceRequest>>(trace);
+  const TimeNs window = static_cast<TimeNs>(std::llround(options.service_window_s * kNsPerSec));
   const TimeNs jitter = static_cast<TimeNs>(std::llround(options.jitter_ms * kNsPerMs));
   if (policies.size() > 1 || options.runs > 1) {
     if (!options.events_path.empty()) return ScenarioError{"--events takes one policy and one run"};
+    if (options.real && (options.runs > 1 || jitter > 0)) {
+      return ScenarioError{"--real replays the trace once, as it is: no --runs or --jitter-ms"};
+    }
     return compareReplays(cfg, policies, requests, std::get<CostWeights>(cost),
-                          std::max(1, options.runs), jitter, options.seed);
+                          std::max(1, options.runs), jitter, options.seed, options.real, window);
   }
-  auto run = replayTrace(cfg, policies.front(), requests, jitter, options.seed);
+  auto run = options.real ? replayOnProcesses(cfg, policies.front(), requests)
+                          : replayTrace(cfg, policies.front(), requests, jitter, options.seed);
   if (auto* err = std::get_if<std::string>(&run))
     return ScenarioError{options.trace_path + ": " + *err};
   const ReplayRun& r = std::get<ReplayRun>(run);
@@ -518,7 +597,7 @@ ScenarioResult runReplay(const ScenarioOptions& options) {
     if (!out) return ScenarioError{"cannot write " + options.events_path};
   }
   ScenarioReport report;
-  report.json = replayJson(r, std::get<CostWeights>(cost));
+  report.json = replayJson(r, std::get<CostWeights>(cost), window);
   report.table = replayTable(report.json);
   return report;
 }

@@ -56,9 +56,21 @@ inline std::variant<ReplayRun, std::string> replayTrace(const config::Config& cf
                      trace);
 }
 
+// The same trace through real processes: a forked fairschedd with `cfg`
+// (its socket and a client rule set up in `dir`, policy applied as by
+// replayTrace; kFloor has no daemon form), one reference worker per worker
+// endpoint modelling its [endpoints.NAME.engine], and one client process per
+// tenant submitting at the trace's times (streamed on worker endpoints; each
+// request asks for and produces output_tokens). Events as by replayTrace,
+// except that the dispatch time is not seen by a client: it is set to the
+// first token's arrival (or the completion) for the metrics that need one.
+std::variant<ReplayRun, std::string> replayReal(config::Config cfg, ReplayPolicy policy,
+                                                const std::vector<TraceRequest>& trace,
+                                                const std::string& dir);
+
 // The headline figures of one run, for comparisons.
 struct ReplaySummary {
-  double windowed_difference = 0;  // mean over 60 s windows (VTC paper), tenants in the system
+  double windowed_difference = 0;  // mean over windows (VTC paper: 60 s), tenants in the system
   double windowed_waiting = 0;     // the same among tenants with a waiting request
   double max_service_difference = 0;
   double light_ttft_p50_ms = 0;  // light tenants: under half an equal share of the demand
@@ -66,13 +78,16 @@ struct ReplaySummary {
   double makespan_s = 0;         // first arrival to last completion
   std::uint64_t preemptions = 0;
 };
-ReplaySummary summarize(const ReplayRun& run, const CostWeights& cost);
+// `window`: of the windowed service difference.
+ReplaySummary summarize(const ReplayRun& run, const CostWeights& cost,
+                        TimeNs window = 60 * kNsPerSec);
 
 // {"scenario":"replay","policy":..,"cost":..,"tenants":{NAME:{submitted,
 // completed,rejected,p50_ms,p99_ms,max_ms,tokens_served,weight}},
 // "max_service_difference":..,"max_service_difference_at":{..},
 // "window_s":..,"series":{NAME:{"tokens_per_window":[..],"latency_ms":[..]}}}
-nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost);
+nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost,
+                          TimeNs window = 60 * kNsPerSec);
 
 // One JSON object per line and request, in trace order (design.md §6).
 std::string replayEventsJsonl(const ReplayRun& run);

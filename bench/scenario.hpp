@@ -24,9 +24,11 @@ struct ScenarioOptions {
   std::string
       policy;    // --policy fair|drr|vtc|fifo|floor, a comma list, or all; empty: the config's
   int runs = 1;  // --runs N: jittered copies of the trace (several: a comparison)
-  double jitter_ms = 0;     // --jitter-ms J: each arrival moved by up to ±J ms
-  std::string events_path;  // --events FILE: one JSON line per request
-  std::string cost;         // --cost EXPR, e.g. "input+2*output"; empty: input+output
+  double jitter_ms = 0;          // --jitter-ms J: each arrival moved by up to ±J ms
+  bool real = false;             // --real: through a forked daemon, reference workers and clients
+  double service_window_s = 60;  // --service-window-s: of the windowed service difference
+  std::string events_path;       // --events FILE: one JSON line per request
+  std::string cost;              // --cost EXPR, e.g. "input+2*output"; empty: input+output
 };
 
 struct ScenarioReport {

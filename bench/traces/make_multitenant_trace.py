@@ -12,9 +12,11 @@ of i prompt and o output tokens costs i × prefill_token_us + o ×
 (step_us / max_sequences + decode_token_us) of engine time at full batch.
 Heavy tenants bring 55 % of the work, mid 35 %, light 10 %.
 
-Deterministic for a seed. The committed example:
+Deterministic for a seed. The committed examples:
 
     python3 bench/traces/make_multitenant_trace.py > bench/traces/multitenant.jsonl
+    python3 bench/traces/make_multitenant_trace.py --duration 30 --heavy 2 --mid 2 \
+        --light 6 --speedup 10 > bench/traces/multitenant-real.jsonl
 """
 import argparse
 import json
@@ -59,6 +61,9 @@ def main():
     ap.add_argument("--gamma-shape", type=float, default=0.15,
                     help="mid tenants' inter-arrival gamma shape (< 1: bursty)")
     ap.add_argument("--endpoint", default="chat")
+    ap.add_argument("--speedup", type=float, default=1.0,
+                    help="arrival rates times K, for an engine K times faster "
+                         "(multitenant-real.toml: 10)")
     args = ap.parse_args()
 
     rng = random.Random(args.seed)
@@ -67,7 +72,8 @@ def main():
         if count == 0:
             continue
         # requests/s per tenant so the class brings its share of the load
-        rate = SHARES[name] * args.load / mean_cost(sizes, random.Random(1)) / count
+        rate = (SHARES[name] * args.load * args.speedup / mean_cost(sizes, random.Random(1))
+                / count)
         for k in range(count):
             tenant = "%s-%d" % (name, k + 1)
             t = 0.0
