@@ -9,14 +9,49 @@
 namespace fairsched::bench {
 namespace {
 
-nlohmann::json tenantJson(const std::vector<RequestRecord>& records, nlohmann::json& series) {
+constexpr double kRateBucketMs = 100.0;  // tokens/s series: one point per bucket
+
+// Tokens served per second over time, each completed request's tokens spread
+// evenly from its first token (or arrival) to its completion.
+nlohmann::json tokenRate(const std::vector<RequestRecord>& records) {
+  std::vector<double> buckets;
+  for (const RequestRecord& r : records) {
+    if (r.completion < 0 || r.status != Status::kOk) continue;
+    const double from =
+        static_cast<double>(r.first_token >= 0 ? r.first_token : r.arrival) / kNsPerMs;
+    const double to = std::max(from, static_cast<double>(r.completion) / kNsPerMs);
+    const auto last = static_cast<std::size_t>(to / kRateBucketMs);
+    if (buckets.size() <= last) buckets.resize(last + 1, 0.0);
+    const auto tokens = static_cast<double>(r.tokens);
+    if (to == from) {
+      buckets[last] += tokens;
+      continue;
+    }
+    for (auto b = static_cast<std::size_t>(from / kRateBucketMs); b <= last; ++b) {
+      const double lo = std::max(from, static_cast<double>(b) * kRateBucketMs);
+      const double hi = std::min(to, static_cast<double>(b + 1) * kRateBucketMs);
+      if (hi > lo) buckets[b] += tokens * (hi - lo) / (to - from);
+    }
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    out.push_back(
+        {(static_cast<double>(b) + 0.5) * kRateBucketMs, buckets[b] * 1000.0 / kRateBucketMs});
+  }
+  return out;
+}
+
+nlohmann::json tenantJson(const std::vector<RequestRecord>& records, nlohmann::json& series,
+                          nlohmann::json& ttft_series) {
   std::uint64_t completed = 0, rejected = 0, ended = 0, tokens = 0;
   std::vector<double> latencies, ttft;
   for (const RequestRecord& r : records) {
     if (r.completion < 0) continue;  // no completion ever came: lost
     ++ended;
-    if (r.first_token >= 0)
+    if (r.first_token >= 0) {
       ttft.push_back(static_cast<double>(r.first_token - r.arrival) / kNsPerMs);
+      ttft_series.push_back({static_cast<double>(r.first_token) / kNsPerMs, ttft.back()});
+    }
     if (r.status == Status::kOk) {
       ++completed;
       tokens += r.tokens;
@@ -51,19 +86,27 @@ nlohmann::json noisyNeighborJson(const std::vector<NoisyRun>& runs, const std::s
   nlohmann::json report{
       {"scenario", "noisy-neighbor"}, {"mode", mode}, {"runs", nlohmann::json::array()}};
   nlohmann::json series = nlohmann::json::object();
+  nlohmann::json ttft_series = nlohmann::json::object();
+  nlohmann::json rate_series = nlohmann::json::object();
   for (const NoisyRun& run : runs) {
     const std::string policy = run.policy == Policy::kFair ? "fair" : "fifo";
     nlohmann::json tenants = nlohmann::json::object();
     for (const auto& [name, records] : run.tenants) {
-      nlohmann::json& points = series[policy + "/" + run.label + "/" + name];
+      const std::string key = policy + "/" + run.label + "/" + name;
+      nlohmann::json& points = series[key];
       points = nlohmann::json::array();
-      tenants[name] = tenantJson(records, points);
+      nlohmann::json firsts = nlohmann::json::array();
+      tenants[name] = tenantJson(records, points, firsts);
+      if (!firsts.empty()) ttft_series[key] = std::move(firsts);
+      rate_series[key] = tokenRate(records);
       tenants[name]["tier"] = tier;
       tenants[name]["weight"] = weight;
     }
     report["runs"].push_back({{"policy", policy}, {"label", run.label}, {"tenants", tenants}});
   }
   report["series"] = series;
+  report["ttft_series"] = ttft_series;
+  report["tokens_per_s"] = rate_series;
   return report;
 }
 
@@ -117,23 +160,46 @@ import matplotlib.pyplot as plt
 
 report = json.load(open(sys.argv[1]))
 series = report["series"]
-fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-for ax, policy in zip(axes, ["fifo", "fair"]):
-    for tenant, color, size in [("A", "#bbbbbb", 2), ("B", "#d62728", 40)]:
-        pts = series.get(policy + "/burst/" + tenant, [])
-        if pts:
-            xs, ys = zip(*pts)
-            ax.scatter(xs, ys, s=size, color=color, label="tenant " + tenant, zorder=3 if tenant == "B" else 2)
-    alone = series.get("fair/alone/B", [])
-    if alone:
-        xs, ys = zip(*alone)
-        ax.scatter(xs, ys, s=40, marker="x", color="#1f77b4", label="B alone", zorder=4)
-    ax.set_title("policy: " + policy)
-    ax.set_xlabel("completion time (ms)")
-    ax.set_yscale("log")
-    ax.grid(True, which="both", alpha=0.3)
-axes[0].set_ylabel("latency, arrival to completion (ms)")
-axes[1].legend(loc="center right")
+ttft = report.get("ttft_series", {})
+rates = report.get("tokens_per_s", {})
+rows = ["latency"] + (["ttft"] if ttft else []) + (["rate"] if rates else [])
+fig, grid = plt.subplots(len(rows), 2, figsize=(11, 3.6 * len(rows)), sharex="col", squeeze=False)
+for col, policy in enumerate(["fifo", "fair"]):
+    for row, kind in enumerate(rows):
+        ax = grid[row][col]
+        if kind == "rate":
+            for tenant, color in [("A", "#888888"), ("B", "#d62728")]:
+                pts = rates.get(policy + "/burst/" + tenant, [])
+                if pts:
+                    xs, ys = zip(*pts)
+                    ax.plot(xs, ys, color=color, label="tenant " + tenant)
+            ax.set_yscale("symlog", linthresh=1000)
+            ax.set_ylabel("tokens/s served (100 ms buckets)")
+            ax.set_xlabel("time (ms)")
+            ax.grid(True, alpha=0.3)
+            continue
+        data = series if kind == "latency" else ttft
+        for tenant, color, size in [("A", "#bbbbbb", 2), ("B", "#d62728", 40)]:
+            pts = data.get(policy + "/burst/" + tenant, [])
+            if pts:
+                xs, ys = zip(*pts)
+                ax.scatter(xs, ys, s=size, color=color, label="tenant " + tenant,
+                           zorder=3 if tenant == "B" else 2)
+        alone = data.get("fair/alone/B", [])
+        if alone:
+            xs, ys = zip(*alone)
+            ax.scatter(xs, ys, s=40, marker="x", color="#1f77b4", label="B alone", zorder=4)
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        if kind == "latency":
+            ax.set_title("policy: " + policy)
+            ax.set_ylabel("latency, arrival to completion (ms)")
+        else:
+            ax.set_ylabel("time to first token (ms)")
+        ax.set_xlabel("completion time (ms)" if kind == "latency" else "first token (ms)")
+grid[0][1].legend(loc="center right")
+if rates:
+    grid[len(rows) - 1][1].legend(loc="upper right")
 fig.suptitle("noisy neighbor: A bursts 10,000 requests, B sends 5")
 fig.tight_layout()
 fig.savefig(sys.argv[2], dpi=110)
