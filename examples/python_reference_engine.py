@@ -109,27 +109,33 @@ class Engine:
             self._stated = (free_seqs, free_kv)
 
     def take(self, items: list[WorkItem]) -> bool:
-        """Applies assignments and aborts; True when a sequence was added."""
+        """Applies assignments, aborts and preempts; True when a sequence was added."""
         took = False
         for item in items:
-            if item.kind == WorkKind.ABORT:
+            if item.kind in (WorkKind.ABORT, WorkKind.PREEMPT):
                 seq = next((s for s in self.seqs if s.id == item.id), None)
                 if seq is None:
-                    continue  # finished before the abort arrived
+                    continue  # finished before the abort or preempt arrived
                 self.kv_used -= seq.reserved
-                self.worker.finish(seq.id, Status.CANCELLED, seq.generated)
+                if item.kind == WorkKind.ABORT:
+                    self.worker.finish(seq.id, Status.CANCELLED, seq.generated)
+                    self.stats.aborted += 1
+                else:  # every token it generated was emitted at the end of its step
+                    self.worker.preempted(seq.id, seq.generated)
                 self.seqs.remove(seq)
-                self.stats.aborted += 1
                 continue
             asked = output_tokens_param(item.params)
             target = item.max_output_tokens if asked == 0 else min(asked, item.max_output_tokens)
-            if target == 0:  # nothing to generate
-                self.worker.finish(item.id, Status.OK, 0)
+            done = len(item.resumed)  # a resumed sequence goes on from there
+            if target <= done:  # nothing (more) to generate
+                self.worker.finish(item.id, Status.OK, done)
                 self.stats.finished += 1
                 continue
             reserved = item.prompt_tokens + item.max_output_tokens
             self.kv_used += reserved
-            self.seqs.append(Sequence(item.id, item.prompt, item.prompt_tokens, target, reserved))
+            # It recomputes prompt + what it generated before.
+            self.seqs.append(Sequence(item.id, item.prompt, item.prompt_tokens + done, target,
+                                      reserved, generated=done))
             took = True
         return took
 

@@ -58,11 +58,17 @@ def main() -> int:
                         if seq is not None:  # not finished before the abort came
                             worker.finish(item.id, Status.CANCELLED, seq.generated)
                         continue
+                    if item.kind == WorkKind.PREEMPT:  # give it back: all emitted already
+                        seq = running.pop(item.id, None)
+                        if seq is not None:
+                            worker.preempted(item.id, seq.generated)
+                        continue
                     if item.max_output_tokens == 0:  # nothing to generate
                         worker.finish(item.id, Status.OK, 0)
                         continue
                     running[item.id] = Sequence(item.prompt, item.max_output_tokens,
                                                 item.prompt_tokens + item.max_output_tokens)
+                    running[item.id].generated = len(item.resumed)  # resumed: go on from there
                 # One decode step over the batch (a real engine runs its model here).
                 if running:
                     time.sleep(args.step_ms / 1000)

@@ -325,6 +325,12 @@ def serve(engine: Engine, worker: Worker, stopping: Callable[[], bool],
                 if seq is not None:  # not finished before the abort came
                     worker.finish(item.id, Status.CANCELLED, seq.generated)
                 continue
+            if item.kind == WorkKind.PREEMPT:
+                continue  # this engine does not give sequences back: the daemon stops asking
+            if item.resumed:  # preempted on another worker; this one cannot recompute it
+                worker.finish(item.id, Status.EXECUTOR_FAILED, len(item.resumed),
+                              "this worker cannot resume a preempted sequence")
+                continue
             if item.max_output_tokens == 0:
                 worker.finish(item.id, Status.OK, 0)
                 continue

@@ -417,6 +417,9 @@ class Gateway {
   }
 
   void onWorkItem(WorkItem& item) {
+    // An upstream's stream cannot be given back and resumed: PREEMPT is
+    // ignored (the daemon stops asking this worker after a second).
+    if (item.kind == WorkItem::Kind::kPreempt) return;
     if (item.kind == WorkItem::Kind::kAbort) {
       const auto it = by_assignment_.find(item.id);
       if (it == by_assignment_.end()) return;  // already finished

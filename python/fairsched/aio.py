@@ -449,7 +449,7 @@ class AsyncWorker:
     """A Worker whose waits suspend the task instead of the thread: the
     worker's event descriptor is watched by the event loop while waiting.
 
-    set_capacity(), emit() and finish() are the Worker's, synchronous: they
+    set_capacity(), emit(), finish() and preempted() are the Worker's, synchronous: they
     wait at most ``event_timeout`` when the event ring is full (the daemon
     drains it continuously). Use one task to poll and wait.
     """
@@ -462,6 +462,7 @@ class AsyncWorker:
         self.set_capacity = worker.set_capacity
         self.emit = worker.emit
         self.finish = worker.finish
+        self.preempted = worker.preempted
         self.poll = worker.poll
 
     @classmethod

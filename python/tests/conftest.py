@@ -49,7 +49,9 @@ def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.01)
 
 
-def config_text(socket: str, extra: str = "") -> str:
+def config_text(socket: str, extra: str = "", chat: str = "", chat_worker: str = "") -> str:
+    """The tests' config; `chat` and `chat_worker` add keys to [endpoints.chat]
+    and [endpoints.chat.worker]."""
     loop = os.environ.get("FAIRSCHED_TEST_EVENT_LOOP", "")
     loop_line = f'event_loop = "{loop}"\n' if loop in ("epoll", "io_uring") else ""
     return (
@@ -57,8 +59,8 @@ def config_text(socket: str, extra: str = "") -> str:
         f'shutdown_grace_ms = 500\n{loop_line}'
         '[[tiers]]\nname = "paid"\n'
         '[endpoints.chat]\nexecutor = "worker"\nmax_batch_tokens = 65536\n'
-        "max_output_tokens = 4096\nbatch_timeout_ms = 60000\n"
-        "[endpoints.chat.worker]\nmax_sequences = 256\n"
+        "max_output_tokens = 4096\nbatch_timeout_ms = 60000\n" + chat +
+        "[endpoints.chat.worker]\nmax_sequences = 256\n" + chat_worker +
         "[endpoints.chat.engine]\nmax_sequences = 64\nstep_us = 100.0\ndecode_token_us = 1.0\n"
         "[endpoints.embed]\nmax_wait_us = 100\n"
         '[tenants.limited]\n[tenants.limited.limits]\nembed = ["2 requests/second"]\n'
@@ -101,11 +103,12 @@ class Process:
 class Daemon:
     """fairschedd on a socket in `dir`, started with config_text()."""
 
-    def __init__(self, dir: Path, extra_config: str = "") -> None:
+    def __init__(self, dir: Path, extra_config: str = "", chat: str = "",
+                 chat_worker: str = "") -> None:
         self.dir = dir
         self.socket = str(dir / "fairsched.sock")
         self.config = dir / "fairsched.toml"
-        self.config.write_text(config_text(self.socket, extra_config))
+        self.config.write_text(config_text(self.socket, extra_config, chat, chat_worker))
         self.process: Optional[Process] = None
         self.children: list[Process] = []
         self.starts = 0
@@ -185,12 +188,19 @@ def tmpdir_short() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+PREEMPTING = {
+    "chat": 'fairness = "recent"\n',
+    "chat_worker": "preemption = true\nmin_progress_tokens = 4\nmax_preemptions_per_s = 100.0\n",
+}
+
+
 @pytest.fixture
 def daemon(tmpdir_short: Path, request: pytest.FixtureRequest) -> Iterator[Daemon]:
     for binary in ("fairschedd", "fairsched-worker"):
         if not (BIN / binary).exists():
             pytest.fail(f"{BIN / binary} is not built (cmake --build build --target {binary})")
-    d = Daemon(tmpdir_short)
+    # A test marked @pytest.mark.preempting gets an endpoint that preempts.
+    d = Daemon(tmpdir_short, **(PREEMPTING if request.node.get_closest_marker("preempting") else {}))
     d.start()
     yield d
     for child in d.children:
@@ -225,3 +235,7 @@ def seed() -> int:
     value = int(os.environ.get("FAIRSCHED_TEST_SEED", random.randrange(2**32)))
     print(f"seed {value} (FAIRSCHED_TEST_SEED={value} reproduces it)")
     return value
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "preempting: the daemon's chat endpoint preempts")
