@@ -246,22 +246,19 @@ class Parser {
 }  // namespace
 
 GatewayConfigResult parseGatewayConfig(std::string_view text, std::string_view source_name) {
-  try {
-    toml::table root;
-    try {
-      root = toml::parse(text, source_name);
-    } catch (const toml::parse_error& e) {
-      return ConfigError{std::string(source_name),
-                         static_cast<std::uint32_t>(e.source().begin.line), "",
-                         std::string(e.description())};
-    }
-    GatewayConfig cfg;
-    Parser p(source_name);
-    if (auto err = p.run(root, cfg)) return *err;
-    return cfg;
-  } catch (const std::exception& e) {
-    return ConfigError{std::string(source_name), 0, "", e.what()};
+  GatewayConfigResult result = ConfigError{};
+  if (auto err = config::withTomlRoot(text, source_name, [&](const toml::table& root) {
+        GatewayConfig cfg;
+        Parser p(source_name);
+        if (auto bad = p.run(root, cfg)) {
+          result = *bad;
+        } else {
+          result = std::move(cfg);
+        }
+      })) {
+    return *err;
   }
+  return result;
 }
 
 GatewayConfigResult loadGatewayConfigFile(const std::string& path) {

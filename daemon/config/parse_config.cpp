@@ -14,6 +14,7 @@
 #include "daemon/config/config.hpp"
 #include "daemon/config/key_table.hpp"
 #include "daemon/config/sections.hpp"
+#include "daemon/config/toml_reader.hpp"
 
 namespace fairsched::config {
 
@@ -62,21 +63,15 @@ const AccountLookup& systemAccounts() {
 
 ConfigResult parseConfig(std::string_view text, std::string_view source_name,
                          const AccountLookup& accounts) {
-  try {
-    toml::table root;
-    try {
-      root = toml::parse(text, source_name);
-    } catch (const toml::parse_error& e) {
-      return ConfigError{std::string(source_name),
-                         static_cast<std::uint32_t>(e.source().begin.line), "",
-                         std::string(e.description())};
-    }
-    ParseContext ctx(source_name, accounts);
-    readKeys(ctx, root, "", kRootKeys, ctx.config());
-    return ctx.finish();
-  } catch (const std::exception& e) {
-    return ConfigError{std::string(source_name), 0, "", std::string("cannot parse: ") + e.what()};
+  ConfigResult result = ConfigError{};
+  if (auto err = withTomlRoot(text, source_name, [&](const toml::table& root) {
+        ParseContext ctx(source_name, accounts);
+        readKeys(ctx, root, "", kRootKeys, ctx.config());
+        result = ctx.finish();
+      })) {
+    return *err;
   }
+  return result;
 }
 
 ConfigResult parseConfig(std::string_view text, std::string_view source_name) {

@@ -279,4 +279,22 @@ bool TomlReader::readStringArray(const toml::node& n, const std::string& path,
   return true;
 }
 
+std::optional<ConfigError> withTomlRoot(std::string_view text, std::string_view source_name,
+                                        const std::function<void(const toml::table&)>& read) {
+  try {
+    toml::table root;
+    try {
+      root = toml::parse(text, source_name);
+    } catch (const toml::parse_error& e) {
+      return ConfigError{std::string(source_name),
+                         static_cast<std::uint32_t>(e.source().begin.line), "",
+                         std::string(e.description())};
+    }
+    read(root);
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    return ConfigError{std::string(source_name), 0, "", std::string("cannot parse: ") + e.what()};
+  }
+}
+
 }  // namespace fairsched::config

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <span>
@@ -37,6 +38,12 @@ namespace fairsched::config {
 
 // Control bytes as \xNN, so a message stays one printable line.
 std::string escaped(std::string_view s);
+
+// Parses `text` as TOML and hands the root table to `read`. A syntax error
+// comes back as a ConfigError naming `source_name` and the line; an
+// exception thrown by `read` as one naming the source.
+std::optional<ConfigError> withTomlRoot(std::string_view text, std::string_view source_name,
+                                        const std::function<void(const toml::table&)>& read);
 // User text in an error message: 'text', escaped.
 std::string quote(std::string_view s);
 // The shortest text that reads back as `v`.

@@ -39,8 +39,18 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # quiet
         pass
 
+    def _release(self) -> None:
+        """The request stops running: before its last bytes go out, so a
+        client that reads them and sends its next request never finds it
+        still counted."""
+        if getattr(self, "_running", False):
+            self._running = False
+            with LOCK:
+                STATS["running"] -= 1
+
     def _json(self, status: int, obj) -> None:
         body = json.dumps(obj).encode()
+        self._release()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -76,14 +86,14 @@ class Handler(BaseHTTPRequestHandler):
             STATS["running"] += 1
             STATS["max_running"] = max(STATS["max_running"], STATS["running"])
             STATS["prompts"].append(prompt[:64])
+        self._running = True
         try:
             self._serve(body, chat, model, prompt, max_tokens)
         except (BrokenPipeError, ConnectionResetError):
             with LOCK:
                 STATS["disconnects"] += 1
         finally:
-            with LOCK:
-                STATS["running"] -= 1
+            self._release()
 
     def _serve(self, body, chat, model, prompt, max_tokens):
         if model == "fail":
@@ -138,6 +148,7 @@ class Handler(BaseHTTPRequestHandler):
             self._chunk(b"data: " + json.dumps({"id": "cmpl-1", "object": obj + ".chunk",
                                                 "model": model, "choices": [],
                                                 "usage": usage}).encode() + b"\n\n")
+        self._release()
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
 
