@@ -774,6 +774,15 @@ class Gateway {
 
   // Calls the upstream for an assigned exchange and relays its answer.
   // Every path ends the assignment exactly once. False: close the connection.
+  // The caller hung up, or the daemon ended the request, before the upstream
+  // answered: the request ends CANCELLED, and a caller still there hears why.
+  awaitable<bool> endBeforeResponse(Conn& c, Exchange& ex) {
+    finishExchange(ex, Status::kCancelled, 0, "");
+    if (ex.caller_gone) co_return false;
+    ErrorReply e = co_await abortReply(ex);
+    co_return co_await sendError(c, std::move(e));
+  }
+
   awaitable<bool> runUpstream(Conn& c, Exchange& ex) {
     const UpstreamConfig& u = cfg_.upstream;
     beast::tcp_stream up(io_);
@@ -803,17 +812,7 @@ class Gateway {
                                                  asio::redirect_error(use_awaitable, ec));
     if (!ec) co_await up.async_connect(addrs, asio::redirect_error(use_awaitable, ec));
     if (ec) {
-      if (ex.caller_gone) {
-        finishExchange(ex, Status::kCancelled, 0, "");
-        co_return false;
-      }
-      if (ex.aborted) {
-        finishExchange(ex, Status::kCancelled, 0, "");
-        {
-          ErrorReply e = co_await abortReply(ex);
-          co_return co_await sendError(c, std::move(e));
-        }
-      }
+      if (ex.caller_gone || ex.aborted) co_return co_await endBeforeResponse(c, ex);
       const std::string why = "connect to " + u.host + ":" + std::to_string(u.port) + ": " +
                               (ec == beast::error::timeout ? "timed out" : ec.message());
       spdlog::warn("request {}: {}", ex.serial, why);
@@ -840,17 +839,7 @@ class Gateway {
     p.body_limit(std::numeric_limits<std::uint64_t>::max());
     if (!ec) co_await http::async_read_header(up, ubuf, p, asio::redirect_error(use_awaitable, ec));
     if (ec) {
-      if (ex.caller_gone) {
-        finishExchange(ex, Status::kCancelled, 0, "");
-        co_return false;
-      }
-      if (ex.aborted) {
-        finishExchange(ex, Status::kCancelled, 0, "");
-        {
-          ErrorReply e = co_await abortReply(ex);
-          co_return co_await sendError(c, std::move(e));
-        }
-      }
+      if (ex.caller_gone || ex.aborted) co_return co_await endBeforeResponse(c, ex);
       const std::string why =
           ec == beast::error::timeout
               ? "no response within " + std::to_string(u.response_timeout_ms) + " ms"
