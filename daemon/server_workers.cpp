@@ -181,7 +181,13 @@ bool Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
       Pending* p = assignedTo(ev.assignment, c.id);
       if (!p) return false;
       if (ev.output_tokens < p->streamed || ev.output_tokens > p->max_output_tokens) return false;
+      // A prompt counted by the engine: at most what one request may hold.
+      if (ev.input_tokens > cfg_.endpoints[p->endpoint].max_batch_tokens) return false;
       const std::uint64_t key = ev.assignment & 0xffffffffu;
+      if (ev.input_tokens != 0 && ev.input_tokens != p->prompt_tokens) {
+        sched_.settleInput(p->handle, ev.input_tokens, now);
+        p->prompt_tokens = ev.input_tokens;
+      }
       if (ev.output_tokens > p->streamed) {  // generated but not streamed: charged now
         sched_.charge(p->handle, ev.output_tokens - p->streamed, now);
       }

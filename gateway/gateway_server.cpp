@@ -458,23 +458,27 @@ class Gateway {
   }
 
   void endAssignment(std::uint64_t id, std::uint64_t kv, Status status, std::uint32_t output,
-                     std::string_view message) {
+                     std::string_view message, std::uint32_t input = 0) {
     spdlog::debug("assignment {} ends {} after {} tokens", id, toString(status), output);
     running_ -= std::min<std::uint32_t>(running_, 1);
     reserved_ -= std::min(reserved_, kv);
     if (worker_) {
-      if (auto r = worker_->finish(id, status, output, message); !r) {
+      if (auto r = worker_->finish(id, status, output, message, input); !r) {
         spdlog::warn("finish of assignment {}: {}", id, r.error().toString());
       }
     }
     stateCapacity();
   }
 
-  void finishExchange(Exchange& ex, Status status, std::uint32_t output, std::string_view msg) {
+  // `input`: the prompt tokens the upstream's usage counted (0: unknown), so
+  // the daemon settles the estimate the request was submitted with.
+  void finishExchange(Exchange& ex, Status status, std::uint32_t output, std::string_view msg,
+                      std::uint32_t input = 0) {
     if (ex.worker_finished || !ex.assignment) return;
     ex.worker_finished = true;
     by_assignment_.erase(*ex.assignment);
-    endAssignment(*ex.assignment, ex.reserved_kv, status, std::min(output, ex.req.max_tokens), msg);
+    endAssignment(*ex.assignment, ex.reserved_kv, status, std::min(output, ex.req.max_tokens), msg,
+                  input);
   }
 
   void emitTokens(Exchange& ex, std::uint32_t n) {
@@ -539,12 +543,14 @@ class Gateway {
 
   awaitable<void> session(tcp::socket s) {
     Conn c(std::move(s));
-    connections_ += 1;
+    *connections_ += 1;
+    // Shared: a session frame still pending when the loop stops is destroyed
+    // with the io_context, after the gateway itself.
     struct Guard {
-      std::uint32_t& n;
-      ~Guard() { n -= 1; }
+      std::shared_ptr<std::uint32_t> n;
+      ~Guard() { *n -= 1; }
     } guard{connections_};
-    if (connections_ > cfg_.max_connections) {
+    if (*connections_ > cfg_.max_connections) {
       c.keep_alive = false;
       co_await sendError(c, tooManyConnections());
       error_code ec;
@@ -960,7 +966,7 @@ class Gateway {
       }
       const std::uint32_t output =
           std::max(ex.emitted, usage ? usage->completion_tokens : std::uint32_t{0});
-      finishExchange(ex, Status::kOk, output, "");
+      finishExchange(ex, Status::kOk, output, "", usage ? usage->prompt_tokens : 0);
       co_return co_await writeStreamEnd(c, ex, {});
     }
     // Not streamed (or the upstream refused the stream).
@@ -973,7 +979,7 @@ class Gateway {
       const std::optional<Usage> us = parseResponseUsage(whole);
       const std::uint32_t output = us ? us->completion_tokens : 0;
       emitTokens(ex, output);
-      finishExchange(ex, Status::kOk, output, "");
+      finishExchange(ex, Status::kOk, output, "", us ? us->prompt_tokens : 0);
     } else {
       const std::string why = "upstream answered HTTP " + std::to_string(status);
       finishExchange(ex, status >= 400 && status < 500 ? Status::kInvalid : Status::kExecutorFailed,
@@ -1057,7 +1063,7 @@ class Gateway {
   std::uint32_t running_ = 0;
   std::uint64_t reserved_ = 0;
   std::optional<std::pair<std::uint32_t, std::uint64_t>> stated_;
-  std::uint32_t connections_ = 0;
+  std::shared_ptr<std::uint32_t> connections_ = std::make_shared<std::uint32_t>(0);
   bool draining_ = false;
   bool stopping_ = false;
   tcp::acceptor acceptor_;

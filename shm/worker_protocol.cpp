@@ -8,7 +8,7 @@ namespace fairsched::shm {
 // Field mapping of a worker event onto a SubmissionSlot:
 //   endpoint          the kind
 //   request_id        kTokens/kFinish/kPreempted: the assignment; kCapacity: assignments_seen
-//   tag               kCapacity: free KV tokens
+//   tag               kCapacity: free KV tokens; kFinish: prompt tokens counted (0 = as assigned)
 //   max_output_tokens kCapacity: free sequences; kFinish/kPreempted: output tokens
 //   priority          kFinish: the encoded status
 //   deadline_ns       kTokens: emit time
@@ -53,6 +53,7 @@ SubmissionSlot encodeWorkerEvent(const WorkerEvent& e) {
       s.request_id = e.assignment;
       s.max_output_tokens = e.output_tokens;
       s.priority = static_cast<std::int32_t>(encodeStatus(e.status));
+      s.tag = e.input_tokens;
       break;
     case WorkerEventKind::kPreempted:
       s.request_id = e.assignment;
@@ -87,6 +88,7 @@ EventCheck decodeWorkerEvent(const SubmissionSlot& s, WorkerEvent& out) {
     case static_cast<std::uint16_t>(WorkerEventKind::kFinish): {
       if (s.prompt_tokens != 0) return EventCheck::kStrayTokens;
       if (s.priority < 0) return EventCheck::kBadStatus;
+      if (s.tag > UINT32_MAX) return EventCheck::kBadFlags;
       const std::optional<Status> st = decodeStatus(static_cast<std::uint32_t>(s.priority));
       if (!st || (*st != Status::kOk && *st != Status::kCancelled &&
                   *st != Status::kExecutorFailed && *st != Status::kInvalid)) {
@@ -96,6 +98,7 @@ EventCheck decodeWorkerEvent(const SubmissionSlot& s, WorkerEvent& out) {
       out.assignment = s.request_id;
       out.status = *st;
       out.output_tokens = s.max_output_tokens;
+      out.input_tokens = static_cast<std::uint32_t>(s.tag);
       out.message_bytes = s.params_bytes;
       return EventCheck::kValid;
     }

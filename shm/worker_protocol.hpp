@@ -9,7 +9,7 @@
 //   event ring (submission ring 0, worker-written, UNTRUSTED):
 //     CAPACITY{free sequences, free KV tokens, assignments seen}
 //     TOKENS{assignment, emit time, token ids in the ring's arena}
-//     FINISH{assignment, status, output tokens, message}
+//     FINISH{assignment, status, output tokens, [prompt tokens counted], message}
 //   assignment ring (the completion ring, daemon-written, read-only to the worker):
 //     ASSIGN{assignment, tenant, priority, deadline, max output tokens,
 //            prompt token ids and parameters in the reply arena}
@@ -68,6 +68,7 @@ struct WorkerEvent {
   // kFinish
   Status status = Status::kOk;  // kOk, kCancelled (abort acknowledged), kExecutorFailed, kInvalid
   std::uint32_t output_tokens = 0;  // kFinish, kPreempted: generated in all
+  std::uint32_t input_tokens = 0;   // kFinish: the prompt as the engine counted it; 0 = as assigned
   std::uint32_t message_bytes = 0;  // an error message in the arena words (escaped when shown)
 };
 

@@ -191,13 +191,14 @@ class WorkerCore {
   }
 
   Result<void> finish(std::uint64_t id, Status status, std::uint32_t output_tokens,
-                      std::string_view message) {
+                      std::string_view message, std::uint32_t input_tokens) {
     if (message.size() > shm::kMaxParamsBytes) message = message.substr(0, shm::kMaxParamsBytes);
     shm::WorkerEvent ev;
     ev.kind = shm::WorkerEventKind::kFinish;
     ev.assignment = id;
     ev.status = status;
     ev.output_tokens = output_tokens;
+    ev.input_tokens = input_tokens;
     Result<void> r = push(shm::encodeWorkerEvent(ev), {},
                           std::as_bytes(std::span<const char>(message.data(), message.size())));
     if (r) ++stats_.finished;
@@ -317,8 +318,8 @@ Result<void> Worker::preempted(std::uint64_t id, std::uint32_t output_tokens) {
 }
 
 Result<void> Worker::finish(std::uint64_t id, Status status, std::uint32_t output_tokens,
-                            std::string_view message) {
-  return impl_->finish(id, status, output_tokens, message);
+                            std::string_view message, std::uint32_t input_tokens) {
+  return impl_->finish(id, status, output_tokens, message, input_tokens);
 }
 bool Worker::connected() const {
   return impl_->connected();

@@ -283,6 +283,7 @@ Admission Scheduler::submit(const Request& r, TimeNs now) {
   s.charged = 0;
   s.emitted = 0;
   s.resumed = false;
+  s.reserved_input = r.input_tokens;
   s.seq = seq_++;
   s.ts = ts_index;
   s.state = SlotState::kQueued;
@@ -372,6 +373,23 @@ bool Scheduler::charge(Handle h, std::uint32_t tokens, TimeNs now) {
   ts.recent.add(tokens, now);
   ep.recent.add(tokens, now);
   ts.last_active = now;
+  return true;
+}
+
+bool Scheduler::settleInput(Handle h, std::uint32_t input_tokens, TimeNs now) {
+  Slot* s = lookup(h);
+  if (!s || s->state != SlotState::kInFlight) return false;
+  const std::int64_t delta =
+      static_cast<std::int64_t>(input_tokens) - static_cast<std::int64_t>(s->req.input_tokens);
+  if (delta == 0) return true;
+  EndpointState& ep = endpoints_[s->req.endpoint];
+  TenantState& ts = ep.states[s->ts];
+  if (spec_.policy == Policy::kFair && ep.spec.cost != CostModel::kRequests &&
+      s->charged != kChargedUnderOtherModel) {
+    ep.flows[ts.tier].adjust(s->ts, -delta, now);  // delta > 0 charges more
+    s->charged += delta;
+  }
+  s->req.input_tokens = input_tokens;
   return true;
 }
 
@@ -699,7 +717,14 @@ bool Scheduler::complete(Handle h, std::uint32_t output_tokens, TimeNs now) {
   EndpointState& ep = endpoints_[s->req.endpoint];
   TenantState& ts = ep.states[s->ts];
   const std::uint32_t out = std::min(output_tokens, s->req.max_output_tokens);
-  if (ts.limiter) ts.limiter->refundTokens(s->req.max_output_tokens - out, s->arrival);
+  if (ts.limiter) {
+    // The reservation was input + max output at admission; a prompt settled
+    // at another size (settleInput) moves the refund by the difference.
+    const std::int64_t unused = static_cast<std::int64_t>(s->req.max_output_tokens - out) +
+                                static_cast<std::int64_t>(s->reserved_input) -
+                                static_cast<std::int64_t>(s->req.input_tokens);
+    if (unused > 0) ts.limiter->refundTokens(static_cast<std::uint64_t>(unused), s->arrival);
+  }
   if (ep.spec.cost == CostModel::kAdaptive) {
     const std::int64_t actual = static_cast<std::int64_t>(s->req.input_tokens) + out;
     // Per token, the charge already is the actual cost (tokens the worker

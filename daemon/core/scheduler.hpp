@@ -213,6 +213,14 @@ class Scheduler {
   // progress than min_progress_tokens since they last started are never chosen.
   Handle preemptionVictim(EndpointId e, TimeNs now, std::span<const Running> running);
 
+  // The prompt of a dispatched request turned out to be `input_tokens` long
+  // (a worker that counts tokens better than the submitter estimated: the
+  // gateway's usage). Its tenant is charged the difference at once (DRR
+  // deficit or service counter) and its token-limit reservation is settled
+  // by it at completion (a longer prompt uses up that much of the unused
+  // output reservation). False for an unknown handle or one not in flight.
+  bool settleInput(Handle h, std::uint32_t input_tokens, TimeNs now);
+
   // A dispatched request finished after producing `output_tokens`: refunds
   // the unused token reservation and, under the adaptive cost model, corrects
   // the tenant's deficit by the actual cost. Returns false for an unknown handle.
@@ -258,10 +266,11 @@ class Scheduler {
   struct Slot {
     Request req;
     TimeNs arrival = 0;
-    std::int64_t charged = 0;   // DRR cost charged at dispatch (and per token since)
-    std::uint64_t seq = 0;      // arrival order, kept across a requeue
-    std::uint32_t emitted = 0;  // output tokens charged through charge()
-    bool resumed = false;       // preempted: its next dispatch charges no prompt
+    std::int64_t charged = 0;          // DRR cost charged at dispatch (and per token since)
+    std::uint64_t seq = 0;             // arrival order, kept across a requeue
+    std::uint32_t emitted = 0;         // output tokens charged through charge()
+    bool resumed = false;              // preempted: its next dispatch charges no prompt
+    std::uint32_t reserved_input = 0;  // input tokens reserved at admission
     TimeNs dispatched_at = 0;
     std::uint32_t ts = 0;  // index of the tenant's state on the endpoint
     std::uint32_t gen = 1;

@@ -142,9 +142,12 @@ class FAIRSCHED_API Worker {
 
   // Ends assignment `id` after `output_tokens` tokens in all (at least those
   // emitted; any not emitted are charged, not streamed). `message` (at most
-  // kMaxParamsBytes) says why when status is not kOk.
+  // kMaxParamsBytes) says why when status is not kOk. `input_tokens`, when
+  // not 0, is the prompt's length as the engine counted it (a proxy's
+  // upstream `usage`): the tenant is charged the difference from the
+  // submitted count, and its completion reports it.
   Result<void> finish(std::uint64_t id, Status status, std::uint32_t output_tokens,
-                      std::string_view message = {});
+                      std::string_view message = {}, std::uint32_t input_tokens = 0);
 
   // Acknowledges a kPreempt: `id` stopped after generating `output_tokens`
   // in all, every one emitted. (When it had finished already, finish() was

@@ -971,6 +971,55 @@ TEST_F(Workers, AWorkerThatIgnoresPreemptKeepsItsSequencesAndNothingIsLost) {
   EXPECT_EQ(d.value().terminate(), 0);
 }
 
+TEST_F(Workers, AWorkerThatCountsThePromptSettlesItAndTheClientHearsTheCount) {
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  // A proxy-like worker: the request came counts-only (an estimate of 50
+  // prompt tokens); its upstream counted 73.
+  const pid_t worker = fork();
+  if (worker == 0) {
+    WorkerOptions wo;
+    wo.socket_path = socket();
+    wo.endpoint = "chat";
+    auto w = Worker::connect(wo);
+    if (!w || !w->setCapacity(4, 1 << 20)) _exit(1);
+    std::vector<WorkItem> items;
+    while (items.empty()) {
+      (void)w->wait(100ms);
+      w->poll(items);
+    }
+    const std::uint32_t t = 9;
+    if (!w->emit(items[0].id, std::span<const std::uint32_t>(&t, 1))) _exit(1);
+    if (!w->finish(items[0].id, Status::kOk, 3, {}, /*input_tokens=*/73)) _exit(1);
+    while (w->connected()) std::this_thread::sleep_for(10ms);
+    _exit(0);
+  }
+  auto client = connectClient(socket());
+  ASSERT_TRUE(client);
+  auto tenant = client->openTenant("acme");
+  ASSERT_TRUE(tenant);
+  SubmitRequest r;
+  r.tenant = *tenant;
+  r.endpoint = "chat";
+  r.prompt_token_count = 50;
+  r.max_output_tokens = 8;
+  auto id = client->submit(r);
+  ASSERT_TRUE(id) << id.error().message;
+  std::vector<Completion> got;
+  ASSERT_TRUE(pollUntil(
+      *client, [&](const Completion& c) { got.push_back(c); }, [&] { return !got.empty(); }, 10s));
+  EXPECT_EQ(got[0].status, Status::kOk);
+  EXPECT_EQ(got[0].input_tokens, 73u);
+  EXPECT_EQ(got[0].output_tokens, 3u);
+  std::string out;
+  ASSERT_EQ(testing::runFairschedctl("--socket " + socket() + " tenants --json", &out), 0) << out;
+  EXPECT_NE(out.find("\"tokens_served\": 76"), std::string::npos)
+      << "73 prompt + 3 output: " << out;
+  ::kill(worker, SIGKILL);
+  ::waitpid(worker, nullptr, 0);
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
 TEST_F(Workers, CudaReferenceWorkerStreamsTheReferenceTokens) {
   {
     reference::CudaStepRunner::Options ro;

@@ -620,5 +620,36 @@ TEST(SchedulerPreemption, APreemptedRequestResumesFirstWithItsTokensAndNoSecondP
   (void)third;
 }
 
+// ---- settleInput: a prompt counted by the worker ----------------------------------
+
+TEST(SchedulerSettleInput, ChargesTheDifferenceAndSettlesTheTokenLimitByIt) {
+  SchedulerSpec spec = workerSpec();
+  spec.tier_limits[1][0] = {{LimitUnit::kTokens, 100000, 60 * kNsPerSec}};
+  Fixture f(spec);
+  const TenantId a = f.tenant("a");
+  const Handle h = f.submit(a, 0, 100, 100);  // reserves 200 tokens
+  ASSERT_EQ(f.take(0, 1).size(), 1u);
+  const std::int64_t before = f.deficit(a);
+  // The worker counted 150 prompt tokens, not 100: 50 more are charged.
+  ASSERT_TRUE(f.sched.settleInput(h, 150, kMs));
+  EXPECT_EQ(f.deficit(a), before - 50);
+  ASSERT_TRUE(f.sched.complete(h, 20, 2 * kMs));
+  // The limit counts what was used: 150 prompt + 20 output.
+  const auto usage = f.sched.limitUsage(a, 0, 3 * kMs);
+  ASSERT_EQ(usage.size(), 1u);
+  EXPECT_EQ(usage[0].used, 170u);
+  EXPECT_EQ(f.stats(a).tokens_served, 170u);
+
+  // Shorter than submitted: the tenant gets the difference back.
+  const Handle g = f.submit(a, 4 * kMs, 100, 100);
+  ASSERT_EQ(f.take(4 * kMs, 1).size(), 1u);
+  const std::int64_t mid = f.deficit(a);
+  ASSERT_TRUE(f.sched.settleInput(g, 40, 5 * kMs));
+  EXPECT_EQ(f.deficit(a), mid + 60);
+  ASSERT_TRUE(f.sched.complete(g, 10, 6 * kMs));
+  EXPECT_EQ(f.sched.limitUsage(a, 0, 7 * kMs)[0].used, 170u + 50u);
+  EXPECT_FALSE(f.sched.settleInput(g, 10, 8 * kMs)) << "no longer in flight";
+}
+
 }  // namespace
 }  // namespace fairsched::core

@@ -403,6 +403,20 @@ TEST(Assignment, PreemptRoundTripsItsAssignmentOnly) {
   EXPECT_EQ(assignmentPayloadWords(s), 0u) << "a preempt has no payload";
 }
 
+TEST(WorkerEvent, FinishCarriesThePromptAsCounted) {
+  WorkerEvent e;
+  e.kind = WorkerEventKind::kFinish;
+  e.assignment = 5;
+  e.output_tokens = 7;
+  e.input_tokens = 4321;
+  WorkerEvent out;
+  SubmissionSlot s = encodeWorkerEvent(e);
+  ASSERT_EQ(decodeWorkerEvent(s, out), EventCheck::kValid);
+  EXPECT_EQ(out.input_tokens, 4321u);
+  s.tag = std::uint64_t{1} << 32;
+  EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kBadFlags);
+}
+
 TEST(WorkerEvent, PreemptedRoundTripsAndCarriesNothingElse) {
   WorkerEvent e;
   e.kind = WorkerEventKind::kPreempted;
