@@ -104,7 +104,7 @@ EventCheck decodeWorkerEvent(const SubmissionSlot& s, WorkerEvent& out) {
     }
     case static_cast<std::uint16_t>(WorkerEventKind::kPreempted):
       if (s.prompt_tokens != 0) return EventCheck::kStrayTokens;
-      if (s.params_bytes != 0 || s.priority != 0) return EventCheck::kBadFlags;
+      if (s.params_bytes != 0 || s.priority != 0 || s.tag != 0) return EventCheck::kBadFlags;
       out.kind = WorkerEventKind::kPreempted;
       out.assignment = s.request_id;
       out.output_tokens = s.max_output_tokens;

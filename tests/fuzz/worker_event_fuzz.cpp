@@ -52,7 +52,7 @@ bool sameEvent(const WorkerEvent& a, const WorkerEvent& b) {
   return a.kind == b.kind && a.assignment == b.assignment && a.free_sequences == b.free_sequences &&
          a.free_kv_tokens == b.free_kv_tokens && a.assignments_seen == b.assignments_seen &&
          a.emit_ns == b.emit_ns && a.status == b.status && a.output_tokens == b.output_tokens &&
-         a.message_bytes == b.message_bytes;
+         a.input_tokens == b.input_tokens && a.message_bytes == b.message_bytes;
 }
 
 bool sameAssignment(const AssignmentRecord& a, const AssignmentRecord& b) {
@@ -102,7 +102,13 @@ void fuzzEvent(Bytes& in) {
       require(e.status == Status::kOk || e.status == Status::kCancelled ||
               e.status == Status::kExecutorFailed || e.status == Status::kInvalid);
       require(e.message_bytes == slot.params_bytes);
+      require(e.input_tokens == slot.tag);
       if (slot_check == SlotCheck::kValid) require(e.message_bytes <= kMaxParamsBytes);
+      break;
+    case WorkerEventKind::kPreempted:
+      require(slot.prompt_tokens == 0 && slot.params_bytes == 0 && slot.priority == 0 &&
+              slot.tag == 0);
+      require(e.assignment == slot.request_id && e.output_tokens == slot.max_output_tokens);
       break;
     default:
       require(false);
@@ -132,8 +138,8 @@ void fuzzAssignment(Bytes& in) {
   }
   require(unbounded && sameAssignment(*a, *unbounded));
   require(slot.request_id == a->assignment);
-  if (a->kind == AssignmentKind::kAbort) {
-    require(slot.status == static_cast<std::uint32_t>(AssignmentKind::kAbort));
+  if (a->kind == AssignmentKind::kAbort || a->kind == AssignmentKind::kPreempt) {
+    require(slot.status == static_cast<std::uint32_t>(a->kind));
     require(words == 0);
   } else {
     require(a->kind == AssignmentKind::kAssign);
