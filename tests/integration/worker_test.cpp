@@ -158,6 +158,27 @@ Result<Client> connectClient(const std::string& socket) {
   return Client::connect(o);
 }
 
+// In a forked child: a worker attached to "chat" that stated `sequences`
+// free sequences (0: none stated yet); the child exits 1 when it cannot.
+Worker attachChildWorker(const std::string& socket, std::uint32_t sequences) {
+  WorkerOptions wo;
+  wo.socket_path = socket;
+  wo.endpoint = "chat";
+  auto w = Worker::connect(wo);
+  if (!w || (sequences > 0 && !w->setCapacity(sequences, 1 << 20))) _exit(1);
+  return std::move(*w);
+}
+
+// Waits until `w` has work; returns it.
+std::vector<WorkItem> firstWork(Worker& w) {
+  std::vector<WorkItem> items;
+  while (items.empty()) {
+    (void)w.wait(100ms);
+    w.poll(items);
+  }
+  return items;
+}
+
 // What one client saw of one request.
 struct Seen {
   std::vector<std::uint32_t> prompt;
@@ -372,11 +393,7 @@ TEST_F(Workers, AWorkerThatNeverFinishesARequestCannotHoldItsClientPastBatchTime
   ASSERT_TRUE(d.ok()) << d.error().message;
   const pid_t stuck = fork();
   if (stuck == 0) {  // takes work, never emits or finishes
-    WorkerOptions wo;
-    wo.socket_path = socket();
-    wo.endpoint = "chat";
-    auto w = Worker::connect(wo);
-    if (!w || !w->setCapacity(8, 1 << 20)) _exit(1);
+    Worker w = attachChildWorker(socket(), 8);
     for (;;) pause();
   }
   auto client = connectClient(socket());
@@ -698,21 +715,12 @@ TEST_F(Workers, AWorkerBreakingTheProtocolIsDroppedAndTheDaemonAndOtherWorkersGo
   // and more tokens than max_output_tokens.
   const pid_t rogue = fork();
   if (rogue == 0) {
-    WorkerOptions wo;
-    wo.socket_path = socket();
-    wo.endpoint = "chat";
-    auto w = Worker::connect(wo);
-    if (!w) _exit(1);
-    if (!w->setCapacity(4, 1 << 20)) _exit(1);
-    std::vector<WorkItem> items;
-    while (items.empty()) {
-      (void)w->wait(100ms);
-      w->poll(items);
-    }
+    Worker w = attachChildWorker(socket(), 4);
+    const std::vector<WorkItem> items = firstWork(w);
     const std::vector<std::uint32_t> junk(300, 7);
-    (void)w->emit(items[0].id ^ 0x5555, junk);  // not its assignment
+    (void)w.emit(items[0].id ^ 0x5555, junk);  // not its assignment
     for (;;) {
-      if (!w->connected()) _exit(0);  // dropped, as it should be
+      if (!w.connected()) _exit(0);  // dropped, as it should be
       std::this_thread::sleep_for(10ms);
     }
   }
@@ -924,11 +932,7 @@ TEST_F(Workers, AWorkerThatIgnoresPreemptKeepsItsSequencesAndNothingIsLost) {
   // every PREEMPT ignored.
   const pid_t worker = fork();
   if (worker == 0) {
-    WorkerOptions wo;
-    wo.socket_path = socket();
-    wo.endpoint = "chat";
-    auto w = Worker::connect(wo);
-    if (!w) _exit(1);
+    Worker w = attachChildWorker(socket(), 0);
     struct Seq {
       std::uint64_t id;
       std::vector<std::uint32_t> prompt;
@@ -937,11 +941,11 @@ TEST_F(Workers, AWorkerThatIgnoresPreemptKeepsItsSequencesAndNothingIsLost) {
     std::vector<Seq> seqs;
     std::vector<WorkItem> items;
     for (;;) {
-      if (!w->setCapacity(static_cast<std::uint32_t>(2 - seqs.size()), 1 << 20)) _exit(0);
-      if (seqs.empty()) (void)w->wait(50ms);
-      if (!w->connected()) _exit(0);
+      if (!w.setCapacity(static_cast<std::uint32_t>(2 - seqs.size()), 1 << 20)) _exit(0);
+      if (seqs.empty()) (void)w.wait(50ms);
+      if (!w.connected()) _exit(0);
       items.clear();
-      w->poll(items);
+      w.poll(items);
       for (WorkItem& it : items) {
         if (it.kind != WorkItem::Kind::kAssign) continue;  // PREEMPT ignored; no ABORT here
         const Assignment& a = it.assignment;
@@ -951,9 +955,9 @@ TEST_F(Workers, AWorkerThatIgnoresPreemptKeepsItsSequencesAndNothingIsLost) {
       for (std::size_t i = 0; i < seqs.size();) {
         Seq& q = seqs[i];
         const std::uint32_t t = reference::referenceToken(q.prompt, q.done++);
-        if (!w->emit(q.id, std::span<const std::uint32_t>(&t, 1))) _exit(0);
+        if (!w.emit(q.id, std::span<const std::uint32_t>(&t, 1))) _exit(0);
         if (q.done == q.want) {
-          if (!w->finish(q.id, Status::kOk, q.done)) _exit(0);
+          if (!w.finish(q.id, Status::kOk, q.done)) _exit(0);
           seqs.erase(seqs.begin() + static_cast<std::ptrdiff_t>(i));
           continue;
         }
@@ -978,20 +982,12 @@ TEST_F(Workers, AWorkerThatCountsThePromptSettlesItAndTheClientHearsTheCount) {
   // prompt tokens); its upstream counted 73.
   const pid_t worker = fork();
   if (worker == 0) {
-    WorkerOptions wo;
-    wo.socket_path = socket();
-    wo.endpoint = "chat";
-    auto w = Worker::connect(wo);
-    if (!w || !w->setCapacity(4, 1 << 20)) _exit(1);
-    std::vector<WorkItem> items;
-    while (items.empty()) {
-      (void)w->wait(100ms);
-      w->poll(items);
-    }
+    Worker w = attachChildWorker(socket(), 4);
+    const std::vector<WorkItem> items = firstWork(w);
     const std::uint32_t t = 9;
-    if (!w->emit(items[0].id, std::span<const std::uint32_t>(&t, 1))) _exit(1);
-    if (!w->finish(items[0].id, Status::kOk, 3, {}, /*input_tokens=*/73)) _exit(1);
-    while (w->connected()) std::this_thread::sleep_for(10ms);
+    if (!w.emit(items[0].id, std::span<const std::uint32_t>(&t, 1))) _exit(1);
+    if (!w.finish(items[0].id, Status::kOk, 3, {}, /*input_tokens=*/73)) _exit(1);
+    while (w.connected()) std::this_thread::sleep_for(10ms);
     _exit(0);
   }
   auto client = connectClient(socket());
