@@ -78,22 +78,23 @@ bool EventLoop::finish(OpId id, int result) {
 
 int EventLoop::run() {
   running_ = true;
-  std::uint32_t idle = 0;
+  TimeNs idle_since = 0;  // 0: the last iteration worked
   while (running_) {
     const bool worked = hooks_.poll ? hooks_.poll() : false;
     flush();
     const unsigned ran = dispatch();
     if (worked || ran > 0) {
-      idle = 0;
+      idle_since = 0;
       continue;
     }
-    if (++idle < hooks_.spin_iterations) continue;
-    if (hooks_.before_sleep && hooks_.before_sleep()) {
-      idle = 0;
-      continue;
+    if (hooks_.spin_ns > 0) {
+      const TimeNs now = monotonicNow();
+      if (idle_since == 0) idle_since = now;
+      if (now - idle_since < hooks_.spin_ns) continue;
     }
+    idle_since = 0;
+    if (hooks_.before_sleep && hooks_.before_sleep()) continue;
     if (const int err = block(); err != 0) return err;
-    idle = 0;
   }
   return 0;
 }

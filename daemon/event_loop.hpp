@@ -17,8 +17,8 @@
 //
 // The loop spins before it sleeps: each iteration calls the `poll` hook
 // (scan shared-memory rings, drain executor completions); while it reports
-// work, the loop only peeks at the kernel. After `spin_iterations` idle
-// iterations it calls `before_sleep` (advertise "sleeping", re-check) and
+// work, the loop only peeks at the kernel. Once it has found no work for
+// `spin_ns` (`[daemon] busy_poll_us`) it calls `before_sleep` (advertise "sleeping", re-check) and
 // then blocks until an operation completes or the next timer is due.
 //
 // Threading: everything here is loop-thread only, except wake(), which any
@@ -48,7 +48,7 @@ class EventLoop {
   struct Hooks {
     std::function<bool()> poll;          // returns true when it did work
     std::function<bool()> before_sleep;  // returns true when work appeared: don't sleep
-    std::uint32_t spin_iterations = 2000;
+    TimeNs spin_ns = 500'000;            // 0: sleep at the first idle iteration
   };
 
   // A loop of `kind`. kAuto tries io_uring, then epoll; `fallback_reason`

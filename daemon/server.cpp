@@ -171,6 +171,7 @@ int Server::run() {
   EventLoop::Hooks hooks;
   hooks.poll = [this] { return poll(); };
   hooks.before_sleep = [this] { return beforeSleep(); };
+  hooks.spin_ns = static_cast<TimeNs>(cfg_.daemon.busy_poll_us) * kNsPerUs;
   loop_->setHooks(hooks);
   acceptNext();
   armSignals();

@@ -164,6 +164,9 @@ struct DaemonConfig {
       600;  // idle state dropped after this (limit windows permitting)
   std::uint64_t shutdown_grace_ms = 5000;
   EventLoopKind event_loop = EventLoopKind::kAuto;
+  // How long the loop keeps polling the rings after its last work before it
+  // sleeps on the kernel (0: sleep as soon as there is nothing to do).
+  std::uint64_t busy_poll_us = 500;
 };
 
 // The Prometheus endpoint (docs/operations.md, "Metrics"). Tenant names are

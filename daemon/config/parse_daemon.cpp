@@ -56,6 +56,9 @@ bool readLogLevel(ParseContext& ctx, const toml::node& n, const std::string& pat
   return true;
 }
 
+// More would only be a daemon that never sleeps.
+constexpr std::uint64_t kMaxBusyPollUs = 1'000'000;
+
 constexpr EnumName<Policy> kPolicies[] = {{"fair", Policy::kFair}, {"fifo", Policy::kFifo}};
 constexpr EnumName<EventLoopKind> kEventLoops[] = {{"auto", EventLoopKind::kAuto},
                                                    {"io_uring", EventLoopKind::kIoUring},
@@ -70,6 +73,7 @@ constexpr KeyRule<DaemonConfig> kDaemonKeys[] = {
     {"tenant_idle_timeout_s", intKey<&DaemonConfig::tenant_idle_timeout_s, 0, kMaxSeconds>},
     {"shutdown_grace_ms", intKey<&DaemonConfig::shutdown_grace_ms, 0, kMaxMillis>},
     {"event_loop", enumKey<&DaemonConfig::event_loop, kEventLoops>},
+    {"busy_poll_us", intKey<&DaemonConfig::busy_poll_us, 0, kMaxBusyPollUs>},
 };
 
 }  // namespace

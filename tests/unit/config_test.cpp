@@ -355,6 +355,16 @@ TEST(ConfigDaemon, EventLoopDefaultsToAutoAndTakesIoUringOrEpoll) {
             "cfg.toml:12: daemon.event_loop: expected one of auto|io_uring|epoll, got 'select'");
 }
 
+TEST(ConfigDaemon, BusyPollDefaultsTo500UsAndIsBounded) {
+  EXPECT_EQ(parsedOk(withBase("")).daemon.busy_poll_us, 500u);
+  EXPECT_EQ(parsedOk(withBase("[daemon]\nbusy_poll_us = 0\n")).daemon.busy_poll_us, 0u);
+  const std::string err = errorOf(withBase("[daemon]\nbusy_poll_us = 2000000\n"));
+  EXPECT_NE(err.find("cfg.toml:12: daemon.busy_poll_us"), std::string::npos) << err;
+  config::Config a = parsedOk(withBase("")), b = a;
+  b.daemon.busy_poll_us = 0;
+  EXPECT_EQ(config::reloadBlockers(a, b), std::vector<std::string>{"daemon.busy_poll_us"});
+}
+
 TEST(ConfigDaemon, PolicyOfTheWrongTypeIsRejected) {
   EXPECT_EQ(errorOf(withBase("[daemon]\npolicy = true\n")),
             "cfg.toml:12: daemon.policy: expected string, got boolean");

@@ -101,7 +101,7 @@ TEST_P(EventLoopTest, WakeFromAnotherThreadEndsASleep) {
   std::atomic<bool> flag{false};
   std::atomic<int> sleeps{0};
   EventLoop::Hooks hooks;
-  hooks.spin_iterations = 10;
+  hooks.spin_ns = 10'000;
   hooks.poll = [&] {
     if (flag.load()) loop->stop();
     return false;
