@@ -66,6 +66,7 @@ std::variant<config::Config, std::string> daemonConfig(const std::string& socket
       "[endpoints.echo]\nmax_batch_requests = 32\nmax_batch_tokens = 65536\nmax_wait_us = 0\n"
       "max_output_tokens = 16\n"
       "[endpoints.echo.cpu]\nper_batch_us = 0.0\nper_token_us = 0.0\nthreads = 1\n"
+      "workload = false\n"
       "[tenants.bench]\ntier = \"bench\"\nqueue_limit = 100000\n"
       "[[clients]]\nname = \"bench\"\nuids = [" +
       std::to_string(getuid()) +

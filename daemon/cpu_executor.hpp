@@ -31,6 +31,9 @@ class CpuExecutor final : public Executor {
     double per_batch_us = 200.0;
     double per_token_us = 0.5;
     std::uint32_t threads = 1;
+    // false: no reference workload; every result's checksum is 0. What is
+    // left is the daemon's own path (the roundtrip benchmark measures it so).
+    bool workload = true;
   };
 
   // kConfig for invalid options, kSystem when an eventfd cannot be made.
@@ -46,6 +49,7 @@ class CpuExecutor final : public Executor {
   }
   void submit(ExecBatch&& batch) override;
   void drain(std::vector<BatchDone>& out) override;
+  void recycle(BatchDone&& done) override;
   int completionFd() const override { return done_fd_; }
 
   // The modelled service time of a batch with `tokens` input + output tokens.
@@ -62,13 +66,15 @@ class CpuExecutor final : public Executor {
   };
   explicit CpuExecutor(const Options& options) : options_(options) {}
   void work(Worker& w);
-  BatchDone run(const ExecBatch& batch) const;
+  // Runs `batch` into `done` (whose buffers it reuses).
+  void run(const ExecBatch& batch, BatchDone& done) const;
 
   Options options_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::uint32_t busy_ = 0;
   bool inline_ = false;
   std::vector<BatchDone> inline_done_;
+  std::vector<BatchDone> spare_;  // recycled, for the next inline batch
   int done_fd_ = -1;
   std::atomic<bool> stopping_{false};
 };

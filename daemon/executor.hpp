@@ -60,6 +60,9 @@ class Executor {
   virtual void submit(ExecBatch&& batch) = 0;
   // Appends the batches finished since the last call; never blocks.
   virtual void drain(std::vector<BatchDone>& out) = 0;
+  // Hands a drained batch back once the daemon is done with it, so that its
+  // buffers can serve a later one. Optional.
+  virtual void recycle(BatchDone&& done) { (void)done; }
   // An eventfd that becomes readable when drain() has something; the loop
   // keeps a read queued on it.
   virtual int completionFd() const = 0;

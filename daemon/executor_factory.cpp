@@ -81,7 +81,8 @@ Result<Executors> makeExecutors(const config::Config& cfg) {
       }
       spdlog::warn("endpoints.{}: {}; falling back to the cpu executor", ec.name, why.message);
     }
-    auto ex = CpuExecutor::create({ec.cpu.per_batch_us, ec.cpu.per_token_us, ec.cpu.threads});
+    auto ex = CpuExecutor::create(
+        {ec.cpu.per_batch_us, ec.cpu.per_token_us, ec.cpu.threads, ec.cpu.workload});
     if (!ex) return withContext("endpoints." + ec.name, std::move(ex).error());
     out.push_back(std::move(ex).value());
   }

@@ -368,6 +368,12 @@ class Server {
     TimeNs deadline = kNever;  // batch_timeout_ms after dispatch
   };
   std::unordered_map<std::uint64_t, RunningBatch> batches_;  // by batch id
+  // Nodes of batches_ that finished, kept with their ids' capacity so that a
+  // dispatch allocates nothing: takeBatchNode() / retireBatch().
+  std::vector<decltype(batches_)::node_type> spare_batches_;
+  RunningBatch& newBatch(std::uint64_t id);
+  void retireBatch(decltype(batches_)::iterator it);
+  ExecBatch exec_batch_;  // dispatch's, reused (an inline executor leaves its buffers)
   // Ends the requests of batches past batch_timeout_ms (EXECUTOR_FAILED).
   void expireBatches(TimeNs now);
   // Executor `e` reported fatal(): its running requests end EXECUTOR_FAILED

@@ -170,10 +170,12 @@ bool Server::dispatch(TimeNs now) {
   for (std::size_t e = 0; e < executors_.size(); ++e) {
     Executor& ex = *executors_[e];
     while (ex.freeSlots() > 0 && sched_.nextBatch(static_cast<EndpointId>(e), now, batch_, done_)) {
-      ExecBatch eb;
+      ExecBatch& eb = exec_batch_;
+      eb.requests.clear();
+      eb.tokens.clear();
       eb.id = next_batch_++;
       eb.endpoint = static_cast<EndpointId>(e);
-      RunningBatch& running = batches_[eb.id];
+      RunningBatch& running = newBatch(eb.id);
       running.endpoint = eb.endpoint;
       const std::uint64_t timeout_ms = cfg_.endpoints[e].batch_timeout_ms;
       running.deadline =
@@ -196,7 +198,7 @@ bool Server::dispatch(TimeNs now) {
             "EXECUTOR_FAILED",
             cfg_.endpoints[e].name, ex.name(), batch_id, escapeForDisplay(err.what()), ids.size());
         failRequests(ids, now);
-        batches_.erase(batch_id);
+        retireBatch(batches_.find(batch_id));
         continue;
       }
       ++in_flight_batches_;
@@ -246,7 +248,8 @@ bool Server::collect(TimeNs now) {
         complete(conn, s, true);
       }
       sched_.batchServed(static_cast<EndpointId>(e), tokens, b.service_ns);
-      batches_.erase(bit);
+      retireBatch(bit);
+      executors_[e]->recycle(std::move(b));
     }
     // What it reported is delivered; what it still held never will be.
     if (lost_executor_ == kNoExecutor && executors_[e]->fatal() != nullptr) {
@@ -255,6 +258,20 @@ bool Server::collect(TimeNs now) {
     }
   }
   return worked;
+}
+
+Server::RunningBatch& Server::newBatch(std::uint64_t id) {
+  if (spare_batches_.empty()) return batches_[id];
+  auto node = std::move(spare_batches_.back());
+  spare_batches_.pop_back();
+  node.key() = id;
+  node.mapped().ids.clear();
+  return batches_.insert(std::move(node)).position->second;
+}
+
+void Server::retireBatch(decltype(batches_)::iterator it) {
+  // Bounded by the most batches ever in flight at once (executor slots).
+  spare_batches_.push_back(batches_.extract(it));
 }
 
 void Server::expireBatches(TimeNs now) {

@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "shm/shared_word.hpp"
+
 namespace fairsched::shm {
 
 class ReadyBitmap {
@@ -32,9 +34,12 @@ class ReadyBitmap {
   std::uint64_t take(std::uint32_t word);
 
   // Daemon: takes every word and calls f(ring) for each set bit, in ring order.
+  // A word is exchanged only when a load shows a bit in it: a pass over idle
+  // rings writes nothing, so it leaves the lines shared with the producers.
   template <class F>
   void takeEach(F&& f) {
     for (std::uint32_t w = 0; w < word_count_; ++w) {
+      if (!anySetIn(w)) continue;
       std::uint64_t bits = take(w);
       while (bits != 0) {
         const int b = __builtin_ctzll(bits);
@@ -51,6 +56,12 @@ class ReadyBitmap {
   std::uint32_t wordCount() const { return word_count_; }
 
  private:
+  // A relaxed load of word `w`: a set bit here is taken by take(w), whose
+  // acquire orders the ring's publication.
+  bool anySetIn(std::uint32_t w) const {
+    return sharedLoad(words_[w], std::memory_order_relaxed) != 0;
+  }
+
   std::uint64_t validMask(std::uint32_t word) const;
 
   std::uint64_t* words_ = nullptr;

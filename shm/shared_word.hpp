@@ -47,6 +47,12 @@ inline bool sharedCompareExchangeWeak(T& word, T& expected, std::type_identity_t
   return std::atomic_ref<T>(word).compare_exchange_weak(expected, desired, success, failure);
 }
 
+template <SharedWord T>
+inline bool sharedCompareExchange(T& word, T& expected, std::type_identity_t<T> desired,
+                                  std::memory_order success, std::memory_order failure) noexcept {
+  return std::atomic_ref<T>(word).compare_exchange_strong(expected, desired, success, failure);
+}
+
 // A full (seq_cst) fence, for the store-then-load ordering of the sleep/wake
 // protocol (doorbell.hpp). GCC rejects atomic_thread_fence under
 // -fsanitize=thread (-Wtsan) because TSan does not model fences. Nothing TSan

@@ -105,20 +105,22 @@ bool SubmissionProducer::tryPush(const SubmissionSlot& slot) {
   return true;
 }
 
-PushResult SubmissionProducer::tryPushPrompt(SubmissionSlot slot,
-                                             std::span<const std::uint32_t> prompt,
-                                             std::span<const std::byte> params) {
+PushResult SubmissionProducer::check(const SubmissionSlot& slot,
+                                     std::span<const std::uint32_t> prompt,
+                                     std::span<const std::byte> params) const {
   if ((slot.flags & ~kKnownSlotFlags) != 0 || slot.reserved != 0 ||
       params.size() > kMaxParamsBytes) {
     return PushResult::kInvalidSlot;
   }
-  const bool counts_only = (slot.flags & kSlotCountsOnly) != 0;
-  if (counts_only && !prompt.empty()) return PushResult::kInvalidSlot;
+  if ((slot.flags & kSlotCountsOnly) != 0 && !prompt.empty()) return PushResult::kInvalidSlot;
   const std::uint64_t words = prompt.size() + (params.size() + 3) / 4;
   if (words > ring_.tokens_per_slot) return PushResult::kPromptTooLarge;
-  std::uint64_t pos = 0;
-  SubmissionCell* cell = nullptr;
-  if (!claim(pos, cell)) return PushResult::kFull;
+  return PushResult::kOk;
+}
+
+void SubmissionProducer::fill(std::uint64_t pos, SubmissionSlot& slot,
+                              std::span<const std::uint32_t> prompt,
+                              std::span<const std::byte> params) {
   const std::uint64_t offset = (pos & mask_) * ring_.tokens_per_slot;
   std::uint32_t* at = ring_.arena + offset;
   if (!prompt.empty()) std::memcpy(at, prompt.data(), prompt.size_bytes());
@@ -129,10 +131,9 @@ PushResult SubmissionProducer::tryPushPrompt(SubmissionSlot slot,
     std::memset(p + params.size(), 0, (4 - params.size() % 4) % 4);
   }
   slot.prompt_offset = offset;
-  if (!counts_only) slot.prompt_tokens = static_cast<std::uint32_t>(prompt.size());
+  if ((slot.flags & kSlotCountsOnly) == 0)
+    slot.prompt_tokens = static_cast<std::uint32_t>(prompt.size());
   slot.params_bytes = static_cast<std::uint32_t>(params.size());
-  publish(cell, pos, slot);
-  return PushResult::kOk;
 }
 
 std::uint64_t SubmissionProducer::sizeApprox() const {

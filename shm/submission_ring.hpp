@@ -105,7 +105,28 @@ class SubmissionProducer {
   // the caller's count and whose `prompt` must be empty) and params_bytes,
   // publishes and marks the ring ready.
   PushResult tryPushPrompt(SubmissionSlot slot, std::span<const std::uint32_t> prompt,
-                           std::span<const std::byte> params = {});
+                           std::span<const std::byte> params = {}) {
+    return tryPushPrompt(slot, prompt, params, [](SubmissionSlot&) {});
+  }
+
+  // The same, calling before_publish(slot) once the cell is claimed and the
+  // prompt copied, just before the slot is published: what it sets in the
+  // slot is what the daemon reads. Nothing is called when the push fails, so
+  // a caller can take a request id there without spending one on a full
+  // ring. before_publish must not fail, and should be quick (the ring's
+  // next positions wait for this one).
+  template <class F>
+  PushResult tryPushPrompt(SubmissionSlot slot, std::span<const std::uint32_t> prompt,
+                           std::span<const std::byte> params, F&& before_publish) {
+    if (const PushResult r = check(slot, prompt, params); r != PushResult::kOk) return r;
+    std::uint64_t pos = 0;
+    SubmissionCell* cell = nullptr;
+    if (!claim(pos, cell)) return PushResult::kFull;
+    fill(pos, slot, prompt, params);
+    before_publish(slot);
+    publish(cell, pos, slot);
+    return PushResult::kOk;
+  }
 
   // Published-or-claimed minus consumed, clamped to [0, capacity]; a hint.
   std::uint64_t sizeApprox() const;
@@ -113,7 +134,13 @@ class SubmissionProducer {
   std::uint64_t arenaTokens() const { return ring_.arenaTokens(); }
 
  private:
+  PushResult check(const SubmissionSlot& slot, std::span<const std::uint32_t> prompt,
+                   std::span<const std::byte> params) const;
   bool claim(std::uint64_t& pos, SubmissionCell*& cell);
+  // Copies prompt and params into pos's arena region and sets the slot's
+  // prompt_offset, prompt_tokens (unless counts-only) and params_bytes.
+  void fill(std::uint64_t pos, SubmissionSlot& slot, std::span<const std::uint32_t> prompt,
+            std::span<const std::byte> params);
   void publish(SubmissionCell* cell, std::uint64_t pos, const SubmissionSlot& slot);
 
   SubmissionRingMemory ring_;

@@ -17,14 +17,14 @@
 // once; the destructor REQUIRES that no other call is in progress.
 //   - submit() and poll() never wait for control_mu_; they only try-lock it
 //     (submit() to reconnect while disconnected, poll() to probe liveness).
-//     submit() takes a PendingTable shard (and, for submitAndWait(), the
-//     router's await_mu_); poll() takes the session's consumer_mu.
+//     submit() takes no lock (but, for submitAndWait(), the router's
+//     await_mu_); poll() takes the session's consumer_mu.
 //   - openTenant(), reconnects and every read of the control socket hold
 //     control_mu_ (a reply must reach the thread that asked for it).
 //   - handleLoss() may run on any thread, with or without control_mu_.
 //
 // Lock order: control_mu_ → Session::consumer_mu → the router's local_mu_ /
-// await_mu_ → PendingTable shards. Session::sleep_mu_ is a leaf.
+// await_mu_ → the PendingTable's overflow mutex. Session::sleep_mu_ is a leaf.
 //
 // Sessions: session_ holds the current one, null while disconnected. Only a
 // thread holding control_mu_ installs one; handleLoss() clears it (once, by

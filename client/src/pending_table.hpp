@@ -2,13 +2,25 @@
 // each gets exactly one completion: the daemon's, or one the library makes up
 // when the connection is lost.
 //
-// Thread-safety: any thread, any method. 16 shards by request id, each a
-// mutex around a hash map; a critical section is one map operation.
+// The hot path takes no lock and allocates nothing: a slab of kSlots entries
+// indexed by request id (ids are handed out in order, so the requests
+// outstanding at once sit in distinct entries unless one outlives the next
+// kSlots submissions). An entry is claimed with one compare-and-swap of its
+// key (free -> busy), filled, and published by storing the id; a completion
+// claims it back (id -> busy), copies it and frees it. An id whose entry is
+// still held by an older request goes to a mutex-guarded overflow map, which
+// is looked at only while it holds something.
+//
+// Thread-safety: any thread, any method. For handleLoss(): an insert()
+// followed by a seq_cst fence and a load of the session's `alive` flag, and
+// takeGeneration() (which begins with a seq_cst fence) after the flag was
+// cleared, never both miss the entry.
 #pragma once
 
-#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -16,6 +28,7 @@
 #include <vector>
 
 #include "fairsched/request.hpp"
+#include "shm/shared_word.hpp"
 
 namespace fairsched::client_detail {
 
@@ -28,9 +41,39 @@ struct Pending {
 
 class PendingTable {
  public:
-  void insert(RequestId id, const Pending& pending);
+  static constexpr std::size_t kSlots = 8192;  // a power of two; 32 bytes each
+
+  PendingTable();
+  ~PendingTable();
+  PendingTable(const PendingTable&) = delete;
+  PendingTable& operator=(const PendingTable&) = delete;
+
+  // REQUIRES: id != 0, not inserted before.
+  void insert(RequestId id, const Pending& pending) {
+    Entry& e = entry(id);
+    std::uint64_t expected = kFree;
+    if (!shm::sharedCompareExchange(e.key, expected, kBusy, std::memory_order_acquire,
+                                    std::memory_order_relaxed)) {
+      insertOverflow(id, pending);
+      return;
+    }
+    write(e, pending);
+    shm::sharedStore(e.key, id, std::memory_order_release);
+  }
+
   // The entry, removed; nullopt when there is none (already completed).
-  std::optional<Pending> erase(RequestId id);
+  std::optional<Pending> erase(RequestId id) {
+    Entry& e = entry(id);
+    std::uint64_t expected = id;
+    if (shm::sharedCompareExchange(e.key, expected, kBusy, std::memory_order_acquire,
+                                   std::memory_order_relaxed)) {
+      const Pending p = read(e);
+      shm::sharedStore(e.key, kFree, std::memory_order_release);
+      return p;
+    }
+    return eraseOverflow(id);
+  }
+
   // A copy of the entry, left in place; nullopt when there is none.
   std::optional<Pending> find(RequestId id);
   // Removes and returns every entry of `generation`, in request id order.
@@ -38,14 +81,52 @@ class PendingTable {
   std::size_t size() const;
 
  private:
-  static constexpr std::size_t kShards = 16;
-  struct alignas(64) Shard {
-    mutable std::mutex mu;
-    std::unordered_map<RequestId, Pending> map;  // guarded by mu
-  };
-  Shard& shard(RequestId id) { return shards_[id % kShards]; }
+  static constexpr std::uint64_t kFree = 0;
+  static constexpr std::uint64_t kBusy = ~std::uint64_t{0};  // being filled or taken
 
-  std::array<Shard, kShards> shards_;
+  // Plain words reached through std::atomic_ref (shm/shared_word.hpp): the
+  // slab is one zeroed allocation whose pages stay untouched until used.
+  struct alignas(32) Entry {
+    std::uint64_t key;         // kFree, kBusy, or the id it holds
+    std::uint64_t tag;         // the fields: written only while key == kBusy
+    std::uint64_t generation;  //   by the thread that set it
+    std::uint64_t meta;        // tenant | awaited << 32
+  };
+
+  Entry& entry(RequestId id) { return slab_[id & (kSlots - 1)]; }
+
+  static void write(Entry& e, const Pending& p) {
+    shm::sharedStore(e.tag, p.tag, std::memory_order_relaxed);
+    shm::sharedStore(e.generation, p.generation, std::memory_order_relaxed);
+    shm::sharedStore(e.meta, std::uint64_t{p.tenant} | (std::uint64_t{p.awaited} << 32),
+                     std::memory_order_relaxed);
+  }
+  // Acquire loads (plain loads on x86), so find()'s re-check of the key
+  // cannot be read before them.
+  static Pending read(const Entry& e) {
+    Pending p;
+    p.tag = shm::sharedLoad(e.tag, std::memory_order_acquire);
+    p.generation = shm::sharedLoad(e.generation, std::memory_order_acquire);
+    const std::uint64_t meta = shm::sharedLoad(e.meta, std::memory_order_acquire);
+    p.tenant = static_cast<std::uint32_t>(meta);
+    p.awaited = (meta >> 32) != 0;
+    return p;
+  }
+
+  void insertOverflow(RequestId id, const Pending& pending);
+  std::optional<Pending> eraseOverflow(RequestId id);
+
+  struct FreeSlab {
+    void operator()(Entry* p) const noexcept;
+  };
+  std::unique_ptr<Entry[], FreeSlab> slab_;
+
+  // Ids whose slab entry was taken. overflow_size_ lets the hot path skip
+  // the mutex while the map is empty (an id is inserted before anything can
+  // ask for it, and the asker learned of it through a release/acquire chain).
+  mutable std::mutex overflow_mu_;
+  std::unordered_map<RequestId, Pending> overflow_;  // guarded by overflow_mu_
+  std::atomic<std::size_t> overflow_size_{0};
 };
 
 }  // namespace fairsched::client_detail

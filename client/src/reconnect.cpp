@@ -114,7 +114,8 @@ void ClientCore::handleLoss(const std::shared_ptr<Session>& s) {
   router_.unwatchSession(s->bell.fd(), s->sock);
   drainRing(*s);
   // A submit() that inserts after this scan sees alive == false afterwards
-  // (the shard mutex orders it) and withdraws its request itself.
+  // (two seq_cst fences order it: pending_table.hpp) and withdraws its
+  // request itself.
   for (auto& [id, p] : pending_.takeGeneration(s->generation)) {
     Completion c;
     c.request_id = id;

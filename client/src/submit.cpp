@@ -1,8 +1,9 @@
 // ClientCore::submit(): the hot path. Local checks against what the daemon
 // announced, an entry in the PendingTable (and a mailbox for submitAndWait()),
 // the push into the tenant's ring, and the doorbell when the daemon sleeps.
-// When accepted it has taken one PendingTable shard mutex (and await_mu_ for
-// submitAndWait()) and made no system call but the doorbell's; control_mu_
+// When accepted it has taken no lock (but await_mu_ for submitAndWait(), and
+// the PendingTable's overflow mutex in the rare case of pending_table.hpp),
+// allocated nothing and made no system call but the doorbell's; control_mu_
 // only to reconnect while disconnected, and only if free.
 #include <algorithm>
 #include <optional>
@@ -74,12 +75,7 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
         std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch()).count());
   }
 
-  const RequestId id = next_id_.fetch_add(1, std::memory_order_relaxed);
-  if (await_efd != nullptr) router_.openMailbox(id, await_efd->fd());
-  pending_.insert(id, Pending{req.tag, s->generation, await_efd != nullptr, index});
-
   shm::SubmissionSlot slot;
-  slot.request_id = id;
   slot.tag = req.tag;
   slot.deadline_ns = deadline_ns;
   slot.max_output_tokens = req.max_output_tokens;
@@ -90,10 +86,17 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
     slot.flags |= shm::kSlotCountsOnly;
     slot.prompt_tokens = *req.prompt_token_count;
   }
-  const shm::PushResult pushed =
-      s->producers[static_cast<std::size_t>(ring)].tryPushPrompt(slot, req.prompt, req.params);
+  // The id is taken and recorded once the ring has room (a full ring spends
+  // no id and no table entry), before the daemon can see the slot.
+  RequestId id = 0;
+  const shm::PushResult pushed = s->producers[static_cast<std::size_t>(ring)].tryPushPrompt(
+      slot, req.prompt, req.params, [&](shm::SubmissionSlot& claimed) {
+        id = next_id_.fetch_add(1, std::memory_order_relaxed);
+        if (await_efd != nullptr) router_.openMailbox(id, await_efd->fd());
+        pending_.insert(id, Pending{req.tag, s->generation, await_efd != nullptr, index});
+        claimed.request_id = id;
+      });
   if (pushed != shm::PushResult::kOk) {
-    withdraw(id, await_efd != nullptr);
     if (pushed == shm::PushResult::kFull) {
       bump(counters_.ring_full);
       return Error{ErrorCode::kRingFull, 0, {}};
@@ -104,6 +107,8 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
     return Error{ErrorCode::kInvalidArgument, 0, "slot rejected by the ring"};
   }
   // The daemon sleeps only after announcing it; fence, then look (doorbell.hpp).
+  // The same fence orders the PendingTable insert before the load of
+  // `alive` below, against handleLoss() (pending_table.hpp).
   if (s->daemon_sleeping.sleeping()) {
     s->doorbell.signal();
     bump(counters_.doorbell_rings);

@@ -88,7 +88,7 @@ std::vector<std::string> reloadBlockers(const Config& running, const Config& nex
     const std::string key = "endpoints." + a.name;
     differs(a.executor != b.executor, key + ".executor");
     differs(a.cpu.per_batch_us != b.cpu.per_batch_us || a.cpu.per_token_us != b.cpu.per_token_us ||
-                a.cpu.threads != b.cpu.threads,
+                a.cpu.threads != b.cpu.threads || a.cpu.workload != b.cpu.workload,
             key + ".cpu");
     differs(a.cuda.device != b.cuda.device || a.cuda.streams != b.cuda.streams ||
                 a.cuda.staging_bytes != b.cuda.staging_bytes || a.cuda.fallback != b.cuda.fallback,

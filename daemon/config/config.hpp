@@ -62,6 +62,7 @@ struct CpuExecutorConfig {
   double per_batch_us = 200.0;  // modelled fixed cost of one batch
   double per_token_us = 0.5;    // modelled cost per token (input + output)
   std::uint32_t threads = 1;
+  bool workload = true;  // false: no reference workload, checksum 0 (measuring the daemon alone)
 };
 
 struct CudaExecutorConfig {

@@ -30,6 +30,7 @@ constexpr KeyRule<CpuExecutorConfig> kCpuKeys[] = {
     {"per_batch_us", nonNegativeDoubleKey<&CpuExecutorConfig::per_batch_us>},
     {"per_token_us", nonNegativeDoubleKey<&CpuExecutorConfig::per_token_us>},
     {"threads", intKey<&CpuExecutorConfig::threads, 1>},
+    {"workload", boolKey<&CpuExecutorConfig::workload>},
 };
 
 constexpr KeyRule<CudaExecutorConfig> kCudaKeys[] = {

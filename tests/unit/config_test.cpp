@@ -115,6 +115,7 @@ limits = ["600 requests/minute"]
 per_batch_us = 150.5
 per_token_us = 1
 threads = 4
+workload = false
 [endpoints.chat.cuda]
 device = 1
 streams = 3
@@ -173,6 +174,7 @@ admin = true
   EXPECT_EQ(chat.cpu.per_batch_us, 150.5);
   EXPECT_EQ(chat.cpu.per_token_us, 1.0);
   EXPECT_EQ(chat.cpu.threads, 4u);
+  EXPECT_FALSE(chat.cpu.workload);
   EXPECT_EQ(chat.cuda.device, 1);
   EXPECT_EQ(chat.cuda.streams, 3u);
   EXPECT_EQ(chat.cuda.staging_bytes, 1048576u);

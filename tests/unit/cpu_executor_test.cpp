@@ -69,6 +69,19 @@ TEST(CpuExecutor, EachResultCarriesTheChecksumOfItsOwnPrompt) {
   EXPECT_NE(done[0].results[0].checksum, done[0].results[1].checksum) << "order matters";
 }
 
+TEST(CpuExecutor, WithoutTheWorkloadEveryChecksumIsZeroAndTokensStillCount) {
+  auto ex = make({0.0, 0.0, 1, /*workload=*/false});
+  ex->submit(batchOf({{1, 2, 3}, {7}}, 4));
+  auto done = waitFor(*ex, 1);
+  ASSERT_EQ(done.size(), 1u);
+  ASSERT_TRUE(done[0].ok);
+  ASSERT_EQ(done[0].results.size(), 2u);
+  for (const auto& r : done[0].results) {
+    EXPECT_EQ(r.checksum, 0u);
+    EXPECT_EQ(r.output_tokens, 4u);
+  }
+}
+
 TEST(CpuExecutor, ModelledServiceTimeHoldsTheSlot) {
   auto ex = make({2000.0, 10.0, 1});  // 2 ms + 10 us x 300 tokens = 5 ms
   EXPECT_EQ(ex->serviceTime(300), 5 * kNsPerMs);
