@@ -533,7 +533,10 @@ std::variant<Cell, std::string> runCell(const ScaleSettings& s, int processes, i
   if (!group.waitAll(end + kDrainTimeout + 10s)) failure = "a client process failed";
   cell.daemon_exit_status = d.terminate();
   if (!failure.empty()) return failure;
-  if (!cpu0 || !cpu1) return std::string("cannot read the daemon's CPU time from /proc");
+  // A thread that exits between the readings takes its time with it.
+  if (!cpu0 || !cpu1 || *cpu1 < *cpu0) {
+    return std::string("cannot read the daemon's CPU time from /proc");
+  }
 
   for (const std::string& path : outputs) {
     std::ifstream in(path, std::ios::binary);
