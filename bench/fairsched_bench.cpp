@@ -23,6 +23,7 @@
 #include "bench/property_scenarios.hpp"
 #include "bench/replay_scenario.hpp"
 #include "bench/roundtrip_scenario.hpp"
+#include "bench/scale_scenario.hpp"
 #include "bench/scenario.hpp"
 #include "bench/sim_noisy_neighbor.hpp"
 #include "bench/stream_scenario.hpp"
@@ -53,6 +54,8 @@ constexpr ScenarioInfo kScenarios[] = {
      fairsched::bench::runRoundtripScenario, fairsched::bench::plotRoundtrip},
     {"stream", "tokens through the worker path: throughput, emit->receipt latency vs raw shm",
      fairsched::bench::runStreamScenario, nullptr},
+    {"scale", "daemon CPU per request and round trip at 1-64 processes x 10-10,000 tenants",
+     fairsched::bench::runScaleScenario, nullptr},
     {"core", "scheduling decisions/s of the core vs a single priority queue",
      fairsched::bench::runCoreScenario, fairsched::bench::plotCoreScenario},
     {"replay", "a JSONL trace through the real core in virtual time", fairsched::bench::runReplay,
