@@ -260,11 +260,8 @@ bool Server::shutdownStep(TimeNs now) {
   // Submissions still in the rings are answered (SHUTTING_DOWN) before the
   // daemon goes: ingest keeps draining them.
   bool rings_idle = true;
-  for (const auto& [id, c] : conns_) {
-    if (c->segment && !c->closing &&
-        (!c->pending_rings.empty() || c->segment->readyBitmap().anySet())) {
-      rings_idle = false;
-    }
+  for (const Connection* c : shm_conns_) {
+    if (!c->closing && (!c->pending_rings.empty() || c->bitmap.anySet())) rings_idle = false;
   }
   if (queued == 0 && in_flight_batches_ == 0 && on_workers == 0 &&
       (rings_idle || now >= hard_stop)) {
@@ -384,14 +381,16 @@ bool Server::poll() {
   notifyWatchdog(now);
   if (metrics_) metrics_->tick(now, sched_, stats_, clients_);
   if (sleeping_) {
-    for (auto& [id, c] : conns_) {
-      if (c->segment) c->segment->ownSleepFlag().clear();
-    }
+    for (Connection* c : shm_conns_) c->own_sleep.clear();
     sleeping_ = false;
   }
   bool worked = collect(now);
-  for (auto& [id, c] : conns_) {
-    if (!c->segment || c->closing) continue;
+  // By index: dropping a connection in here is deferred (drop_later_), so
+  // the array does not change under the loop.
+  for (std::size_t i = 0; i < shm_conns_.size(); ++i) {
+    Connection* c = shm_conns_[i];
+    const std::uint64_t id = c->id;
+    if (c->closing) continue;
     try {
       worked = (c->worker ? ingestWorker(*c, now) : ingest(*c, now)) || worked;
     } catch (const std::exception& e) {  // costs this client its connection, not the daemon
@@ -419,16 +418,16 @@ bool Server::poll() {
 }
 
 bool Server::beforeSleep() {
-  for (auto& [id, c] : conns_) {
-    if (c->segment) c->segment->ownSleepFlag().announceSleep();
-  }
+  // Every flag first, then one fence, then the re-check (doorbell.hpp).
+  for (Connection* c : shm_conns_) c->own_sleep.announceSleepUnfenced();
+  shm::seqCstFence();
   sleeping_ = true;
-  for (auto& [id, c] : conns_) {
-    if (!c->segment || c->closing) continue;
+  for (const Connection* c : shm_conns_) {
+    if (c->closing) continue;
     const bool credit =
         c->outstanding + c->backlog.size() < c->segment->layout().geometry.completion_capacity;
     if (!c->backlog.empty() || (c->worker && !c->worker->aborts.empty()) ||
-        (credit && (!c->pending_rings.empty() || c->segment->readyBitmap().anySet()))) {
+        (credit && (!c->pending_rings.empty() || c->bitmap.anySet()))) {
       return true;  // work appeared: poll clears the flags
     }
   }

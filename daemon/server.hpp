@@ -158,6 +158,12 @@ class Server {
     std::optional<shm::EventFd> doorbell;         // the client writes, we read
     std::optional<shm::EventFd> completion_bell;  // we write, the client reads
     std::optional<shm::CompletionProducer> producer;
+    // The segment's words the loop's passes touch, resolved once (attachSegment()).
+    shm::ReadyBitmap bitmap;
+    shm::SleepFlag own_sleep;          // "the daemon sleeps", for this client
+    shm::PeerSleepFlag peer_sleep;     // "the client sleeps"
+    std::size_t shm_index = SIZE_MAX;  // in shm_conns_
+    bool dirty = false;                // in dirty_
     std::vector<Ring> rings;
     std::vector<std::uint32_t> pending_rings;  // taken from the bitmap, not yet drained dry
     std::vector<bool> ring_pending;
@@ -343,6 +349,22 @@ class Server {
   int signal_fd_ = -1;
   std::uint64_t signal_buf_[16] = {};
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> conns_;
+  // The connections with a segment, dense: the loop's per-pass scans (sleep
+  // flags, ready bitmaps) run over this array, not over conns_.
+  std::vector<Connection*> shm_conns_;
+  // Connections with completion records written but not published, or held
+  // in a backlog, or worker aborts waiting: the only ones flush() visits.
+  std::vector<Connection*> dirty_, flushing_;
+  void markDirty(Connection& c) {
+    if (c.dirty) return;
+    c.dirty = true;
+    dirty_.push_back(&c);
+  }
+  // `c` has its segment: resolves its words and lists it in shm_conns_.
+  void attachSegment(Connection& c);
+  // Takes `c` off shm_conns_ and dirty_ (dropConnection()).
+  void detachConnection(Connection& c);
+  std::vector<Connection*> published_;                                     // flush()'s, reused
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> closed_;  // ops still queued
   std::vector<Pending> pending_;                                           // by core request id
   std::vector<std::uint64_t> free_pending_;

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -209,6 +210,7 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
   c.doorbell.emplace(std::move(std::get<shm::EventFd>(bell_in)));
   c.completion_bell.emplace(std::move(std::get<shm::EventFd>(bell_out)));
   c.producer.emplace(c.segment->completionRing(), 0);
+  attachSegment(c);
   const std::uint32_t rings = c.segment->layout().geometry.ring_count;
   c.rings.resize(rings);
   c.ring_pending.assign(rings, false);
@@ -330,6 +332,29 @@ void Server::armDoorbell(Connection& c) {
       });
 }
 
+void Server::attachSegment(Connection& c) {
+  c.bitmap = c.segment->readyBitmap();
+  c.own_sleep = c.segment->ownSleepFlag();
+  c.peer_sleep = c.segment->peerSleepFlag();
+  if (sleeping_) c.own_sleep.announceSleep();  // as every other client's says
+  c.shm_index = shm_conns_.size();
+  shm_conns_.push_back(&c);
+}
+
+void Server::detachConnection(Connection& c) {
+  if (c.shm_index != SIZE_MAX) {
+    Connection* last = shm_conns_.back();
+    shm_conns_[c.shm_index] = last;
+    last->shm_index = c.shm_index;
+    shm_conns_.pop_back();
+    c.shm_index = SIZE_MAX;
+  }
+  if (c.dirty) {
+    dirty_.erase(std::find(dirty_.begin(), dirty_.end(), &c));
+    c.dirty = false;
+  }
+}
+
 void Server::dropConnection(std::uint64_t conn_id, const char* why) {
   auto it = conns_.find(conn_id);
   if (it == conns_.end()) return;
@@ -368,6 +393,7 @@ void Server::dropConnection(std::uint64_t conn_id, const char* why) {
   close(c.fd);
   c.fd = -1;
   if (c.doorbell_op != 0) loop_->cancel(c.doorbell_op);
+  detachConnection(c);
   auto owned = std::move(it->second);
   conns_.erase(it);
   if (owned->ops > 0) closed_.emplace(conn_id, std::move(owned));

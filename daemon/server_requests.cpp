@@ -35,7 +35,7 @@ void Server::armExecutorWatch(std::size_t e) {
 
 bool Server::ingest(Connection& c, TimeNs now) {
   const std::uint64_t capacity = c.segment->layout().geometry.completion_capacity;
-  c.segment->readyBitmap().takeEach([&](std::uint32_t ring) {
+  c.bitmap.takeEach([&](std::uint32_t ring) {
     if (ring < c.rings.size() && !c.ring_pending[ring]) {
       c.ring_pending[ring] = true;
       c.pending_rings.push_back(ring);
@@ -359,6 +359,7 @@ void Server::complete(std::uint64_t conn_id, shm::CompletionSlot slot, bool was_
   if (was_admitted && c.outstanding > 0) --c.outstanding;
   // Straight into the ring when nothing waits before it (flush() publishes
   // what was written in this pass with one store); held otherwise.
+  markDirty(c);
   if (c.backlog.empty() && c.producer && c.producer->freeSlots(1) > 0) {
     c.producer->write(slot, {});
     c.unpublished = true;
@@ -369,9 +370,13 @@ void Server::complete(std::uint64_t conn_id, shm::CompletionSlot slot, bool was_
 }
 
 bool Server::flush() {
-  bool worked = false;
-  for (auto& [id, cp] : conns_) {
+  // Only the connections something was written or queued for: the pass does
+  // not grow with connections that are idle.
+  flushing_.swap(dirty_);
+  published_.clear();
+  for (Connection* cp : flushing_) {
     Connection& c = *cp;
+    c.dirty = false;
     if (!c.producer) continue;
     std::size_t n = 0;
     if (c.worker) {  // aborts for a worker's assignment ring
@@ -381,6 +386,7 @@ bool Server::flush() {
         aborts.pop_front();
         ++n;
       }
+      if (!aborts.empty()) markDirty(c);  // no room yet: again next pass
     } else if (!c.backlog.empty()) {
       const std::uint64_t room = c.producer->freeSlots(c.backlog.size());
       while (n < room && n < c.backlog.size()) {
@@ -398,16 +404,23 @@ bool Server::flush() {
       }
       c.backlog.erase(c.backlog.begin(), c.backlog.begin() + static_cast<std::ptrdiff_t>(n));
       if (c.backlog_chunks == 0) c.backlog_tokens.clear();  // no chunk refers to them any more
+      if (!c.backlog.empty()) markDirty(c);                 // the client has not made room yet
     }
     if (n == 0 && !c.unpublished) continue;
     c.unpublished = false;
     c.producer->publish();
-    worked = true;
-    if (c.segment->peerSleepFlag().sleeping()) {
-      loop_->write(c.completion_bell->fd(), &bell_value_, sizeof bell_value_, nullptr);
+    published_.push_back(&c);
+  }
+  flushing_.clear();
+  if (published_.empty()) return false;
+  // One fence after every publication, then each client's flag (doorbell.hpp).
+  shm::seqCstFence();
+  for (Connection* c : published_) {
+    if (c->peer_sleep.sleepingAfterFence()) {
+      loop_->write(c->completion_bell->fd(), &bell_value_, sizeof bell_value_, nullptr);
     }
   }
-  return worked;
+  return true;
 }
 
 }  // namespace fairsched::daemon

@@ -77,6 +77,7 @@ void Server::handleWorkerHello(Connection& c, const shm::HelloMessage& m,
   c.doorbell.emplace(std::move(std::get<shm::EventFd>(bell_in)));
   c.completion_bell.emplace(std::move(std::get<shm::EventFd>(bell_out)));
   c.producer.emplace(c.segment->completionRing(), 0);
+  attachSegment(c);
   c.ring_pending.assign(1, false);
   c.endpoint_allowed.assign(cfg_.endpoints.size(), false);
   WorkerState& w = c.worker.emplace();
@@ -101,7 +102,7 @@ Server::Pending* Server::assignedTo(std::uint64_t assignment, std::uint64_t work
 
 bool Server::ingestWorker(Connection& c, TimeNs now) {
   WorkerState& w = *c.worker;
-  c.segment->readyBitmap().takeEach([](std::uint32_t) {});
+  c.bitmap.takeEach([](std::uint32_t) {});
   bool worked = false;
   shm::SubmissionSlot slot;
   for (std::size_t n = 0; n < kEventBudget; ++n) {
@@ -273,7 +274,9 @@ void Server::maybePreempt(EndpointId e, TimeNs now) {
     shm::AssignmentRecord a;
     a.kind = shm::AssignmentKind::kPreempt;
     a.assignment = assignmentId(key);
-    conns_.at(p.worker)->worker->aborts.push_back(shm::encodeAssignment(a));
+    Connection& holder = *conns_.at(p.worker);
+    holder.worker->aborts.push_back(shm::encodeAssignment(a));
+    markDirty(holder);
     p.preempt_asked = now;
     preempt_outstanding_[e] = key;
     return;
@@ -309,12 +312,14 @@ bool Server::relayTokens(Pending& p, std::span<const std::uint32_t> tokens, Time
     if (k < direct) {
       c.producer->write(o.slot, tokens.subspan(i, n));
       c.unpublished = true;
+      markDirty(c);
       continue;
     }
     o.tokens_at = c.backlog_tokens.size();
     c.backlog_tokens.insert(c.backlog_tokens.end(), tokens.begin() + static_cast<std::ptrdiff_t>(i),
                             tokens.begin() + static_cast<std::ptrdiff_t>(i + n));
     c.backlog.push_back(o);
+    markDirty(c);
     ++c.backlog_chunks;
   }
   return true;
@@ -364,6 +369,7 @@ void Server::abortRunning(std::uint64_t key, Status why, TimeNs now) {
   a.kind = shm::AssignmentKind::kAbort;
   a.assignment = assignmentId(key);
   it->second->worker->aborts.push_back(shm::encodeAssignment(a));
+  markDirty(*it->second);
 }
 
 std::uint32_t Server::sequencesFor(Connection& c) {

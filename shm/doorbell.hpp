@@ -77,6 +77,8 @@ class SleepFlag {
     sharedStore(*word_, std::uint32_t{1}, std::memory_order_relaxed);
     seqCstFence();
   }
+  // The store alone, for announcing on many flags behind one seqCstFence().
+  void announceSleepUnfenced() { sharedStore(*word_, std::uint32_t{1}, std::memory_order_relaxed); }
   // Relaxed: a waker that still sees 1 only rings once too often.
   void clear() { sharedStore(*word_, std::uint32_t{0}, std::memory_order_relaxed); }
 
@@ -96,8 +98,11 @@ class PeerSleepFlag {
   // the peer may be asleep and its eventfd must be written.
   bool sleeping() const {
     seqCstFence();
-    return sharedLoad(*word_, std::memory_order_relaxed) != 0;
+    return sleepingAfterFence();
   }
+  // The load alone. REQUIRES: a seqCstFence() after the caller's
+  // publication (one fence may serve many flags).
+  bool sleepingAfterFence() const { return sharedLoad(*word_, std::memory_order_relaxed) != 0; }
 
  private:
   const std::uint32_t* word_ = nullptr;
