@@ -380,19 +380,21 @@ bool Server::poll() {
   const TimeNs now = monotonicNow();
   notifyWatchdog(now);
   if (metrics_) metrics_->tick(now, sched_, stats_, clients_);
-  if (sleeping_) {
-    for (Connection* c : shm_conns_) c->own_sleep.clear();
-    sleeping_ = false;
-  }
   bool worked = collect(now);
   // By index: dropping a connection in here is deferred (drop_later_), so
   // the array does not change under the loop.
-  for (std::size_t i = 0; i < shm_conns_.size(); ++i) {
-    Connection* c = shm_conns_[i];
+  for (std::size_t i = 0; i < active_.size(); ++i) {
+    Connection* c = active_[i];
     const std::uint64_t id = c->id;
     if (c->closing) continue;
     try {
-      worked = (c->worker ? ingestWorker(*c, now) : ingest(*c, now)) || worked;
+      const bool found = c->worker ? ingestWorker(*c, now) : ingest(*c, now);
+      if (found || !c->pending_rings.empty()) {
+        c->last_work = now;
+      } else if (now - c->last_work > kDemoteAfterNs && !c->worker) {
+        demoting_.push_back(c);
+      }
+      worked = found || worked;
     } catch (const std::exception& e) {  // costs this client its connection, not the daemon
       spdlog::error("client {} (pid {}): internal error in ingest: {}", id, c->cred.pid,
                     escapeForDisplay(e.what()));
@@ -400,6 +402,7 @@ bool Server::poll() {
       drop_later_.push_back(id);
     }
   }
+  worked = demote() || worked;
   for (const std::uint64_t id : drop_later_) dropConnection(id, "broke its ring");
   drop_later_.clear();
   sched_.expireDeadlines(now, done_);
@@ -418,17 +421,28 @@ bool Server::poll() {
 }
 
 bool Server::beforeSleep() {
-  // Every flag first, then one fence, then the re-check (doorbell.hpp).
-  for (Connection* c : shm_conns_) c->own_sleep.announceSleepUnfenced();
-  shm::seqCstFence();
-  sleeping_ = true;
-  for (const Connection* c : shm_conns_) {
-    if (c->closing) continue;
-    const bool credit =
-        c->outstanding + c->backlog.size() < c->segment->layout().geometry.completion_capacity;
-    if (!c->backlog.empty() || (c->worker && !c->worker->aborts.empty()) ||
-        (credit && (!c->pending_rings.empty() || c->bitmap.anySet()))) {
-      return true;  // work appeared: poll clears the flags
+  // Records the daemon holds itself (backlogs, aborts) keep it awake; only
+  // connections that have some are dirty.
+  for (const Connection* c : dirty_) {
+    if (!c->closing && (!c->backlog.empty() || (c->worker && !c->worker->aborts.empty()))) {
+      return true;
+    }
+  }
+  // Every active connection's flag, one fence, then the re-check
+  // (doorbell.hpp); the others' flags are set already. A connection with
+  // something in its rings stays active; the daemon stays awake for it
+  // when its completion ring has room for the answers.
+  for (Connection* c : active_) {
+    if (!c->closing) demoting_.push_back(c);
+  }
+  if (demote()) {
+    for (const Connection* c : active_) {
+      const bool credit =
+          c->outstanding + c->backlog.size() < c->segment->layout().geometry.completion_capacity;
+      if (!c->closing && credit && (!c->pending_rings.empty() || c->bitmap.anySet())) {
+        for (Connection* a : active_) a->own_sleep.clear();
+        return true;
+      }
     }
   }
   // Sleep until the next batch is due or a deadline passes, if sooner than anything else.

@@ -164,6 +164,8 @@ class Server {
     shm::PeerSleepFlag peer_sleep;     // "the client sleeps"
     std::size_t shm_index = SIZE_MAX;  // in shm_conns_
     bool dirty = false;                // in dirty_
+    bool active = false;               // in active_: its rings are looked at every pass
+    TimeNs last_work = 0;              // when a pass last found something in its rings
     std::vector<Ring> rings;
     std::vector<std::uint32_t> pending_rings;  // taken from the bitmap, not yet drained dry
     std::vector<bool> ring_pending;
@@ -360,6 +362,20 @@ class Server {
     c.dirty = true;
     dirty_.push_back(&c);
   }
+  // The connections whose rings every pass looks at (ingest). The others
+  // have their "daemon sleeps" flag set, so their clients ring the doorbell
+  // after publishing, which activates them again (armDoorbell): a pass costs
+  // what the busy connections cost, not what every connection costs. A
+  // connection leaves when the daemon goes to sleep, or when its rings have
+  // been idle for kDemoteAfterNs, after a re-check behind a fence
+  // (demote()).
+  std::vector<Connection*> active_;
+  std::vector<Connection*> demoting_;  // poll()'s, reused
+  static constexpr TimeNs kDemoteAfterNs = 2 * kNsPerMs;
+  void activate(Connection& c);
+  // Sets the flags of demoting_'s connections, one fence, and takes off
+  // active_ those whose rings are still empty; true when one was not.
+  bool demote();
   // `c` has its segment: resolves its words and lists it in shm_conns_.
   void attachSegment(Connection& c);
   // Takes `c` off shm_conns_ and dirty_ (dropConnection()).
@@ -411,7 +427,6 @@ class Server {
   std::uint64_t next_batch_ = 1;
   TimeNs timer_at_ = kNever;
   EventLoop::OpId timer_op_ = 0;
-  bool sleeping_ = false;
   bool shutting_down_ = false;
   bool draining_ = false;
   std::size_t clients_ = 0;        // connections past hello (admin peers are not clients)

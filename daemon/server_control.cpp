@@ -328,6 +328,7 @@ void Server::armDoorbell(Connection& c) {
   c.doorbell_op =
       loop_->read(c.doorbell->fd(), &c.doorbell_buf, sizeof c.doorbell_buf, [this, id](int res) {
         Connection* live = opDone(id);
+        if (live && res > 0) activate(*live);  // it published while its flag was set
         if (live && (res > 0 || res == -EAGAIN)) armDoorbell(*live);
       });
 }
@@ -336,9 +337,34 @@ void Server::attachSegment(Connection& c) {
   c.bitmap = c.segment->readyBitmap();
   c.own_sleep = c.segment->ownSleepFlag();
   c.peer_sleep = c.segment->peerSleepFlag();
-  if (sleeping_) c.own_sleep.announceSleep();  // as every other client's says
   c.shm_index = shm_conns_.size();
   shm_conns_.push_back(&c);
+  activate(c);
+}
+
+void Server::activate(Connection& c) {
+  c.own_sleep.clear();  // no more doorbells: every pass looks at its rings now
+  c.last_work = monotonicNow();
+  if (c.active || c.closing) return;
+  c.active = true;
+  active_.push_back(&c);
+}
+
+bool Server::demote() {
+  if (demoting_.empty()) return false;
+  for (Connection* c : demoting_) c->own_sleep.announceSleepUnfenced();
+  shm::seqCstFence();  // doorbell.hpp: a publication either rings or is seen below
+  bool busy = false;
+  for (Connection* c : demoting_) {
+    if (!c->pending_rings.empty() || c->bitmap.anySet()) {
+      busy = true;  // stays active (its flag set costs it a doorbell at most)
+      continue;
+    }
+    c->active = false;
+  }
+  demoting_.clear();
+  std::erase_if(active_, [](const Connection* c) { return !c->active; });
+  return busy;
 }
 
 void Server::detachConnection(Connection& c) {
@@ -353,6 +379,11 @@ void Server::detachConnection(Connection& c) {
     dirty_.erase(std::find(dirty_.begin(), dirty_.end(), &c));
     c.dirty = false;
   }
+  if (c.active) {
+    active_.erase(std::find(active_.begin(), active_.end(), &c));
+    c.active = false;
+  }
+  // demoting_ is only filled and emptied within one poll() pass.
 }
 
 void Server::dropConnection(std::uint64_t conn_id, const char* why) {
