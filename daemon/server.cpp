@@ -214,6 +214,9 @@ void Server::beginShutdown() {
     listen_fd_ = -1;
     unlink(socket_path_.c_str());
   }
+  // What is still in any ring is answered (SHUTTING_DOWN) while draining:
+  // every connection is looked at from now on.
+  for (Connection* c : shm_conns_) activate(*c);
   spdlog::info("shutting down: admitting nothing more, draining queues for up to {} ms",
                cfg_.daemon.shutdown_grace_ms);
   notifier_->stopping("stopping: " + statusLine());

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -166,6 +167,66 @@ TEST_F(ClientDaemon, StressManyProcessesAndTenantsEachRequestCompletesOnce) {
   auto& d = started.value();
   runClientProcesses(d.socket(), "t", 400);
   EXPECT_EQ(d.terminate(), 0);
+}
+
+// While one client keeps the daemon awake, another goes quiet long enough
+// for the daemon to stop looking at its rings (Server::kDemoteAfterNs) and
+// then submits: its doorbell brings it back, and its request completes
+// although the daemon never slept.
+TEST_F(ClientDaemon, AQuietClientIsHeardAgainWhileAnotherKeepsTheDaemonBusy) {
+  auto started = daemon::ForkedDaemon::start(makeConfig(socket(), 0.0));
+  ASSERT_TRUE(started) << started.error().message;
+  auto busy = Client::connect(options(socket()));
+  auto quiet = Client::connect(options(socket()));
+  ASSERT_TRUE(busy && quiet);
+  auto busy_tenant = busy->openTenant("busy");
+  auto quiet_tenant = quiet->openTenant("quiet");
+  ASSERT_TRUE(busy_tenant && quiet_tenant);
+  const auto prompt = promptFor(7);
+
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> busy_done{0};
+  std::thread load([&] {
+    std::vector<Completion> got;
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    std::uint64_t in_flight = 0;
+    while (!stop.load() && std::chrono::steady_clock::now() < until) {
+      if (in_flight < 8 && busy->submit(request(*busy_tenant, prompt))) ++in_flight;
+      got.clear();
+      const std::size_t n = busy->poll(got);
+      in_flight -= n;
+      busy_done += n;
+    }
+  });
+  auto one = [&]() -> std::optional<Completion> {
+    auto id = quiet->submit(request(*quiet_tenant, prompt));
+    if (!id) return std::nullopt;
+    std::vector<Completion> got;
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (got.empty() && std::chrono::steady_clock::now() < until) {
+      (void)quiet->wait(100ms);
+      quiet->poll(got);
+    }
+    if (got.empty()) return std::nullopt;
+    return got[0];
+  };
+  while (busy_done.load() < 100) std::this_thread::yield();  // the daemon is busy now
+  auto first = one();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->status, Status::kOk);
+  const std::uint64_t rings_before = quiet->stats().doorbell_rings;
+  const std::uint64_t busy_before = busy_done.load();
+  std::this_thread::sleep_for(50ms);  // quiet for 25 times the demotion delay
+  ASSERT_GT(busy_done.load(), busy_before) << "the other client stopped keeping the daemon busy";
+  auto second = one();
+  stop = true;
+  load.join();
+  ASSERT_TRUE(second) << "the quiet client's request never completed";
+  EXPECT_EQ(second->status, Status::kOk);
+  EXPECT_EQ(second->checksum, kernels::workloadChecksum(prompt));
+  EXPECT_GT(quiet->stats().doorbell_rings, rings_before)
+      << "the daemon still looked at the quiet client's rings: the path was not exercised";
+  EXPECT_EQ(started.value().terminate(), 0);
 }
 
 TEST_F(ClientDaemon, CudaEndpointServesConcurrentClientsWithTheirOwnChecksums) {
