@@ -142,6 +142,24 @@ int referenceWorker(const std::string& socket, const config::EndpointConfig& ec)
 
 }  // namespace
 
+std::variant<config::Config, std::string> echoDaemonConfig(const std::string& socket,
+                                                           const std::string& daemon_extra) {
+  const std::string text =
+      "[daemon]\nsocket = \"" + socket + "\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\n" +
+      daemon_extra +
+      "[[tiers]]\nname = \"bench\"\n"
+      "[endpoints.echo]\nmax_batch_requests = 32\nmax_batch_tokens = 65536\nmax_wait_us = 0\n"
+      "max_output_tokens = 16\n"
+      "[endpoints.echo.cpu]\nper_batch_us = 0.0\nper_token_us = 0.0\nthreads = 1\n"
+      "workload = false\n"
+      "[tenants.bench]\ntier = \"bench\"\nqueue_limit = 100000\n"
+      "[[clients]]\nname = \"bench\"\nuids = [" +
+      std::to_string(getuid()) + "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\n";
+  auto parsed = config::parseConfig(text, "<bench>");
+  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return err->toString();
+  return std::get<config::Config>(std::move(parsed));
+}
+
 void prepareBenchConfig(config::Config& cfg, const std::string& dir) {
   cfg.daemon.socket = dir + "/fairsched.sock";
   cfg.daemon.log_level = "error";

@@ -34,6 +34,14 @@ struct TenantPlan {
 // A temporary directory removed with everything in it when this goes away.
 using testing::TempDir;  // tests/support/temp_dir.hpp
 
+// A daemon on `socket` serving one endpoint, "echo", on a CPU executor that
+// does nothing (zero modelled time and no reference workload: what is
+// measured is the daemon's own path), to this uid for any tenant; tier
+// "bench" (the default), tenant "bench" listed with room for 100,000 queued.
+// `daemon_extra`: more lines of [daemon]. Or why the text did not parse.
+std::variant<config::Config, std::string> echoDaemonConfig(const std::string& socket,
+                                                           const std::string& daemon_extra = "");
+
 // Points the daemon's socket into `dir`, quiets its log and lets this uid
 // submit for every tenant and endpoint and serve every worker endpoint.
 void prepareBenchConfig(config::Config& cfg, const std::string& dir);

@@ -58,25 +58,6 @@ nlohmann::json toJson(const Percentiles& p) {
   return {{"p50_us", p.p50_us}, {"p99_us", p.p99_us}, {"max_us", p.max_us}};
 }
 
-std::variant<config::Config, std::string> daemonConfig(const std::string& socket) {
-  const std::string text =
-      "[daemon]\nsocket = \"" + socket +
-      "\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\n"
-      "[[tiers]]\nname = \"bench\"\n"
-      "[endpoints.echo]\nmax_batch_requests = 32\nmax_batch_tokens = 65536\nmax_wait_us = 0\n"
-      "max_output_tokens = 16\n"
-      "[endpoints.echo.cpu]\nper_batch_us = 0.0\nper_token_us = 0.0\nthreads = 1\n"
-      "workload = false\n"
-      "[tenants.bench]\ntier = \"bench\"\nqueue_limit = 100000\n"
-      "[[clients]]\nname = \"bench\"\nuids = [" +
-      std::to_string(getuid()) +
-      "]\n"
-      "tenants = [\"*\"]\nendpoints = [\"*\"]\n";
-  auto parsed = config::parseConfig(text, "<roundtrip>");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return err->toString();
-  return std::get<config::Config>(parsed);
-}
-
 // Unix-socket echo between two processes: the baseline.
 std::vector<double> socketEcho(int iterations) {
   int sv[2];
@@ -129,7 +110,7 @@ std::variant<DaemonRun, ScenarioError> measureDaemon(config::EventLoopKind loop,
                                                      std::uint64_t throughput_requests) {
   const TempDir tmp("fairsched-roundtrip");
   if (tmp.path().empty()) return ScenarioError{"mkdtemp failed"};
-  auto cfg = daemonConfig(tmp.path() + "/fairsched.sock");
+  auto cfg = echoDaemonConfig(tmp.path() + "/fairsched.sock");
   if (auto* err = std::get_if<std::string>(&cfg)) return ScenarioError{*err};
   std::get<config::Config>(cfg).daemon.event_loop = loop;
   pinTo(1);  // the daemon inherits this CPU

@@ -20,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "bench/process_run.hpp"
 #include "bench/raw_pingpong.hpp"
 #include "bench/stats.hpp"
 #include "daemon/config/config.hpp"
@@ -376,23 +377,6 @@ std::optional<std::string> raiseFdLimit(std::uint64_t need) {
   return std::nullopt;
 }
 
-std::variant<config::Config, std::string> scaleConfig(const std::string& dir) {
-  // Tenants are not listed: `tenants = ["*"]` lets the rule open any name,
-  // and an unlisted tenant takes default_tier (the only tier).
-  const std::string text =
-      "[daemon]\nsocket = \"" + dir +
-      "/fairsched.sock\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\nbusy_poll_us = 0\n"
-      "[[tiers]]\nname = \"bench\"\n"
-      "[endpoints.echo]\nmax_batch_requests = 32\nmax_batch_tokens = 65536\nmax_wait_us = 0\n"
-      "max_output_tokens = 16\n"
-      "[endpoints.echo.cpu]\nper_batch_us = 0.0\nper_token_us = 0.0\nthreads = 1\n"
-      "[[clients]]\nname = \"bench\"\nuids = [" +
-      std::to_string(getuid()) + "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\n";
-  auto parsed = config::parseConfig(text, "<scale>");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return err->toString();
-  return std::get<config::Config>(std::move(parsed));
-}
-
 // The client processes of one cell; any still running when this goes are killed.
 class ProcessGroup {
  public:
@@ -447,7 +431,9 @@ std::variant<Cell, std::string> runCell(const ScaleSettings& s, int processes, i
   cell.tenants = std::max(tenants, processes);
   const testing::TempDir tmp("fairsched-scale");
   if (tmp.path().empty()) return std::string("mkdtemp failed");
-  auto cfg = scaleConfig(tmp.path());
+  // Tenants are not listed: `tenants = ["*"]` lets the rule open any name,
+  // and an unlisted tenant takes default_tier (the only tier).
+  auto cfg = echoDaemonConfig(tmp.path() + "/fairsched.sock", "busy_poll_us = 0\n");
   if (auto* err = std::get_if<std::string>(&cfg)) return *err;
   // The daemon: a socket, two eventfds and a memfd per connection of 8
   // tenants; a client process: about six per connection.
