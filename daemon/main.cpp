@@ -16,7 +16,7 @@
 
 #include "daemon/config/config.hpp"
 #include "daemon/log.hpp"
-#include "daemon/server.hpp"
+#include "daemon/server/server.hpp"
 
 #ifndef FAIRSCHED_VERSION
 #define FAIRSCHED_VERSION "0.1.0"

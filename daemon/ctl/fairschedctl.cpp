@@ -25,7 +25,7 @@
 #include <string>
 #include <thread>
 
-#include "daemon/admin_client.hpp"
+#include "daemon/ctl/admin_client.hpp"
 #include "fairsched/name.hpp"
 
 namespace {

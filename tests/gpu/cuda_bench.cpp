@@ -18,9 +18,9 @@
 #include <variant>
 #include <vector>
 
-#include "daemon/cpu_executor.hpp"
-#include "daemon/cuda_executor.hpp"
-#include "daemon/event_loop.hpp"
+#include "daemon/exec/cpu_executor.hpp"
+#include "daemon/exec/cuda_executor.hpp"
+#include "daemon/loop/event_loop.hpp"
 #include "kernels/cuda_kernels.hpp"
 
 namespace fd = fairsched::daemon;

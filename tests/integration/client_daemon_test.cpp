@@ -20,7 +20,7 @@
 #include "daemon/config/config.hpp"
 #include "tests/support/forked_daemon.hpp"
 #if FAIRSCHED_HAVE_CUDA
-#include "daemon/cuda_executor.hpp"
+#include "daemon/exec/cuda_executor.hpp"
 #endif
 #include "fairsched/client.hpp"
 #include "kernels/workload_reference.hpp"

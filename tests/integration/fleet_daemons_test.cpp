@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "bench/stats.hpp"
-#include "daemon/admin_client.hpp"
 #include "daemon/config/config.hpp"
+#include "daemon/ctl/admin_client.hpp"
 #include "fairsched/client.hpp"
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/redis_server.hpp"

@@ -20,8 +20,8 @@
 #include <variant>
 #include <vector>
 
-#include "daemon/admin_client.hpp"
 #include "daemon/config/config.hpp"
+#include "daemon/ctl/admin_client.hpp"
 #include "fairsched/client.hpp"
 #include "kernels/workload_reference.hpp"
 #include "tests/support/forked_daemon.hpp"

@@ -19,8 +19,8 @@
 #include <variant>
 #include <vector>
 
-#include "daemon/admin_client.hpp"
 #include "daemon/config/config.hpp"
+#include "daemon/ctl/admin_client.hpp"
 #include "fairsched/client.hpp"
 #include "fairsched/fairsched.h"
 #include "fairsched/name.hpp"

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "daemon/log.hpp"
-#include "daemon/server.hpp"
+#include "daemon/server/server.hpp"
 
 namespace fairsched::daemon {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "daemon/config/config.hpp"
 #include "daemon/error.hpp"
-#include "daemon/executor_factory.hpp"
+#include "daemon/exec/executor_factory.hpp"
 
 namespace fairsched::daemon {
 

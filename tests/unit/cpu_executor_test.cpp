@@ -1,7 +1,7 @@
 // The CPU executor: per-request checksums of each request's own prompt, the
 // modelled service time holding a slot, late-binding slot accounting, and a
 // malformed batch reported as a failure.
-#include "daemon/cpu_executor.hpp"
+#include "daemon/exec/cpu_executor.hpp"
 
 #include <gtest/gtest.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-// The CUDA executor (daemon/cuda_executor.hpp): start-up failures that any
+// The CUDA executor (daemon/exec/cuda_executor.hpp): start-up failures that any
 // machine can check, and end-to-end batches that need a CUDA device (skipped
 // with the reason where there is none). Also how Server::create turns a
 // `cuda` endpoint it cannot serve into the cpu fallback or an error.
@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "daemon/config/config.hpp"
-#include "daemon/server.hpp"
+#include "daemon/server/server.hpp"
 #include "kernels/workload_reference.hpp"
 
 #if FAIRSCHED_HAVE_CUDA
-#include "daemon/cuda_executor.hpp"
+#include "daemon/exec/cuda_executor.hpp"
 #endif
 
 namespace fairsched::daemon {

@@ -3,7 +3,8 @@
 // cancellation, wake-ups from other threads, and the spin-then-sleep hooks.
 // The io_uring runs skip with the reason where io_uring is refused; epoll
 // runs everywhere.
-#include "daemon/event_loop.hpp"
+#include "daemon/loop/event_loop.hpp"
+#include "daemon/loop/make_event_loop.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/eventfd.h>
@@ -26,7 +27,7 @@ using config::EventLoopKind;
 class EventLoopTest : public ::testing::TestWithParam<EventLoopKind> {
  protected:
   std::unique_ptr<EventLoop> makeLoop() {
-    auto created = EventLoop::create(GetParam(), 64);
+    auto created = makeEventLoop(GetParam(), 64);
     if (!created) {
       why_ = created.error().message;
       EXPECT_NE(GetParam(), EventLoopKind::kEpoll) << "epoll must work everywhere: " << why_;
@@ -186,9 +187,9 @@ TEST_P(EventLoopTest, ManyOperationsInFlightAllComplete) {
 
 TEST(EventLoopAuto, FallsBackToEpollOnlyWhenIoUringIsRefused) {
   std::string refused = "stale";
-  auto loop = EventLoop::create(EventLoopKind::kAuto, 64, &refused);
+  auto loop = makeEventLoop(EventLoopKind::kAuto, 64, &refused);
   ASSERT_TRUE(loop) << loop.error().message;
-  auto uring = EventLoop::create(EventLoopKind::kIoUring, 64);
+  auto uring = makeEventLoop(EventLoopKind::kIoUring, 64);
   if (uring) {
     EXPECT_EQ(loop.value()->name(), "io_uring");
     EXPECT_TRUE(refused.empty()) << refused;

@@ -15,7 +15,7 @@
 #if FAIRSCHED_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "daemon/cuda_executor.hpp"
+#include "daemon/exec/cuda_executor.hpp"
 #include "kernels/cuda_kernels.hpp"
 #endif
 

@@ -1,4 +1,4 @@
-#include "daemon/metrics.hpp"
+#include "daemon/metrics/metrics.hpp"
 
 #include <gtest/gtest.h>
 #include <prometheus/metric_family.h>
@@ -12,7 +12,7 @@
 
 #include "daemon/config/scheduler_setup.hpp"
 #include "daemon/core/scheduler.hpp"
-#include "daemon/server.hpp"
+#include "daemon/server/server.hpp"
 
 namespace fairsched::daemon {
 namespace {

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "daemon/config/config.hpp"
-#include "daemon/cpu_executor.hpp"
-#include "daemon/executor_factory.hpp"
-#include "daemon/server.hpp"
+#include "daemon/exec/cpu_executor.hpp"
+#include "daemon/exec/executor_factory.hpp"
+#include "daemon/server/server.hpp"
 #include "fairsched/client.hpp"
 #include "kernels/workload_reference.hpp"
 #include "tests/support/forked_daemon.hpp"

@@ -1,4 +1,4 @@
-#include "daemon/metrics.hpp"
+#include "daemon/metrics/metrics.hpp"
 
 #include "daemon/fleet/fleet_limiter.hpp"
 
@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "daemon/core/scheduler.hpp"
-#include "daemon/server_stats.hpp"
+#include "daemon/server/server_stats.hpp"
 
 #ifndef FAIRSCHED_VERSION
 #define FAIRSCHED_VERSION "unknown"

@@ -1,4 +1,4 @@
-#include "daemon/admin_client.hpp"
+#include "daemon/ctl/admin_client.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>

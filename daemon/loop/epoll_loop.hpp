@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/event_loop.hpp"
+#include "daemon/loop/event_loop.hpp"
 
 namespace fairsched::daemon {
 

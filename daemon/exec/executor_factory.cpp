@@ -1,6 +1,6 @@
 // Builds the executor of every endpoint from its config: cuda where asked and
 // available (else its fallback), cpu otherwise.
-#include "daemon/executor_factory.hpp"
+#include "daemon/exec/executor_factory.hpp"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -10,9 +10,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "daemon/cpu_executor.hpp"
+#include "daemon/exec/cpu_executor.hpp"
 #if FAIRSCHED_HAVE_CUDA
-#include "daemon/cuda_executor.hpp"
+#include "daemon/exec/cuda_executor.hpp"
 #endif
 
 namespace fairsched::daemon {

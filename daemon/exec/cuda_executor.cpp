@@ -1,4 +1,4 @@
-#include "daemon/cuda_executor.hpp"
+#include "daemon/exec/cuda_executor.hpp"
 
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "daemon/spsc_queue.hpp"
+#include "daemon/exec/spsc_queue.hpp"
 #include "kernels/cuda_kernels.hpp"
 
 namespace fairsched::daemon {

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "daemon/error.hpp"
-#include "daemon/executor.hpp"
-#include "daemon/spsc_queue.hpp"
+#include "daemon/exec/executor.hpp"
+#include "daemon/exec/spsc_queue.hpp"
 
 namespace fairsched::daemon {
 

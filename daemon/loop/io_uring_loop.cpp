@@ -1,4 +1,4 @@
-#include "daemon/io_uring_loop.hpp"
+#include "daemon/loop/io_uring_loop.hpp"
 
 #include <poll.h>
 

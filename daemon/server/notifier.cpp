@@ -1,4 +1,4 @@
-#include "daemon/notifier.hpp"
+#include "daemon/server/notifier.hpp"
 
 #include <systemd/sd-daemon.h>
 #include <time.h>

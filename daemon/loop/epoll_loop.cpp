@@ -1,4 +1,4 @@
-#include "daemon/epoll_loop.hpp"
+#include "daemon/loop/epoll_loop.hpp"
 
 #include <poll.h>
 #include <sys/epoll.h>

@@ -2,7 +2,7 @@
 // signals, reload, and the graceful stop. The control plane is in
 // server_control.cpp, the request path in server_requests.cpp, the admin
 // commands in server_admin.cpp.
-#include "daemon/server.hpp"
+#include "daemon/server/server.hpp"
 
 #include <grp.h>
 #include <signal.h>
@@ -20,6 +20,7 @@
 
 #include "daemon/config/scheduler_setup.hpp"
 #include "daemon/log.hpp"
+#include "daemon/loop/make_event_loop.hpp"
 #include "fairsched/name.hpp"
 
 namespace fairsched::daemon {
@@ -55,7 +56,7 @@ Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg,
   s->signal_fd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   if (s->signal_fd_ < 0) return systemError("signalfd");
   std::string refused;
-  auto loop = EventLoop::create(cfg.daemon.event_loop, 1024, &refused);
+  auto loop = makeEventLoop(cfg.daemon.event_loop, 1024, &refused);
   if (!loop) return withContext("event loop", std::move(loop).error());
   s->loop_ = std::move(loop).value();
   if (!refused.empty()) {

@@ -4,7 +4,7 @@
 // name a peer sends is checked against fairsched/name.hpp before it is
 // stored, matched or printed. The worker role will be a second kind of peer
 // here: Hello says which role, and a worker gets its own segment.
-#include "daemon/server.hpp"
+#include "daemon/server/server.hpp"
 
 #include <sys/socket.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "daemon/cpu_executor.hpp"
+#include "daemon/exec/cpu_executor.hpp"
 
 #include <sys/eventfd.h>
 #include <time.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <span>
 
-#include "daemon/event_loop.hpp"
+#include "daemon/loop/event_loop.hpp"
 #include "kernels/workload_reference.hpp"
 
 namespace fairsched::daemon {

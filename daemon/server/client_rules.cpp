@@ -1,4 +1,4 @@
-#include "daemon/client_rules.hpp"
+#include "daemon/server/client_rules.hpp"
 
 #include <algorithm>
 

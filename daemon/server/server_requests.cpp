@@ -3,7 +3,7 @@
 // (late binding), collect finished batches, and deliver every request's one
 // completion back through its client's completion ring. A second source of
 // completions (workers streaming tokens) joins collect() and complete().
-#include "daemon/server.hpp"
+#include "daemon/server/server.hpp"
 
 #include <cerrno>
 

@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "daemon/error.hpp"
-#include "daemon/executor.hpp"
+#include "daemon/exec/executor.hpp"
 #include "kernels/workload_hash.hpp"
 
 namespace fairsched::daemon {

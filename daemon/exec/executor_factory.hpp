@@ -10,7 +10,7 @@
 
 #include "daemon/config/config.hpp"
 #include "daemon/error.hpp"
-#include "daemon/executor.hpp"
+#include "daemon/exec/executor.hpp"
 
 namespace fairsched::daemon {
 

@@ -14,7 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "daemon/server.hpp"
+#include "daemon/server/server.hpp"
 #include "fairsched/name.hpp"
 
 namespace fairsched::daemon {

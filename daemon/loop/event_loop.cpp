@@ -1,31 +1,11 @@
-#include "daemon/event_loop.hpp"
+#include "daemon/loop/event_loop.hpp"
 
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 
-#include "daemon/epoll_loop.hpp"
-#include "daemon/io_uring_loop.hpp"
-
 namespace fairsched::daemon {
-
-TimeNs monotonicNow() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<TimeNs>(ts.tv_sec) * kNsPerSec + ts.tv_nsec;
-}
-
-Result<std::unique_ptr<EventLoop>> EventLoop::create(config::EventLoopKind kind, unsigned entries,
-                                                     std::string* fallback_reason) {
-  if (fallback_reason) fallback_reason->clear();
-  if (kind == config::EventLoopKind::kEpoll) return EpollLoop::create();
-  auto uring = IoUringLoop::create(entries);
-  if (uring || kind == config::EventLoopKind::kIoUring) return uring;
-  if (fallback_reason) *fallback_reason = uring.error().message;
-  return EpollLoop::create();
-}
 
 EventLoop::~EventLoop() {
   if (wake_fd_ >= 0) close(wake_fd_);

@@ -14,7 +14,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
-#include "daemon/server.hpp"
+#include "daemon/server/server.hpp"
 #include "fairsched/name.hpp"
 
 #ifndef FAIRSCHED_VERSION

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "daemon/event_loop.hpp"
+#include "daemon/loop/event_loop.hpp"
 
 namespace fairsched::daemon {
 

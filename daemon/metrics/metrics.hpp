@@ -37,7 +37,7 @@
 #include "daemon/config/config.hpp"
 #include "daemon/core/types.hpp"
 #include "daemon/error.hpp"
-#include "daemon/server_stats.hpp"
+#include "daemon/server/server_stats.hpp"
 
 namespace prometheus {
 class Exposer;

@@ -1,7 +1,7 @@
 // The daemon's event loop, driven from one thread, over one of two kernel
 // interfaces: io_uring (io_uring_loop.cpp) or epoll (epoll_loop.cpp) where
 // io_uring is refused — under gVisor, Docker's default seccomp profile and
-// many Kubernetes pods. `[daemon] event_loop` chooses; "auto" takes io_uring
+// many Kubernetes pods. `[daemon] event_loop` chooses (make_event_loop.hpp); "auto" takes io_uring
 // and falls back to epoll.
 //
 // Operations (accept, recvmsg, reads of doorbell eventfds, writes of
@@ -34,8 +34,8 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/config/config.hpp"
 #include "daemon/core/types.hpp"
+#include "daemon/env.hpp"
 #include "daemon/error.hpp"
 
 namespace fairsched::daemon {
@@ -51,13 +51,6 @@ class EventLoop {
     TimeNs spin_ns = 500'000;            // 0: sleep at the first idle iteration
   };
 
-  // A loop of `kind`. kAuto tries io_uring, then epoll; `fallback_reason`
-  // (when given) gets why io_uring was refused then, and stays empty
-  // otherwise. Errors: kSystem (io_uring refused for kIoUring, or epoll,
-  // eventfd or timerfd failed).
-  static Result<std::unique_ptr<EventLoop>> create(
-      config::EventLoopKind kind = config::EventLoopKind::kIoUring, unsigned entries = 512,
-      std::string* fallback_reason = nullptr);
   virtual ~EventLoop();
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
@@ -124,8 +117,5 @@ class EventLoop {
   bool running_ = false;
   Hooks hooks_;
 };
-
-// CLOCK_MONOTONIC now, in nanoseconds: the clock of every TimeNs in the daemon.
-TimeNs monotonicNow();
 
 }  // namespace fairsched::daemon
