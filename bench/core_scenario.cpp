@@ -382,7 +382,7 @@ ScenarioResult runCoreScenario(const ScenarioOptions& options) {
     table += line;
   }
 
-  // The shape of design.md §6, plus `ratio_fair_over_fifo`, `queued`, `depth_sweep`
+  // The shape of docs/benchmarks.md, plus `ratio_fair_over_fifo`, `queued`, `depth_sweep`
   // and `memory`;
   // everything else is in the table.
   ScenarioReport report;

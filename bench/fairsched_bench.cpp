@@ -36,7 +36,7 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
 
-// Every scenario of design.md §6, in its order; those not built yet have no
+// Every scenario of docs/benchmarks.md, in its order; those not built yet have no
 // run function and are refused with the list of the ones that are. A new
 // scenario fills in its entry (or adds one) with its run and plot functions.
 constexpr ScenarioInfo kScenarios[] = {

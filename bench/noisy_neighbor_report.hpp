@@ -1,7 +1,7 @@
 // What both noisy-neighbor scenarios report (the multi-process one and the
 // virtual-time one): per run and tenant, submitted / completed / rejected /
 // lost, latency percentiles of completed requests and tokens served, in the
-// JSON shape of design.md §6; the table people read; the plot.
+// JSON shape of docs/benchmarks.md; the table people read; the plot.
 #pragma once
 
 #include <map>
@@ -30,7 +30,7 @@ struct NoisyRun {
 };
 
 // {"scenario":"noisy-neighbor","mode":mode,"runs":[...],"series":{...}}: runs
-// as in design.md §6 (tier and weight per tenant), series the plot's points
+// as in docs/benchmarks.md (tier and weight per tenant), series the plot's points
 // ("policy/label/tenant" -> [[completion_ms, latency_ms], ...]).
 nlohmann::json noisyNeighborJson(const std::vector<NoisyRun>& runs, const std::string& mode,
                                  const std::string& tier, double weight);

@@ -1,5 +1,5 @@
 // What the property scenarios (weighted, tiers, token-cost) report: runs of
-// per-tenant summaries in the JSON shape of design.md §6, the checks they
+// per-tenant summaries in the JSON shape of docs/benchmarks.md, the checks they
 // make (target, value, PASS or MISS) and the table people read.
 #pragma once
 

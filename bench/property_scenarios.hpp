@@ -1,4 +1,4 @@
-// The property scenarios of design.md §6, each with a real fairschedd and one
+// The property scenarios of docs/benchmarks.md, each with a real fairschedd and one
 // client process per tenant (bench/process_run.hpp) and a config built in
 // code (--config is not used: each property needs its own tiers, weights and
 // endpoint limits). Each prints a table with PASS or MISS against its target.

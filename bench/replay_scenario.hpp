@@ -89,7 +89,7 @@ ReplaySummary summarize(const ReplayRun& run, const CostWeights& cost,
 nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost,
                           TimeNs window = 60 * kNsPerSec);
 
-// One JSON object per line and request, in trace order (design.md §6).
+// One JSON object per line and request, in trace order (docs/benchmarks.md).
 std::string replayEventsJsonl(const ReplayRun& run);
 
 std::string replayTable(const nlohmann::json& report);

@@ -32,7 +32,7 @@ struct ScenarioOptions {
 };
 
 struct ScenarioReport {
-  nlohmann::json json;  // exactly the shape design.md §6 gives for the scenario
+  nlohmann::json json;  // exactly the shape docs/benchmarks.md gives for the scenario
   std::string table;    // human-readable summary, printed as is
 };
 
@@ -49,7 +49,7 @@ using PlotFn = std::optional<std::string> (*)(const nlohmann::json& report,
 struct ScenarioInfo {
   std::string_view name;
   std::string_view summary;
-  ScenarioFn run = nullptr;  // null: named in design.md but not built yet
+  ScenarioFn run = nullptr;  // null: named in docs/benchmarks.md but not built yet
   PlotFn plot = nullptr;     // null: the scenario has no plot
 };
 

@@ -3,7 +3,7 @@
 // the config's `cpu` settings. Tenant A bursts 10,000 requests; tenant B sends
 // 5, spaced out during the burst; same tier and weight. Runs policy `fair`,
 // policy `fifo`, and B alone, and reports the noisy-neighbor JSON shape of
-// design.md §6. The multi-process `noisy-neighbor` (real daemon, real client
+// docs/benchmarks.md. The multi-process `noisy-neighbor` (real daemon, real client
 // processes) measures the same thing through the whole system.
 #pragma once
 

@@ -1,4 +1,4 @@
-// `stream`: tokens through the whole worker path (design.md §7) — a
+// `stream`: tokens through the whole worker path (docs/worker.md) — a
 // reference worker (worker/reference_engine.hpp, a zero-cost engine model:
 // every step decodes one token of each running sequence) emits into its
 // event ring, fairschedd validates and charges each token and relays it

@@ -1,4 +1,4 @@
-// The worker protocol: how an engine process (design.md §7) takes the
+// The worker protocol: how an engine process (docs/worker.md) takes the
 // requests fairschedd chooses and streams their tokens back, over a segment
 // of the ordinary layout (shm/layout.hpp) used the other way round.
 //
@@ -133,7 +133,7 @@ std::uint32_t streamPayloadWords(const CompletionSlot& slot);
 // a prompt of `max_prompt_words` words and kMaxParamsBytes of parameters.
 Geometry workerGeometry(std::uint32_t assignments, std::uint32_t max_prompt_words);
 
-// The reference token stream (design.md §7): output token j of a request
+// The reference token stream (docs/worker.md): output token j of a request
 // whose prompt is p (n > 0 tokens) is (p[j % n] + j + 1) mod 2^32; with an
 // empty prompt (a counts-only request), j + 1. The reference worker emits
 // it, and any client can check that no token reached the wrong request.

@@ -1,4 +1,4 @@
-// fairsched-worker: the reference worker (design.md §7). Attaches to a
+// fairsched-worker: the reference worker (docs/worker.md). Attaches to a
 // worker endpoint of a running fairschedd and serves it with the
 // continuous-batching engine model of [endpoints.NAME.engine] in --config
 // (defaults without one), emitting the documented reference tokens.

@@ -1,7 +1,7 @@
 // The reference engine behind fairsched-worker: a continuous-batching model
 // of an inference engine (vLLM/SGLang style) that serves a worker endpoint
 // through fairsched::Worker and emits the documented deterministic tokens
-// (design.md §7), so that anyone can check that no token reached the wrong
+// (docs/worker.md), so that anyone can check that no token reached the wrong
 // request.
 //
 // Per iteration (step): take assignments (each reserves prompt + max output

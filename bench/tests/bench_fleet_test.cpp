@@ -1,4 +1,4 @@
-// The fleet scenario in quick mode: the JSON has the shape design.md §6
+// The fleet scenario in quick mode: the JSON has the shape docs/benchmarks.md
 // gives, and the numbers are consistent with each other. Skipped, with the
 // reason, when no redis-server can be started.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // The scale scenario on a reduced grid: real daemons and client processes,
-// the JSON has the shape design.md §6 gives, every cell completed requests
+// the JSON has the shape docs/benchmarks.md gives, every cell completed requests
 // and none was lost. No figure is asserted: CPU per request and round trips
 // are for people to read in a full run (fairsched-bench scale).
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // The stream scenario in quick mode: real daemon, reference worker and
-// client processes; the JSON has the shape design.md §7 gives, and no token
+// client processes; the JSON has the shape docs/worker.md gives, and no token
 // is lost or reaches the wrong request. No figure is asserted: speed is
 // recorded in docs/benchmarks.md, as ratios to the raw ping-pong of the run.
 #include <gtest/gtest.h>

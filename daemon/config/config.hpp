@@ -22,7 +22,7 @@ enum class EndpointKind : std::uint8_t {
   kBatch,      // offline: the default quantum grants about a full batch of tokens
 };
 
-// kWorker: engine processes attach as workers and pull the requests (design.md §7).
+// kWorker: engine processes attach as workers and pull the requests (docs/worker.md).
 enum class ExecutorKind : std::uint8_t { kCpu, kCuda, kWorker };
 
 // [endpoints.NAME.worker]: how the daemon treats the workers of an endpoint.

@@ -139,7 +139,7 @@ bool readEndpoints(ParseContext& ctx, const toml::node& n, const std::string& pa
   return readEndpointList(ctx, n, path, rule.endpoints, false);
 }
 
-// Endpoints the client may serve as a worker (design.md §7).
+// Endpoints the client may serve as a worker (docs/worker.md).
 bool readWorkers(ParseContext& ctx, const toml::node& n, const std::string& path,
                  ClientRule& rule) {
   return readEndpointList(ctx, n, path, rule.workers, true);

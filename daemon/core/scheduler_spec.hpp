@@ -20,7 +20,7 @@ enum class Fairness : std::uint8_t {
 };
 const char* toString(Fairness f);
 
-// Preemption on worker endpoints (design.md §7): a waiting request of a
+// Preemption on worker endpoints (docs/worker.md): a waiting request of a
 // higher tier, or of a tenant served less than a running one, may take the
 // place of a running sequence, which later resumes (prompt + generated
 // prefix, recomputed by the engine).
@@ -42,7 +42,7 @@ struct EndpointSpec {
   std::uint32_t max_output_tokens = 4096;
   TimeNs latency_target = 0;      // backlog throttle; 0 = off
   std::uint32_t parallelism = 1;  // executor slots (streams, threads)
-  // Workers stream tokens (design.md §7): the `tokens` and `adaptive` cost
+  // Workers stream tokens (docs/worker.md): the `tokens` and `adaptive` cost
   // models charge a request's prompt at dispatch and each output token as it
   // is generated (Scheduler::charge), so the DRR deficit follows service at
   // iteration granularity; the final count settles nothing further.

@@ -1,5 +1,5 @@
 // The executors of a daemon, one per endpoint in config order, built from
-// the config (design.md §5). Server::create calls it after the daemon's
+// the config (docs/architecture.md §10). Server::create calls it after the daemon's
 // signals are blocked, so executor threads inherit the mask; tests pass a
 // function of their own (a fault-injecting executor) instead.
 #pragma once

@@ -204,7 +204,7 @@ std::string Server::statusJson() const {
   }
   j["queued"] = queued;
   j["endpoints"] = std::move(endpoints);
-  // Engines attached as workers (design.md §7), in attach order.
+  // Engines attached as workers (docs/worker.md), in attach order.
   std::vector<const Connection*> attached;
   for (const auto& [id, cp] : conns_) {
     if (cp->worker && !cp->closing) attached.push_back(cp.get());

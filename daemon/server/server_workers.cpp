@@ -1,4 +1,4 @@
-// fairschedd's worker role (design.md §7): engines attach to an endpoint with
+// fairschedd's worker role (docs/worker.md): engines attach to an endpoint with
 // executor = "worker", say what they can take, and are handed the requests
 // the core chooses at that moment (late binding); their tokens are charged
 // to the tenant as they come and relayed to the submitting client; cancels,

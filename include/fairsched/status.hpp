@@ -1,5 +1,5 @@
 // fairsched::Status — the one outcome every submitted request ends with
-// (design.md §1), shared by the client library, the shared-memory layout and
+// (docs/architecture.md §1), shared by the client library, the shared-memory layout and
 // the daemon. Self-contained: needs only the standard library.
 #pragma once
 

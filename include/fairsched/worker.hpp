@@ -1,4 +1,4 @@
-// fairsched::Worker — the worker role (design.md §7, docs/worker.md): an
+// fairsched::Worker — the worker role (docs/worker.md): an
 // engine process (vLLM, SGLang, TensorRT-LLM, llama.cpp style, or the
 // reference fairsched-worker) attaches to an endpoint with executor =
 // "worker" and runs the requests fairschedd chooses for it.

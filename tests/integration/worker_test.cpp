@@ -1,4 +1,4 @@
-// Workers (design.md §7) against a real fairschedd, all real processes:
+// Workers (docs/worker.md) against a real fairschedd, all real processes:
 // reference engines attached as workers, clients streaming tokens. Every
 // token must reach its own request in order (checked against the reference
 // function), every request must end exactly once with an explicit status,
@@ -823,7 +823,7 @@ TEST_F(Workers, AWorkerScribblingOverItsEventRingIsDroppedAndNothingIsLost) {
 // tokens through the pack and workload kernels on CUDA streams and checks
 // the device's checksums against the CPU reference; the client checks every
 // token as with the modelled engine.
-// Preemption (design.md §7): `heavy` fills both sequences of a slow engine
+// Preemption (docs/worker.md): `heavy` fills both sequences of a slow engine
 // with long generations, then `light` submits a short one.
 struct PreemptRun {
   std::map<RequestId, Seen> seen;

@@ -531,7 +531,7 @@ TEST(Assignment, StreamPayloadIsTheChunksTokensOnly) {
 
 // ---- the reference token stream -----------------------------------------------
 
-// The formula of design.md §7 in 64-bit arithmetic, reduced at the end.
+// The formula of docs/worker.md (Reference tokens) in 64-bit arithmetic, reduced at the end.
 std::uint32_t expectedToken(const std::vector<std::uint32_t>& p, std::uint64_t j) {
   const std::uint64_t base = p.empty() ? 0 : p[j % p.size()];
   return static_cast<std::uint32_t>((base + j + 1) % (std::uint64_t{1} << 32));
