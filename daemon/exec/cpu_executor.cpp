@@ -9,7 +9,6 @@
 #include <cstring>
 #include <span>
 
-#include "daemon/loop/event_loop.hpp"
 #include "kernels/workload_reference.hpp"
 
 namespace fairsched::daemon {
@@ -83,9 +82,9 @@ void CpuExecutor::submit(ExecBatch&& batch) {
       spare_.pop_back();
     }
     if (options_.workload) {
-      const TimeNs start = monotonicNow();
+      const TimeNs start = options_.env->now();
       run(batch, done);
-      done.service_ns = monotonicNow() - start;
+      done.service_ns = options_.env->now() - start;
     } else {
       run(batch, done);  // no work, no time: nothing to measure
     }
@@ -156,12 +155,12 @@ void CpuExecutor::work(Worker& w) {
     if (stopping_.load(std::memory_order_acquire)) return;
     auto batch = w.in.pop();
     if (!batch) continue;
-    const TimeNs start = monotonicNow();
+    const TimeNs start = options_.env->now();
     BatchDone done;
     run(*batch, done);
     // Hold the slot for the modelled service time, as the device would.
     sleepUntil(start + done.service_ns);
-    done.service_ns = monotonicNow() - start;
+    done.service_ns = options_.env->now() - start;
     while (!w.out.push(std::move(done))) {
     }
     signal(done_fd_);

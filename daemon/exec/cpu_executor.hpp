@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/env.hpp"
 #include "daemon/error.hpp"
 #include "daemon/exec/executor.hpp"
 #include "daemon/exec/spsc_queue.hpp"
@@ -34,6 +35,8 @@ class CpuExecutor final : public Executor {
     // false: no reference workload; every result's checksum is 0. What is
     // left is the daemon's own path (the roundtrip benchmark measures it so).
     bool workload = true;
+    // The clock service times are measured with (its threads call it).
+    const Env* env = &Env::real();
   };
 
   // kConfig for invalid options, kSystem when an eventfd cannot be made.

@@ -35,7 +35,8 @@ Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg) {
 }
 
 Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg,
-                                               const MakeExecutors& make_executors) {
+                                               const MakeExecutors& make_executors,
+                                               const Env& env) {
   // SIGTERM, SIGINT and SIGHUP arrive through a signalfd read by the loop.
   // Blocked first, so the executor threads started below inherit the mask and
   // the signal can only be taken by the signalfd.
@@ -47,7 +48,7 @@ Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg,
   if (pthread_sigmask(SIG_BLOCK, &mask, nullptr) != 0) {
     return Error{Errc::kSystem, "pthread_sigmask failed"};
   }
-  std::unique_ptr<Server> s(new Server(cfg, config::buildSchedulerSpec(cfg)));
+  std::unique_ptr<Server> s(new Server(cfg, config::buildSchedulerSpec(cfg), env));
   if (cfg.fleet) {  // its thread inherits the signal mask set above
     s->fleet_ = fleet::makeFleetLimiter(*cfg.fleet);
     s->sched_.setFleetGate(s->fleet_.get());
@@ -86,13 +87,13 @@ Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg,
   return s;
 }
 
-Server::Server(const config::Config& cfg, core::SchedulerSpec spec)
-    : cfg_(cfg), rules_(cfg_), sched_(std::move(spec)), notifier_(makeSystemdNotifier()) {
-  stats_.workers.assign(cfg_.endpoints.size(), 0);
-  stats_.running_on_workers.assign(cfg_.endpoints.size(), 0);
+Server::Server(const config::Config& cfg, core::SchedulerSpec spec, const Env& env)
+    : env_(env),
+      cfg_(cfg),
+      rules_(cfg_),
+      sched_(std::move(spec)),
+      notifier_(makeSystemdNotifier()) {
   stats_.preemptions.assign(cfg_.endpoints.size(), 0);
-  preempt_outstanding_.assign(cfg_.endpoints.size(), kNoPreempt);
-  next_preempt_check_.assign(cfg_.endpoints.size(), 0);
 }
 
 std::string Server::statusLine() const {
@@ -182,8 +183,8 @@ int Server::run() {
                loop_->name());
   // The socket was bound and listening before run(): clients can connect now.
   notifier_->ready("serving on " + socket_path_);
-  started_at_ = monotonicNow();
-  if (notifier_->watchdogInterval() > 0) next_watchdog_ = monotonicNow();
+  started_at_ = env_.now();
+  if (notifier_->watchdogInterval() > 0) next_watchdog_ = env_.now();
   const int rc = loop_->run();
   if (rc == 0 && lost_executor_ != kNoExecutor) return EIO;
   return rc;
@@ -207,8 +208,7 @@ void Server::armSignals() {
 void Server::beginShutdown() {
   if (shutting_down_) return;
   shutting_down_ = true;
-  shutdown_deadline_ =
-      monotonicNow() + static_cast<TimeNs>(cfg_.daemon.shutdown_grace_ms) * kNsPerMs;
+  shutdown_deadline_ = env_.now() + static_cast<TimeNs>(cfg_.daemon.shutdown_grace_ms) * kNsPerMs;
   if (listen_fd_ >= 0) {
     loop_->cancel(accept_op_);  // before the close: the number may be reused
     close(listen_fd_);
@@ -217,7 +217,7 @@ void Server::beginShutdown() {
   }
   // What is still in any ring is answered (SHUTTING_DOWN) while draining:
   // every connection is looked at from now on.
-  for (Connection* c : shm_conns_) activate(*c);
+  for (Connection* c : conns_.withSegment()) activate(*c);
   spdlog::info("shutting down: admitting nothing more, draining queues for up to {} ms",
                cfg_.daemon.shutdown_grace_ms);
   notifier_->stopping("stopping: " + statusLine());
@@ -241,33 +241,26 @@ bool Server::shutdownStep(TimeNs now) {
                            kNsPerSec;
   // Requests running on workers likewise (an aborted one's completion is out).
   std::size_t on_workers = 0;
-  if (running_on_workers_ > 0) {
-    for (const Pending& p : pending_) on_workers += p.live && p.worker != 0 && !p.aborted;
+  if (workers_.running() > 0) {
+    pending_.forEachLive(
+        [&](std::uint64_t, const Pending& p) { on_workers += p.worker != 0 && !p.aborted; });
   }
-  if ((in_flight_batches_ > 0 || on_workers > 0) && now >= hard_stop) {
+  if ((batches_.inFlight() > 0 || on_workers > 0) && now >= hard_stop) {
     spdlog::error("{} batches and {} requests on workers still running at the hard stop",
-                  in_flight_batches_, on_workers);
-    for (std::uint64_t id = 0; id < pending_.size(); ++id) {
-      Pending& p = pending_[id];
-      if (!p.live) continue;
-      if (p.aborted) {
-        releasePending(id);
-        continue;
-      }
-      if (metrics_) metrics_->ended(p.tenant, p.endpoint, Status::kShuttingDown);
-      complete(p.conn, completionFor(p.request_id, p.tag, Status::kShuttingDown), true);
-      releasePending(id);
-    }
-    in_flight_batches_ = 0;
+                  batches_.inFlight(), on_workers);
+    pending_.forEachLive([&](std::uint64_t key, const Pending&) {
+      endRequest(key, Status::kShuttingDown, Ending::abandoned(), now);
+    });
+    batches_.forgetInFlight();
     on_workers = 0;
   }
   // Submissions still in the rings are answered (SHUTTING_DOWN) before the
   // daemon goes: ingest keeps draining them.
   bool rings_idle = true;
-  for (const Connection* c : shm_conns_) {
+  for (const Connection* c : conns_.withSegment()) {
     if (!c->closing && (!c->pending_rings.empty() || c->bitmap.anySet())) rings_idle = false;
   }
-  if (queued == 0 && in_flight_batches_ == 0 && on_workers == 0 &&
+  if (queued == 0 && batches_.inFlight() == 0 && on_workers == 0 &&
       (rings_idle || now >= hard_stop)) {
     flush();
     return true;
@@ -324,11 +317,10 @@ Result<> Server::reload() {
 
 void Server::reapplyRules() {
   std::vector<std::uint64_t> revoked_workers;
-  for (auto& [id, cp] : conns_) {
-    Connection& c = *cp;
-    if (c.closing) continue;
+  conns_.forEach([&](Connection& c) {
+    if (c.closing) return;
     c.rule = rules_.match(c.cred.uid, c.cred.gid);
-    if (!c.segment) continue;
+    if (!c.segment) return;
     if (c.worker) {
       const std::string& ep = cfg_.endpoints[c.worker->endpoint].name;
       if (!c.rule || !ClientRules::allowsWorker(*c.rule, ep)) {
@@ -336,13 +328,13 @@ void Server::reapplyRules() {
                      c.cred.uid, ep);
         revoked_workers.push_back(c.id);
       }
-      continue;
+      return;
     }
     for (std::size_t e = 0; e < c.endpoint_allowed.size() && e < cfg_.endpoints.size(); ++e) {
       c.endpoint_allowed[e] =
           c.rule && ClientRules::allowsEndpoint(*c.rule, cfg_.endpoints[e].name);
     }
-    for (Ring& r : c.rings) {
+    for (ClientRing& r : c.rings) {
       if (!r.consumer) continue;
       const bool allowed = c.rule && ClientRules::allowsTenant(*c.rule, r.name);
       if (!allowed && !r.revoked) {
@@ -361,13 +353,13 @@ void Server::reapplyRules() {
         spdlog::info("client {} (uid {}): tenant '{}' allowed again", c.id, c.cred.uid, r.name);
       }
     }
-  }
+  });
   for (const std::uint64_t id : revoked_workers) {
     dropConnection(id, "is no longer allowed to serve its endpoint");
   }
 }
 
-void Server::revokeRing(Connection& c, Ring& r) {
+void Server::revokeRing(Connection& c, ClientRing& r) {
   const std::size_t n = sched_.cancelOwner(c.id, Status::kUnauthorized, done_, r.tenant);
   finishDone(done_);  // counted under the tenant's label before the ring lets go of it
   if (metrics_) metrics_->tenantClosed(r.tenant);
@@ -381,14 +373,15 @@ void Server::revokeRing(Connection& c, Ring& r) {
 }
 
 bool Server::poll() {
-  const TimeNs now = monotonicNow();
+  const TimeNs now = env_.now();
   notifyWatchdog(now);
   if (metrics_) metrics_->tick(now, sched_, stats_, clients_);
   bool worked = collect(now);
   // By index: dropping a connection in here is deferred (drop_later_), so
   // the array does not change under the loop.
-  for (std::size_t i = 0; i < active_.size(); ++i) {
-    Connection* c = active_[i];
+  const std::vector<Connection*>& active = conns_.active();
+  for (std::size_t i = 0; i < active.size(); ++i) {
+    Connection* c = active[i];
     const std::uint64_t id = c->id;
     if (c->closing) continue;
     try {
@@ -396,7 +389,7 @@ bool Server::poll() {
       if (found || !c->pending_rings.empty()) {
         c->last_work = now;
       } else if (now - c->last_work > kDemoteAfterNs && !c->worker) {
-        demoting_.push_back(c);
+        conns_.queueDemote(*c);
       }
       worked = found || worked;
     } catch (const std::exception& e) {  // costs this client its connection, not the daemon
@@ -406,12 +399,12 @@ bool Server::poll() {
       drop_later_.push_back(id);
     }
   }
-  worked = demote() || worked;
+  worked = conns_.demote() || worked;
   for (const std::uint64_t id : drop_later_) dropConnection(id, "broke its ring");
   drop_later_.clear();
   sched_.expireDeadlines(now, done_);
   finishDone(done_);
-  if (!batches_.empty()) expireBatches(now);
+  if (batches_.tracked() > 0) expireBatches(now);
   expireRunning(now);
   if (dispatch(now)) {
     worked = true;
@@ -427,7 +420,7 @@ bool Server::poll() {
 bool Server::beforeSleep() {
   // Records the daemon holds itself (backlogs, aborts) keep it awake; only
   // connections that have some are dirty.
-  for (const Connection* c : dirty_) {
+  for (const Connection* c : conns_.dirty()) {
     if (!c->closing && (!c->backlog.empty() || (c->worker && !c->worker->aborts.empty()))) {
       return true;
     }
@@ -436,15 +429,15 @@ bool Server::beforeSleep() {
   // (doorbell.hpp); the others' flags are set already. A connection with
   // something in its rings stays active; the daemon stays awake for it
   // when its completion ring has room for the answers.
-  for (Connection* c : active_) {
-    if (!c->closing) demoting_.push_back(c);
+  for (Connection* c : conns_.active()) {
+    if (!c->closing) conns_.queueDemote(*c);
   }
-  if (demote()) {
-    for (const Connection* c : active_) {
+  if (conns_.demote()) {
+    for (const Connection* c : conns_.active()) {
       const bool credit =
           c->outstanding + c->backlog.size() < c->segment->layout().geometry.completion_capacity;
       if (!c->closing && credit && (!c->pending_rings.empty() || c->bitmap.anySet())) {
-        for (Connection* a : active_) a->own_sleep.clear();
+        for (Connection* a : conns_.active()) a->own_sleep.clear();
         return true;
       }
     }
@@ -452,16 +445,16 @@ bool Server::beforeSleep() {
   // Sleep until the next batch is due or a deadline passes, if sooner than anything else.
   TimeNs wake = std::min(sched_.nextDeadline(), next_watchdog_);
   // expireBatches looks every 10 ms at most: waking sooner would only spin.
-  for (const auto& [id, b] : batches_) {
-    wake = std::min(wake, std::max(b.deadline, next_batch_check_));
+  if (batches_.tracked() > 0) {
+    wake = std::min(wake, std::max(batches_.earliestDeadline(), next_batch_check_));
   }
   if (metrics_) wake = std::min(wake, metrics_->publishDueAt());
-  if (running_on_workers_ > 0) wake = std::min(wake, next_running_check_);
+  if (workers_.running() > 0) wake = std::min(wake, workers_.nextRunningCheck());
   for (std::size_t e = 0; e < executors_.size(); ++e) {
     if (executors_[e]->freeSlots() > 0)
       wake = std::min(wake, sched_.batchDueAt(static_cast<EndpointId>(e)));
   }
-  if (wake != kNever) armTimer(std::max(wake, monotonicNow() + 1));
+  if (wake != kNever) armTimer(std::max(wake, env_.now() + 1));
   return false;
 }
 

@@ -155,7 +155,7 @@ void Server::pumpOutbox(Connection& c) {
       ++c.ops;
       const std::uint64_t id = c.id;
       c.out_op = loop_->pollOut(c.fd, [this, id](int res) {
-        Connection* live = opDone(id);
+        Connection* live = conns_.opDone(id);
         if (!live) return;
         live->out_armed = false;
         if (res < 0 && res != -EINTR) {
@@ -172,7 +172,7 @@ void Server::pumpOutbox(Connection& c) {
 }
 
 std::string Server::statusJson() const {
-  const TimeNs now = monotonicNow();
+  const TimeNs now = env_.now();
   json j;
   j["version"] = FAIRSCHED_VERSION;
   j["pid"] = getpid();
@@ -187,7 +187,7 @@ std::string Server::statusJson() const {
   j["tenants"] = sched_.tenants().size();
   j["active_tenant_states"] = sched_.activeTenantStates();
   j["in_flight"] = sched_.inFlight();
-  j["in_flight_batches"] = in_flight_batches_;
+  j["in_flight_batches"] = batches_.inFlight();
   std::size_t queued = 0;
   json endpoints = json::array();
   for (std::size_t e = 0; e < executors_.size(); ++e) {
@@ -206,9 +206,9 @@ std::string Server::statusJson() const {
   j["endpoints"] = std::move(endpoints);
   // Engines attached as workers (docs/worker.md), in attach order.
   std::vector<const Connection*> attached;
-  for (const auto& [id, cp] : conns_) {
-    if (cp->worker && !cp->closing) attached.push_back(cp.get());
-  }
+  conns_.forEach([&](const Connection& c) {
+    if (c.worker && !c.closing) attached.push_back(&c);
+  });
   std::sort(attached.begin(), attached.end(),
             [](const Connection* a, const Connection* b) { return a->id < b->id; });
   json workers = json::array();
@@ -226,7 +226,7 @@ std::string Server::statusJson() const {
                        {"tokens", w.tokens}});
   }
   j["workers"] = std::move(workers);
-  j["running_on_workers"] = running_on_workers_;
+  j["running_on_workers"] = workers_.running();
   nlohmann::json preempted = nlohmann::json::object();
   for (std::size_t e = 0; e < cfg_.endpoints.size(); ++e) {
     if (isWorkerEndpoint(e)) preempted[cfg_.endpoints[e].name] = stats_.preemptions[e];
@@ -259,7 +259,7 @@ std::string Server::statusJson() const {
 }
 
 std::string Server::tenantsJson(std::uint32_t limit, std::string_view only) {
-  const TimeNs now = monotonicNow();
+  const TimeNs now = env_.now();
   struct Row {
     TenantId tenant;
     EndpointId endpoint;

@@ -36,21 +36,19 @@ void Server::acceptNext() {
 }
 
 void Server::onAccept(int fd) {
-  auto c = std::make_unique<Connection>();
-  c->id = next_conn_++;
-  c->fd = fd;
-  socklen_t len = sizeof c->cred;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) != 0) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     spdlog::warn("connection refused: SO_PEERCRED: {}", std::strerror(errno));
     close(fd);
     ++stats_.connections_refused;
     return;
   }
-  c->rule = rules_.match(c->cred.uid, c->cred.gid);
+  Connection& c = conns_.add(fd);
+  c.cred = cred;
+  c.rule = rules_.match(cred.uid, cred.gid);
   ++stats_.connections_accepted;
-  Connection& ref = *c;
-  conns_.emplace(c->id, std::move(c));
-  receiveNext(ref);
+  receiveNext(c);
 }
 
 void Server::receiveNext(Connection& c) {
@@ -61,25 +59,14 @@ void Server::receiveNext(Connection& c) {
   const std::uint64_t id = c.id;
   ++c.ops;
   c.recv_op = loop_->recvmsg(c.fd, &c.msg, [this, id](int res) {
-    if (opDone(id)) onMessage(id, res);
+    if (conns_.opDone(id)) onMessage(id, res);
   });
 }
 
-Server::Connection* Server::opDone(std::uint64_t id) {
-  if (auto it = conns_.find(id); it != conns_.end()) {
-    --it->second->ops;
-    return it->second->closing ? nullptr : it->second.get();
-  }
-  if (auto it = closed_.find(id); it != closed_.end()) {
-    if (--it->second->ops <= 0) closed_.erase(it);
-  }
-  return nullptr;
-}
-
 void Server::onMessage(std::uint64_t conn_id, int bytes) {
-  auto it = conns_.find(conn_id);
-  if (it == conns_.end()) return;
-  Connection& c = *it->second;
+  Connection* found = conns_.find(conn_id);
+  if (!found) return;
+  Connection& c = *found;
   if (bytes <= 0) {
     dropConnection(conn_id, bytes == 0 ? "closed" : "receive failed");
     return;
@@ -131,9 +118,7 @@ void Server::onMessage(std::uint64_t conn_id, int bytes) {
     return;
   }
   // A handler may have closed the connection (and freed it).
-  if (auto again = conns_.find(conn_id); again != conns_.end() && !again->second->closing) {
-    receiveNext(*again->second);
-  }
+  if (Connection* again = conns_.find(conn_id); again && !again->closing) receiveNext(*again);
 }
 
 bool Server::sendReply(Connection& c, std::span<const std::byte> bytes, const int* fds, int nfds) {
@@ -194,23 +179,9 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
   // Room for a burst: a client may have this many requests outstanding.
   geometry.completion_capacity = kCompletionCapacity;
   geometry.reply_tokens_per_slot = kStreamChunkTokens;
-  auto seg = shm::Segment::create(geometry);
-  auto bell_in = shm::EventFd::create();
-  auto bell_out = shm::EventFd::create();
-  for (const shm::Error* err : {std::get_if<shm::Error>(&seg), std::get_if<shm::Error>(&bell_in),
-                                std::get_if<shm::Error>(&bell_out)}) {
-    if (err) {
-      spdlog::error("client {}: {}", c.id, err->toString());
-      return refuse(shm::ControlStatus::kInternal,
-                    "could not create the shared segment or eventfds");
-    }
+  if (!openSegment(c, geometry)) {
+    return refuse(shm::ControlStatus::kInternal, "could not create the shared segment or eventfds");
   }
-  c.segment.emplace(std::move(std::get<shm::Segment>(seg)));
-  ++clients_;  // dropConnection counts it down for every connection with a segment
-  c.doorbell.emplace(std::move(std::get<shm::EventFd>(bell_in)));
-  c.completion_bell.emplace(std::move(std::get<shm::EventFd>(bell_out)));
-  c.producer.emplace(c.segment->completionRing(), 0);
-  attachSegment(c);
   const std::uint32_t rings = c.segment->layout().geometry.ring_count;
   c.rings.resize(rings);
   c.ring_pending.assign(rings, false);
@@ -224,6 +195,26 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
   if (!sendWelcome(c, reply, "welcome")) return;
   spdlog::info("client {} connected: uid {} pid {} rule '{}' name '{}'", c.id, c.cred.uid,
                c.cred.pid, c.rule->name, client_name);
+}
+
+bool Server::openSegment(Connection& c, const shm::Geometry& geometry) {
+  auto seg = shm::Segment::create(geometry);
+  auto bell_in = shm::EventFd::create();
+  auto bell_out = shm::EventFd::create();
+  for (const shm::Error* err : {std::get_if<shm::Error>(&seg), std::get_if<shm::Error>(&bell_in),
+                                std::get_if<shm::Error>(&bell_out)}) {
+    if (err) {
+      spdlog::error("connection {}: {}", c.id, err->toString());
+      return false;
+    }
+  }
+  c.segment.emplace(std::move(std::get<shm::Segment>(seg)));
+  ++clients_;  // dropConnection counts it down for every connection with a segment
+  c.doorbell.emplace(std::move(std::get<shm::EventFd>(bell_in)));
+  c.completion_bell.emplace(std::move(std::get<shm::EventFd>(bell_out)));
+  c.producer.emplace(c.segment->completionRing(), 0);
+  conns_.attach(c, env_.now());
+  return true;
 }
 
 void Server::describeEndpoint(shm::HelloReplyMessage& reply, std::size_t e) const {
@@ -303,7 +294,7 @@ void Server::handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m) {
       return answer(shm::ControlStatus::kBadRequest, "no tier '" + std::string(tier) + "'", 0);
   }
   for (std::uint32_t r = 0; r < c.rings.size(); ++r) {
-    Ring& ring = c.rings[r];
+    ClientRing& ring = c.rings[r];
     if (!ring.consumer || ring.name != tenant) continue;
     return answer(shm::ControlStatus::kOk, "open", r);
   }
@@ -327,84 +318,27 @@ void Server::armDoorbell(Connection& c) {
   ++c.ops;
   c.doorbell_op =
       loop_->read(c.doorbell->fd(), &c.doorbell_buf, sizeof c.doorbell_buf, [this, id](int res) {
-        Connection* live = opDone(id);
+        Connection* live = conns_.opDone(id);
         if (live && res > 0) activate(*live);  // it published while its flag was set
         if (live && (res > 0 || res == -EAGAIN)) armDoorbell(*live);
       });
 }
 
-void Server::attachSegment(Connection& c) {
-  c.bitmap = c.segment->readyBitmap();
-  c.own_sleep = c.segment->ownSleepFlag();
-  c.peer_sleep = c.segment->peerSleepFlag();
-  c.shm_index = shm_conns_.size();
-  shm_conns_.push_back(&c);
-  activate(c);
-}
-
-void Server::activate(Connection& c) {
-  c.own_sleep.clear();  // no more doorbells: every pass looks at its rings now
-  c.last_work = monotonicNow();
-  if (c.active || c.closing) return;
-  c.active = true;
-  active_.push_back(&c);
-}
-
-bool Server::demote() {
-  if (demoting_.empty()) return false;
-  for (Connection* c : demoting_) c->own_sleep.announceSleepUnfenced();
-  shm::seqCstFence();  // doorbell.hpp: a publication either rings or is seen below
-  bool busy = false;
-  for (Connection* c : demoting_) {
-    if (!c->pending_rings.empty() || c->bitmap.anySet()) {
-      busy = true;  // stays active (its flag set costs it a doorbell at most)
-      continue;
-    }
-    c->active = false;
-  }
-  demoting_.clear();
-  std::erase_if(active_, [](const Connection* c) { return !c->active; });
-  return busy;
-}
-
-void Server::detachConnection(Connection& c) {
-  if (c.shm_index != SIZE_MAX) {
-    Connection* last = shm_conns_.back();
-    shm_conns_[c.shm_index] = last;
-    last->shm_index = c.shm_index;
-    shm_conns_.pop_back();
-    c.shm_index = SIZE_MAX;
-  }
-  if (c.dirty) {
-    dirty_.erase(std::find(dirty_.begin(), dirty_.end(), &c));
-    c.dirty = false;
-  }
-  if (c.active) {
-    active_.erase(std::find(active_.begin(), active_.end(), &c));
-    c.active = false;
-  }
-  // demoting_ is only filled and emptied within one poll() pass.
-}
-
 void Server::dropConnection(std::uint64_t conn_id, const char* why) {
-  auto it = conns_.find(conn_id);
-  if (it == conns_.end()) return;
-  Connection& c = *it->second;
+  Connection* found = conns_.find(conn_id);
+  if (!found) return;
+  Connection& c = *found;
   c.closing = true;
   if (c.worker) {
-    workerLost(c, monotonicNow());
+    workerLost(c, env_.now());
   } else {
-    abortClientRequests(c, monotonicNow());
+    abortClientRequests(c, env_.now());
   }
+  // Their completions would go to a client that is gone: complete() counts
+  // them dropped.
   const std::size_t cancelled = sched_.cancelOwner(conn_id, Status::kCancelled, done_);
-  // Their completions would go to a client that is gone.
-  stats_.completions_dropped += cancelled;
-  for (const core::Done& d : done_) {
-    if (metrics_) metrics_->ended(d.tenant, d.endpoint, d.status);
-    if (findPending(d.id)) releasePending(d.id);
-  }
-  done_.clear();
-  for (Ring& r : c.rings) {
+  finishDone(done_);
+  for (ClientRing& r : c.rings) {
     if (!r.consumer || r.revoked) continue;
     if (metrics_) metrics_->tenantClosed(r.tenant);
     sched_.tenants().release(r.tenant);
@@ -424,10 +358,7 @@ void Server::dropConnection(std::uint64_t conn_id, const char* why) {
   close(c.fd);
   c.fd = -1;
   if (c.doorbell_op != 0) loop_->cancel(c.doorbell_op);
-  detachConnection(c);
-  auto owned = std::move(it->second);
-  conns_.erase(it);
-  if (owned->ops > 0) closed_.emplace(conn_id, std::move(owned));
+  conns_.remove(conn_id);
 }
 
 }  // namespace fairsched::daemon

@@ -16,6 +16,10 @@ namespace {
 
 constexpr std::size_t kRingBudget = 64;  // slots drained from one ring per pass
 
+std::uint32_t micros(TimeNs ns) {
+  return static_cast<std::uint32_t>(std::min<TimeNs>(ns / 1000, UINT32_MAX));
+}
+
 }  // namespace
 
 shm::CompletionSlot Server::completionFor(std::uint64_t request_id, std::uint64_t tag,
@@ -44,7 +48,7 @@ bool Server::ingest(Connection& c, TimeNs now) {
   bool worked = false;
   for (std::size_t i = 0; i < c.pending_rings.size();) {
     const std::uint32_t ring = c.pending_rings[i];
-    Ring& r = c.rings[ring];
+    ClientRing& r = c.rings[ring];
     const std::uint64_t used = c.outstanding + c.backlog.size();
     if (used >= capacity) break;  // no room for more completions: wait for the client
     if (!r.consumer) {            // published into a ring it never opened: nothing to answer
@@ -115,14 +119,7 @@ void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot&
              slot.params_bytes != 0) {
     return reject(Status::kInvalid);  // in-daemon executors run token ids, nothing else
   }
-  std::uint64_t id;
-  if (!free_pending_.empty()) {
-    id = free_pending_.back();
-    free_pending_.pop_back();
-  } else {
-    id = pending_.size();
-    pending_.emplace_back();
-  }
+  const std::uint64_t id = pending_.reserve();
   core::Request r;
   r.id = id;
   r.tenant = c.rings[ring].tenant;
@@ -134,12 +131,11 @@ void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot&
   r.owner = c.id;
   const core::Admission a = sched_.submit(r, now);
   if (a.status != Status::kOk) {
-    free_pending_.push_back(id);
+    pending_.unreserve(id);
     return reject(a.status, a.retry_after);
   }
   if (metrics_) metrics_->admitted(r.tenant, r.endpoint);
-  Pending& p = pending_[id];
-  p.live = true;
+  Pending& p = pending_.emplace(id);
   p.conn = c.id;
   p.request_id = slot.request_id;
   p.tag = slot.tag;
@@ -152,16 +148,9 @@ void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot&
   p.params_bytes = slot.params_bytes;
   p.counts_only = (slot.flags & shm::kSlotCountsOnly) != 0;
   p.stream = (slot.flags & shm::kSlotStream) != 0;
-  p.worker = 0;
   p.max_output_tokens = slot.max_output_tokens;
   p.priority = slot.priority;
   p.deadline = r.deadline;
-  p.streamed = 0;
-  p.first_token = 0;
-  p.aborted = false;
-  p.generated.clear();
-  p.streamed_at_dispatch = 0;
-  p.preempt_asked = 0;
   ++c.outstanding;
 }
 
@@ -175,7 +164,7 @@ bool Server::dispatch(TimeNs now) {
       eb.tokens.clear();
       eb.id = next_batch_++;
       eb.endpoint = static_cast<EndpointId>(e);
-      RunningBatch& running = newBatch(eb.id);
+      RunningBatch& running = batches_.open(eb.id);
       running.endpoint = eb.endpoint;
       const std::uint64_t timeout_ms = cfg_.endpoints[e].batch_timeout_ms;
       running.deadline =
@@ -198,10 +187,10 @@ bool Server::dispatch(TimeNs now) {
             "EXECUTOR_FAILED",
             cfg_.endpoints[e].name, ex.name(), batch_id, escapeForDisplay(err.what()), ids.size());
         failRequests(ids, now);
-        retireBatch(batches_.find(batch_id));
+        batches_.retire(batch_id);
         continue;
       }
-      ++in_flight_batches_;
+      batches_.submitted();
       ++stats_.batches;
     }
     finishDone(done_);
@@ -217,38 +206,24 @@ bool Server::collect(TimeNs now) {
     executors_[e]->drain(finished_);
     for (BatchDone& b : finished_) {
       worked = true;
-      --in_flight_batches_;
-      auto bit = batches_.find(b.id);
-      if (bit == batches_.end()) continue;
+      RunningBatch* batch = batches_.returned(b.id);
+      if (!batch) continue;  // given up already: its requests have ended
       std::uint64_t tokens = 0;
       if (!b.ok)
         spdlog::error("endpoint {}: batch {} failed: {}", cfg_.endpoints[e].name, b.id, b.error);
-      const std::vector<std::uint64_t>& ids = bit->second.ids;
+      const std::vector<std::uint64_t>& ids = batch->ids;
       for (std::size_t i = 0; i < ids.size(); ++i) {
         const std::uint64_t key = ids[i];
-        Pending* pp = findPending(key);
-        if (!pp) continue;
-        Pending& p = *pp;
+        const Pending* p = pending_.find(key);
+        if (!p) continue;
         const bool ok = b.ok && i < b.results.size() && b.results[i].key == key;
         const std::uint32_t out_tokens = ok ? b.results[i].output_tokens : 0;
-        sched_.complete(p.handle, out_tokens, now);
-        tokens += p.prompt.size() + out_tokens;
-        shm::CompletionSlot s =
-            completionFor(p.request_id, p.tag, ok ? Status::kOk : Status::kExecutorFailed);
-        s.queue_wait_ns = static_cast<std::uint64_t>(p.dispatched - p.admitted);
-        s.service_ns = static_cast<std::uint64_t>(now - p.dispatched);
-        s.output_tokens = out_tokens;
-        s.checksum = ok ? b.results[i].checksum : 0;
-        if (metrics_) {
-          metrics_->completed(p.tenant, p.endpoint, ok ? Status::kOk : Status::kExecutorFailed,
-                              p.admitted, p.dispatched, now, p.prompt.size() + out_tokens);
-        }
-        const std::uint64_t conn = p.conn;
-        releasePending(key);
-        complete(conn, s, true);
+        tokens += p->prompt_tokens + out_tokens;
+        endRequest(key, ok ? Status::kOk : Status::kExecutorFailed,
+                   Ending::ran(out_tokens, ok ? b.results[i].checksum : 0), now);
       }
       sched_.batchServed(static_cast<EndpointId>(e), tokens, b.service_ns);
-      retireBatch(bit);
+      batches_.retire(b.id);
       executors_[e]->recycle(std::move(b));
     }
     // What it reported is delivered; what it still held never will be.
@@ -260,38 +235,18 @@ bool Server::collect(TimeNs now) {
   return worked;
 }
 
-Server::RunningBatch& Server::newBatch(std::uint64_t id) {
-  if (spare_batches_.empty()) return batches_[id];
-  auto node = std::move(spare_batches_.back());
-  spare_batches_.pop_back();
-  node.key() = id;
-  node.mapped().ids.clear();
-  return batches_.insert(std::move(node)).position->second;
-}
-
-void Server::retireBatch(decltype(batches_)::iterator it) {
-  // Bounded by the most batches ever in flight at once (executor slots).
-  spare_batches_.push_back(batches_.extract(it));
-}
-
 void Server::expireBatches(TimeNs now) {
   // Batches are few (executor slots): a scan now and then is enough.
   if (now < next_batch_check_) return;
   next_batch_check_ = now + 10 * kNsPerMs;
-  for (auto it = batches_.begin(); it != batches_.end();) {
-    RunningBatch& b = it->second;
-    if (now < b.deadline) {
-      ++it;
-      continue;
-    }
+  batches_.giveUpExpired(now, [&](std::uint64_t id, const RunningBatch& b) {
     const config::EndpointConfig& ec = cfg_.endpoints[b.endpoint];
     spdlog::error(
         "endpoint {}: batch {} still running after batch_timeout_ms = {}: its {} requests end "
         "EXECUTOR_FAILED; the executor slot stays taken until the batch returns",
-        ec.name, it->first, ec.batch_timeout_ms, b.ids.size());
-    failRequests(b.ids, now);
-    it = batches_.erase(it);  // a late result finds no batch and is dropped
-  }
+        ec.name, id, ec.batch_timeout_ms, b.ids.size());
+    failRequests(b.ids, now);  // a late result finds no batch and is dropped
+  });
 }
 
 void Server::executorLost(std::size_t e, TimeNs now) {
@@ -303,15 +258,9 @@ void Server::executorLost(std::size_t e, TimeNs now) {
       cfg_.endpoints[e].name, executors_[e]->name(), escapeForDisplay(why));
   lost_executor_error_ = cfg_.endpoints[e].name + ": " + why;
   // Batches the executor will never report: end their requests now.
-  for (auto it = batches_.begin(); it != batches_.end();) {
-    if (it->second.endpoint != e) {
-      ++it;
-      continue;
-    }
-    failRequests(it->second.ids, now);
-    --in_flight_batches_;
-    it = batches_.erase(it);  // never drained again: a late report is never read
-  }
+  batches_.giveUpEndpoint(static_cast<EndpointId>(e), [&](std::uint64_t, const RunningBatch& b) {
+    failRequests(b.ids, now);  // never drained again: a late report is never read
+  });
   notifier_->status("executor lost: " + lost_executor_error_);
   // Stop at once, without the grace period: what is queued cannot run on the
   // lost device, and a restarted daemon serves the retries sooner.
@@ -322,40 +271,54 @@ void Server::executorLost(std::size_t e, TimeNs now) {
 
 void Server::failRequests(const std::vector<std::uint64_t>& ids, TimeNs now) {
   for (const std::uint64_t key : ids) {
-    Pending* p = findPending(key);
-    if (!p) continue;
-    sched_.complete(p->handle, 0, now);
-    if (metrics_) {
-      metrics_->completed(p->tenant, p->endpoint, Status::kExecutorFailed, p->admitted,
-                          p->dispatched, now, p->prompt.size());
-    }
-    const shm::CompletionSlot slot = completionFor(p->request_id, p->tag, Status::kExecutorFailed);
-    const std::uint64_t conn = p->conn;
-    releasePending(key);
-    complete(conn, slot, true);
+    if (pending_.find(key)) endRequest(key, Status::kExecutorFailed, Ending::ran(0), now);
   }
 }
 
 void Server::finishDone(std::vector<core::Done>& done) {
   for (const core::Done& d : done) {
-    Pending* p = findPending(d.id);
-    if (!p) continue;
-    if (metrics_) metrics_->ended(d.tenant, d.endpoint, d.status);
-    const shm::CompletionSlot slot = completionFor(p->request_id, p->tag, d.status);
-    const std::uint64_t conn = p->conn;
-    releasePending(d.id);
-    complete(conn, slot, true);
+    if (pending_.find(d.id)) endRequest(d.id, d.status, Ending::queued(), 0);
   }
   done.clear();
 }
 
+void Server::endRequest(std::uint64_t key, Status status, Ending how, TimeNs now) {
+  Pending& p = pending_[key];
+  if (how.kind == Ending::Kind::kRan) sched_.complete(p.handle, how.output_tokens, now);
+  if (!p.aborted) {  // an aborted request's completion went out when it was aborted
+    shm::CompletionSlot s = completionFor(p.request_id, p.tag, status);
+    if (how.kind == Ending::Kind::kRan || how.kind == Ending::Kind::kAbortedOnWorker) {
+      const std::uint32_t out = how.kind == Ending::Kind::kRan ? how.output_tokens : p.streamed;
+      s.queue_wait_ns = static_cast<std::uint64_t>(p.dispatched - p.admitted);
+      s.service_ns = static_cast<std::uint64_t>(now - p.dispatched);
+      s.output_tokens = out;
+      s.input_tokens = p.prompt_tokens;
+      s.ttft_us = p.first_token == 0 ? 0 : micros(p.first_token - p.dispatched);
+      s.checksum = how.checksum;
+      if (metrics_) {
+        metrics_->completed(p.tenant, p.endpoint, status, p.admitted, p.dispatched, now,
+                            std::uint64_t{p.prompt_tokens} + out);
+      }
+    } else if (metrics_) {
+      metrics_->ended(p.tenant, p.endpoint, status);
+    }
+    complete(p.conn, s, true);
+  }
+  if (how.kind == Ending::Kind::kAbortedOnWorker) {
+    p.aborted = true;  // released when the worker acknowledges
+    return;
+  }
+  if (p.worker != 0) workers_.stopped(p.endpoint);
+  pending_.release(key);
+}
+
 void Server::complete(std::uint64_t conn_id, shm::CompletionSlot slot, bool was_admitted) {
-  auto it = conns_.find(conn_id);
-  if (it == conns_.end()) {
+  Connection* found = conns_.find(conn_id);
+  if (!found || found->closing) {
     ++stats_.completions_dropped;
     return;
   }
-  Connection& c = *it->second;
+  Connection& c = *found;
   if (was_admitted && c.outstanding > 0) --c.outstanding;
   // Straight into the ring when nothing waits before it (flush() publishes
   // what was written in this pass with one store); held otherwise.
@@ -372,11 +335,10 @@ void Server::complete(std::uint64_t conn_id, shm::CompletionSlot slot, bool was_
 bool Server::flush() {
   // Only the connections something was written or queued for: the pass does
   // not grow with connections that are idle.
-  flushing_.swap(dirty_);
+  conns_.takeDirty(flushing_);
   published_.clear();
   for (Connection* cp : flushing_) {
     Connection& c = *cp;
-    c.dirty = false;
     if (!c.producer) continue;
     std::size_t n = 0;
     if (c.worker) {  // aborts for a worker's assignment ring

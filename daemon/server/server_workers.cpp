@@ -26,10 +26,6 @@ constexpr std::size_t kEventBudget = 256;  // events taken from one worker per p
 constexpr TimeNs kPreemptCheckInterval = kNsPerMs;
 constexpr TimeNs kPreemptAnswerTimeout = kNsPerSec;
 
-std::uint32_t micros(TimeNs ns) {
-  return static_cast<std::uint32_t>(std::min<TimeNs>(ns / 1000, UINT32_MAX));
-}
-
 }  // namespace
 
 void Server::handleWorkerHello(Connection& c, const shm::HelloMessage& m,
@@ -60,31 +56,16 @@ void Server::handleWorkerHello(Connection& c, const shm::HelloMessage& m,
                   "rule '" + c.rule->name + "' does not let uid " + std::to_string(c.cred.uid) +
                       " serve endpoint " + ec.name + " (add it to the rule's workers)");
   }
-  auto seg = shm::Segment::create(
-      shm::workerGeometry(ec.worker.max_sequences, ec.worker.max_prompt_tokens));
-  auto bell_in = shm::EventFd::create();
-  auto bell_out = shm::EventFd::create();
-  for (const shm::Error* err : {std::get_if<shm::Error>(&seg), std::get_if<shm::Error>(&bell_in),
-                                std::get_if<shm::Error>(&bell_out)}) {
-    if (err) {
-      spdlog::error("worker {}: {}", c.id, err->toString());
-      return refuse(shm::ControlStatus::kInternal,
-                    "could not create the shared segment or eventfds");
-    }
+  if (!openSegment(c, shm::workerGeometry(ec.worker.max_sequences, ec.worker.max_prompt_tokens))) {
+    return refuse(shm::ControlStatus::kInternal, "could not create the shared segment or eventfds");
   }
-  c.segment.emplace(std::move(std::get<shm::Segment>(seg)));
-  ++clients_;
-  c.doorbell.emplace(std::move(std::get<shm::EventFd>(bell_in)));
-  c.completion_bell.emplace(std::move(std::get<shm::EventFd>(bell_out)));
-  c.producer.emplace(c.segment->completionRing(), 0);
-  attachSegment(c);
   c.ring_pending.assign(1, false);
   c.endpoint_allowed.assign(cfg_.endpoints.size(), false);
   WorkerState& w = c.worker.emplace();
   w.endpoint = static_cast<EndpointId>(e);
   w.name = std::string(name);
   w.events.emplace(c.segment->submissionRing(0), 0);
-  ++stats_.workers[e];
+  workers_.attach(c);
 
   reply.ring_count = 0;
   describeEndpoint(reply, e);
@@ -93,11 +74,9 @@ void Server::handleWorkerHello(Connection& c, const shm::HelloMessage& m,
                ec.name, c.cred.uid, c.cred.pid, c.rule->name, name);
 }
 
-Server::Pending* Server::assignedTo(std::uint64_t assignment, std::uint64_t worker) {
-  const std::uint64_t key = assignment & 0xffffffffu;
-  Pending* p = findPending(key);
-  if (!p || p->worker != worker || p->gen != (assignment >> 32)) return nullptr;
-  return p;
+Pending* Server::assignedTo(std::uint64_t assignment, std::uint64_t worker) {
+  Pending* p = pending_.byAssignment(assignment);
+  return p && p->worker == worker ? p : nullptr;
 }
 
 bool Server::ingestWorker(Connection& c, TimeNs now) {
@@ -202,7 +181,7 @@ bool Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
         spdlog::warn("worker {}: request {} of client {} ends {}: {}", c.id, p->request_id, p->conn,
                      toString(st), escapeForDisplay(msg));
       }
-      finishWorkerRequest(key, st, ev.output_tokens, now);
+      endRequest(key, st, Ending::ran(ev.output_tokens), now);
       return true;
     }
     case shm::WorkerEventKind::kPreempted:
@@ -220,19 +199,19 @@ bool Server::onPreempted(Connection& c, const shm::WorkerEvent& ev, TimeNs now) 
   WorkerState& w = *c.worker;
   if (w.running > 0) --w.running;
   p->preempt_asked = 0;
-  if (preempt_outstanding_[e] == key) preempt_outstanding_[e] = kNoPreempt;
+  if (workers_.preemptOutstanding(e) == key)
+    workers_.preemptOutstanding(e) = WorkerPool::kNoPreempt;
   if (p->aborted) {  // cancelled meanwhile: its completion is out
-    finishWorkerRequest(key, Status::kCancelled, p->streamed, now);
+    endRequest(key, Status::kCancelled, Ending::ran(p->streamed), now);
     return true;
   }
   if (!sched_.preempt(p->handle, now)) {
-    finishWorkerRequest(key, Status::kExecutorFailed, p->streamed, now);
+    endRequest(key, Status::kExecutorFailed, Ending::ran(p->streamed), now);
     return true;
   }
   // Back in its tenant's queue; the stream to its client simply pauses.
   p->worker = 0;
-  --running_on_workers_;
-  --stats_.running_on_workers[e];
+  workers_.stopped(e);
   ++stats_.preemptions[e];
   ++p->gen;  // a late event from this worker can never match it
   return true;
@@ -240,15 +219,15 @@ bool Server::onPreempted(Connection& c, const shm::WorkerEvent& ev, TimeNs now) 
 
 void Server::maybePreempt(EndpointId e, TimeNs now) {
   if (!sched_.spec().endpoints[e].preemption.enabled || sched_.queued(e) == 0 ||
-      now < next_preempt_check_[e]) {
+      !workers_.preemptCheckDue(e, now, kPreemptCheckInterval)) {
     return;
   }
-  next_preempt_check_[e] = now + kPreemptCheckInterval;
-  if (const std::uint64_t out = preempt_outstanding_[e];
-      out != kNoPreempt && pending_[out].live && pending_[out].preempt_asked != 0) {
+  std::uint64_t& outstanding = workers_.preemptOutstanding(e);
+  if (outstanding != WorkerPool::kNoPreempt && pending_[outstanding].live &&
+      pending_[outstanding].preempt_asked != 0) {
     return;  // one at a time: its answer frees the room first
   }
-  preempt_outstanding_[e] = kNoPreempt;
+  outstanding = WorkerPool::kNoPreempt;
   const config::WorkerEndpointConfig& wc = cfg_.endpoints[e].worker;
   // A resumed ASSIGN carries prompt + generated ids + parameters in one cell.
   const std::uint64_t room = std::uint64_t{wc.max_prompt_tokens} + (shm::kMaxParamsBytes + 3) / 4;
@@ -257,8 +236,8 @@ void Server::maybePreempt(EndpointId e, TimeNs now) {
   for (std::uint64_t key = 0; key < pending_.size(); ++key) {
     const Pending& p = pending_[key];
     if (!p.live || p.worker == 0 || p.aborted || p.endpoint != e || p.preempt_asked != 0) continue;
-    auto it = conns_.find(p.worker);
-    if (it == conns_.end() || !it->second->worker || it->second->worker->ignores_preempt) continue;
+    const Connection* holder = conns_.find(p.worker);
+    if (!holder || !holder->worker || holder->worker->ignores_preempt) continue;
     const std::uint64_t words = (p.counts_only ? 0 : std::uint64_t{p.prompt_tokens}) + p.streamed +
                                 (std::uint64_t{p.params_bytes} + 3) / 4;
     if (words > room) continue;
@@ -273,20 +252,20 @@ void Server::maybePreempt(EndpointId e, TimeNs now) {
     Pending& p = pending_[key];
     shm::AssignmentRecord a;
     a.kind = shm::AssignmentKind::kPreempt;
-    a.assignment = assignmentId(key);
-    Connection& holder = *conns_.at(p.worker);
+    a.assignment = pending_.assignmentId(key);
+    Connection& holder = *conns_.find(p.worker);
     holder.worker->aborts.push_back(shm::encodeAssignment(a));
     markDirty(holder);
     p.preempt_asked = now;
-    preempt_outstanding_[e] = key;
+    outstanding = key;
     return;
   }
 }
 
 bool Server::relayTokens(Pending& p, std::span<const std::uint32_t> tokens, TimeNs emit_ns) {
-  auto it = conns_.find(p.conn);
-  if (it == conns_.end()) return true;  // gone: nothing to relay to
-  Connection& c = *it->second;
+  Connection* client = conns_.find(p.conn);
+  if (!client) return true;  // gone: nothing to relay to
+  Connection& c = *client;
   const std::uint32_t per_chunk = c.segment->layout().geometry.reply_tokens_per_slot;
   const std::size_t chunks = (tokens.size() + per_chunk - 1) / per_chunk;
   // Chunks go straight into the ring while it has room and nothing waits
@@ -325,82 +304,17 @@ bool Server::relayTokens(Pending& p, std::span<const std::uint32_t> tokens, Time
   return true;
 }
 
-void Server::finishWorkerRequest(std::uint64_t key, Status status, std::uint32_t output_tokens,
-                                 TimeNs now) {
-  Pending& p = pending_[key];
-  sched_.complete(p.handle, output_tokens, now);
-  if (!p.aborted) {  // an aborted request's completion went out when it was aborted
-    shm::CompletionSlot s = completionFor(p.request_id, p.tag, status);
-    s.queue_wait_ns = static_cast<std::uint64_t>(p.dispatched - p.admitted);
-    s.service_ns = static_cast<std::uint64_t>(now - p.dispatched);
-    s.output_tokens = output_tokens;
-    s.input_tokens = p.prompt_tokens;
-    s.ttft_us = p.first_token == 0 ? 0 : micros(p.first_token - p.dispatched);
-    if (metrics_) {
-      metrics_->completed(p.tenant, p.endpoint, status, p.admitted, p.dispatched, now,
-                          std::uint64_t{p.prompt_tokens} + output_tokens);
-    }
-    const std::uint64_t conn = p.conn;
-    releasePending(key);
-    complete(conn, s, true);
-    return;
-  }
-  releasePending(key);
-}
-
 void Server::abortRunning(std::uint64_t key, Status why, TimeNs now) {
   Pending& p = pending_[key];
   if (p.aborted) return;
-  shm::CompletionSlot s = completionFor(p.request_id, p.tag, why);
-  s.queue_wait_ns = static_cast<std::uint64_t>(p.dispatched - p.admitted);
-  s.service_ns = static_cast<std::uint64_t>(now - p.dispatched);
-  s.output_tokens = p.streamed;
-  s.input_tokens = p.prompt_tokens;
-  s.ttft_us = p.first_token == 0 ? 0 : micros(p.first_token - p.dispatched);
-  if (metrics_) {
-    metrics_->completed(p.tenant, p.endpoint, why, p.admitted, p.dispatched, now,
-                        std::uint64_t{p.prompt_tokens} + p.streamed);
-  }
-  p.aborted = true;
-  complete(p.conn, s, true);
-  auto it = conns_.find(p.worker);
-  if (it == conns_.end() || !it->second->worker) return;
+  endRequest(key, why, Ending::abortedOnWorker(), now);
+  Connection* holder = conns_.find(p.worker);
+  if (!holder || !holder->worker) return;
   shm::AssignmentRecord a;
   a.kind = shm::AssignmentKind::kAbort;
-  a.assignment = assignmentId(key);
-  it->second->worker->aborts.push_back(shm::encodeAssignment(a));
-  markDirty(*it->second);
-}
-
-std::uint32_t Server::sequencesFor(Connection& c) {
-  const WorkerState& w = *c.worker;
-  const std::uint32_t cap = cfg_.endpoints[w.endpoint].worker.max_sequences;
-  const std::uint32_t below_cap = w.running >= cap ? 0 : cap - w.running;
-  const std::uint64_t ring = c.producer->freeSlots(1);
-  const std::uint64_t ring_room = ring > w.aborts.size() ? ring - w.aborts.size() : 0;
-  return static_cast<std::uint32_t>(
-      std::min<std::uint64_t>({w.freeSequences(), below_cap, ring_room}));
-}
-
-Server::Connection* Server::roomiestWorker(EndpointId e) {
-  // The most free KV tokens first (then sequences): if the next fair choice
-  // does not fit there, it fits nowhere now.
-  Connection* best = nullptr;
-  std::uint64_t best_kv = 0;
-  std::uint32_t best_seqs = 0;
-  for (auto& [id, cp] : conns_) {
-    Connection& c = *cp;
-    if (!c.worker || c.closing || c.worker->endpoint != e) continue;
-    const std::uint32_t seqs = sequencesFor(c);
-    const std::uint64_t kv = c.worker->freeKvTokens();
-    if (seqs == 0 || kv == 0) continue;
-    if (kv > best_kv || (kv == best_kv && seqs > best_seqs)) {
-      best = &c;
-      best_kv = kv;
-      best_seqs = seqs;
-    }
-  }
-  return best;
+  a.assignment = pending_.assignmentId(key);
+  holder->worker->aborts.push_back(shm::encodeAssignment(a));
+  markDirty(*holder);
 }
 
 bool Server::assignToWorkers(TimeNs now) {
@@ -409,18 +323,17 @@ bool Server::assignToWorkers(TimeNs now) {
     if (!isWorkerEndpoint(e)) continue;
     const auto ep = static_cast<EndpointId>(e);
     while (sched_.queued(ep) > 0) {
-      Connection* wc = roomiestWorker(ep);
+      Connection* wc = workers_.roomiest(ep);
       if (!wc) break;
       WorkerState& w = *wc->worker;
-      if (!sched_.take(ep, now, sequencesFor(*wc), w.freeKvTokens(), batch_, done_)) break;
+      if (!sched_.take(ep, now, workers_.sequencesFor(*wc), w.freeKvTokens(), batch_, done_)) break;
       for (const core::Dispatched& d : batch_.requests) {
         Pending& p = pending_[d.id];
         if (d.resumed_tokens == 0) p.dispatched = now;  // a resumed one keeps its first
         p.worker = wc->id;
-        ++running_on_workers_;
-        ++stats_.running_on_workers[ep];
+        workers_.started(ep);
         shm::AssignmentRecord a;
-        a.assignment = assignmentId(d.id);
+        a.assignment = pending_.assignmentId(d.id);
         a.tenant = p.tenant;
         a.priority = p.priority;
         a.deadline_ns = p.deadline == kNever ? 0 : p.deadline;
@@ -475,7 +388,7 @@ void Server::cancelRequest(Connection& c, std::uint64_t request_id, TimeNs now) 
 }
 
 void Server::abortClientRequests(const Connection& c, TimeNs now) {
-  if (running_on_workers_ == 0) return;
+  if (workers_.running() == 0) return;
   for (std::uint64_t key = 0; key < pending_.size(); ++key) {
     const Pending& p = pending_[key];
     if (p.live && p.conn == c.id && p.worker != 0 && !p.aborted) {
@@ -491,33 +404,31 @@ void Server::workerLost(Connection& c, TimeNs now) {
     Pending& p = pending_[key];
     if (!p.live || p.worker != c.id) continue;
     if (p.aborted) {  // its completion is out; only the core's account is left
-      finishWorkerRequest(key, Status::kCancelled, p.streamed, now);
+      endRequest(key, Status::kCancelled, Ending::ran(p.streamed), now);
     } else if (requeue && p.streamed == 0 && sched_.requeue(p.handle, now)) {
       p.worker = 0;
-      --running_on_workers_;
-      --stats_.running_on_workers[p.endpoint];
+      workers_.stopped(p.endpoint);
       ++p.gen;  // a late event from the lost worker can never match it
       ++requeued;
     } else {
       ++failed;
-      finishWorkerRequest(key, Status::kExecutorFailed, p.streamed, now);
+      endRequest(key, Status::kExecutorFailed, Ending::ran(p.streamed), now);
     }
   }
-  --stats_.workers[c.worker->endpoint];
+  workers_.detach(c);
   spdlog::warn("worker {} of endpoint {} is gone: {} requests requeued, {} end EXECUTOR_FAILED",
                c.id, cfg_.endpoints[c.worker->endpoint].name, requeued, failed);
 }
 
 void Server::expireRunning(TimeNs now) {
-  if (running_on_workers_ == 0 || now < next_running_check_) return;
-  next_running_check_ = now + 10 * kNsPerMs;
+  if (!workers_.runningCheckDue(now)) return;
   for (std::uint64_t key = 0; key < pending_.size(); ++key) {
     const Pending& p = pending_[key];
     if (!p.live || p.worker == 0 || p.aborted) continue;
     if (p.preempt_asked != 0 && now - p.preempt_asked >= kPreemptAnswerTimeout) {
-      auto it = conns_.find(p.worker);
-      if (it != conns_.end() && it->second->worker && !it->second->worker->ignores_preempt) {
-        it->second->worker->ignores_preempt = true;
+      Connection* holder = conns_.find(p.worker);
+      if (holder && holder->worker && !holder->worker->ignores_preempt) {
+        holder->worker->ignores_preempt = true;
         spdlog::warn(
             "worker {} left a PREEMPT unanswered for {} ms; its sequences are not preempted "
             "again (it keeps running request {})",
@@ -525,7 +436,9 @@ void Server::expireRunning(TimeNs now) {
       }
       ++stats_.preempts_ignored;
       pending_[key].preempt_asked = 0;
-      if (preempt_outstanding_[p.endpoint] == key) preempt_outstanding_[p.endpoint] = kNoPreempt;
+      if (workers_.preemptOutstanding(p.endpoint) == key) {
+        workers_.preemptOutstanding(p.endpoint) = WorkerPool::kNoPreempt;
+      }
     }
     if (p.deadline <= now) {
       abortRunning(key, Status::kDeadlineExceeded, now);
