@@ -22,7 +22,8 @@ from typing import Iterator, Optional
 import pytest
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1] / "python" / "tests"))
+# Appended, not prepended: "conftest" stays this file for whoever imports it.
+sys.path.append(str(HERE.parents[1] / "python" / "tests"))
 
 from fairsched_testing import (  # noqa: E402, F401 (pytest_runtest_makereport: a hook)
     BIN,
