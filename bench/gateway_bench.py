@@ -14,7 +14,6 @@ the gateway adds.
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
@@ -25,7 +24,8 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchlib import REPO, arguments, write_json
+
 sys.path.insert(0, str(REPO / "tests" / "gateway"))
 
 
@@ -68,13 +68,11 @@ def run(port: int, key: str | None, n: int, conc: int, body: dict) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--build", default=str(REPO / "build"))
+    p = arguments(__doc__)
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=8)
     p.add_argument("--stream", action="store_true")
-    p.add_argument("--json")
     a = p.parse_args()
     os.environ["FAIRSCHED_BIN_DIR"] = str(Path(a.build) / "bin")
     import conftest  # noqa: E402  (reads FAIRSCHED_BIN_DIR)
@@ -103,8 +101,7 @@ def main() -> int:
                   f"{r['p99_ms']:8.2f} {r['errors']:6d}")
         print(f"added by the gateway: p50 {out['added_p50_ms']:.2f} ms, "
               f"p99 {out['added_p99_ms']:.2f} ms")
-        if a.json:
-            Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
+        write_json(a.json, out)
         return 0 if direct["errors"] == 0 and gateway["errors"] == 0 else 1
     finally:
         stack.stop()

@@ -20,7 +20,6 @@ pipeline, not of the client alone (the C++ one especially).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -35,7 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from benchlib import REPO, arguments, write_json
+
 sys.path.insert(0, str(REPO / "python"))
 
 import fairsched  # noqa: E402
@@ -133,13 +133,11 @@ def cpp_client(binary: Path, socket: str, seconds: float, inflight: int, output_
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--build", default=str(REPO / "build"))
+    p = arguments(__doc__)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--inflight", type=int, default=64)
     p.add_argument("--prompt-tokens", type=int, default=8)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--json", help="write the results here")
     args = p.parse_args()
     bindir = Path(args.build) / "bin"
     for b in ("fairschedd", "fairsched-worker", "fairsched-client-throughput"):
@@ -209,7 +207,7 @@ def main() -> int:
     if args.json:
         doc = {"scenario": "python-asyncio", "command": " ".join(sys.argv), "machine": machine,
                "results": [{k: v for k, v in r.items() if k != "rounds"} for r in results]}
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+        write_json(args.json, doc)
     shutil.rmtree(work, ignore_errors=True)
     if failed:
         print("FAILED: lost, mismatched or failed requests (see the JSON)", file=sys.stderr)

@@ -26,21 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import time
 from ctypes import byref, c_uint64
 from typing import AsyncIterator, Awaitable, Callable, Generator, Optional
 
-from .client import (
-    DEFAULT_SOCKET,
-    POLL_BATCH,
-    Client,
-    Params,
-    Prompt,
-    _raise,
-    _Request,
-    _seconds_to_ns,
-)
+from ._common import DEFAULT_SOCKET, POLL_BATCH, off_loop, raise_error, seconds_to_ns
+from .client import Client, Params, Prompt, _Request
 from ._types import Completion, Tenant, WorkerStats, WorkItem
 from .errors import FairschedError, InvalidArgument, NotConnected, RingFull, TimedOut
 from .retry import RetryBudget, RetryOutcome, RetryPolicy, RetryStop, retry_delay
@@ -114,18 +105,27 @@ class Request:
             return False
         return self._client._send_cancel(self)
 
+    def _waiter(self) -> asyncio.Future[None]:
+        """A future that the next chunk, final completion or error resolves."""
+        w: asyncio.Future[None] = self._client._loop.create_future()
+        self._waiters.append(w)
+        return w
+
+    def _abandon(self, w: asyncio.Future[None]) -> None:
+        """The task waiting on ``w`` was cancelled: so is the request."""
+        if w in self._waiters:
+            self._waiters.remove(w)
+        if not self.done():
+            self.cancel()
+
     async def _news(self) -> None:
         """Suspends until a chunk, the final completion or an error comes.
         Cancelling the waiting task cancels the request."""
-        w = self._client._loop.create_future()
-        self._waiters.append(w)
+        w = self._waiter()
         try:
             await w
         except asyncio.CancelledError:
-            if w in self._waiters:
-                self._waiters.remove(w)
-            if not self.done():
-                self.cancel()
+            self._abandon(w)
             raise
 
     async def completion(self) -> Completion:
@@ -145,15 +145,11 @@ class Request:
                 return self._final
             if self._error is not None:
                 raise self._error
-            w = self._client._loop.create_future()
-            self._waiters.append(w)
+            w = self._waiter()
             try:
                 yield from w
             except asyncio.CancelledError:
-                if w in self._waiters:
-                    self._waiters.remove(w)
-                if not self.done():
-                    self.cancel()
+                self._abandon(w)
                 raise
 
     def __aiter__(self) -> "Request":
@@ -210,23 +206,19 @@ class AsyncClient:
     ) -> "AsyncClient":
         """Client.connect in a thread of the loop's executor (the Hello round
         trip may take up to connect_timeout), then the reader on its descriptor."""
-        loop = asyncio.get_running_loop()
-        client = await loop.run_in_executor(
-            None,
-            functools.partial(
-                Client.connect,
-                socket_path,
-                name=name,
-                connect_timeout=connect_timeout,
-                control_timeout=control_timeout,
-                spin=0.0,
-                reconnect=reconnect,
-                reconnect_initial_delay=reconnect_initial_delay,
-                reconnect_max_delay=reconnect_max_delay,
-            ),
+        client = await off_loop(
+            Client.connect,
+            socket_path,
+            name=name,
+            connect_timeout=connect_timeout,
+            control_timeout=control_timeout,
+            spin=0.0,
+            reconnect=reconnect,
+            reconnect_initial_delay=reconnect_initial_delay,
+            reconnect_max_delay=reconnect_max_delay,
         )
         try:
-            return cls(client, loop)
+            return cls(client, asyncio.get_running_loop())
         except BaseException:
             client.close()
             raise
@@ -251,7 +243,7 @@ class AsyncClient:
         t = self._tenants.get(key)
         if t is not None:
             return t
-        t = await self._loop.run_in_executor(None, self._client.open_tenant, name, tier)
+        t = await off_loop(self._client.open_tenant, name, tier)
         self._tenants[key] = t
         return t
 
@@ -279,7 +271,7 @@ class AsyncClient:
                      params, prompt_token_count, stream, tag)
         rc = self._submit(self._handle, byref(c.c), byref(self._rid))
         if rc != 0:
-            _raise(self._lib, rc)
+            raise_error(self._lib, rc)
         rid = self._rid.value
         req = Request(self, rid, tag, stream)
         self._requests[rid] = req
@@ -321,7 +313,7 @@ class AsyncClient:
         b = budget or self.retry_budget
         max_attempts = max(1, p.max_attempts)
         if timeout is not None:
-            _seconds_to_ns("timeout", timeout)
+            seconds_to_ns("timeout", timeout)
             t = time.monotonic() + timeout
             deadline = t if deadline is None or t < deadline else deadline
         b.on_first_attempt()
@@ -476,19 +468,15 @@ class AsyncWorker:
         event_timeout: float = 1.0,
     ) -> "AsyncWorker":
         """Worker.connect in the loop's executor."""
-        loop = asyncio.get_running_loop()
-        worker = await loop.run_in_executor(
-            None,
-            functools.partial(
-                Worker.connect,
-                socket_path,
-                endpoint,
-                name=name,
-                connect_timeout=connect_timeout,
-                event_timeout=event_timeout,
-            ),
+        worker = await off_loop(
+            Worker.connect,
+            socket_path,
+            endpoint,
+            name=name,
+            connect_timeout=connect_timeout,
+            event_timeout=event_timeout,
         )
-        return cls(worker, loop)
+        return cls(worker, asyncio.get_running_loop())
 
     @property
     def worker(self) -> Worker:

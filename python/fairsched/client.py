@@ -20,59 +20,24 @@ import os
 import struct
 import threading
 import time
-from ctypes import byref, c_int, c_int32, c_uint32, c_uint64, c_void_p
-from typing import Iterable, NoReturn, Optional, Union
+from ctypes import byref, c_int, c_int32, c_uint32, c_uint64
+from typing import Iterable, Optional, Union
 
 from . import _ffi
+from ._common import DEFAULT_SOCKET, POLL_BATCH, U32, U64, Handle, check_int, connect
+from ._common import encode_name, seconds_to_ns
 from ._types import Completion, Status, Tenant
-from .errors import ErrorCode, InvalidArgument, NotConnected, make_error
+from .errors import InvalidArgument
 from .retry import RetryOutcome, RetryPolicy
 
-DEFAULT_SOCKET = "/run/fairsched/fairsched.sock"
-POLL_BATCH = 256
+__all__ = ["DEFAULT_SOCKET", "POLL_BATCH", "Client", "Params", "Prompt", "monotonic_deadline"]
 
 Prompt = Union[Iterable[int], "array.array[int]"]
 Params = Union[bytes, bytearray, memoryview, str]
 
-_NS_PER_S = 1_000_000_000
-_U32 = 0xFFFFFFFF
-_U64 = 0xFFFFFFFFFFFFFFFF
 _STATUSES = tuple(Status)
 _NSTATUSES = len(_STATUSES)
 _SUBMIT_REQUEST_SIZE = ctypes.sizeof(_ffi.SubmitRequest)
-
-
-def _raise(lib: ctypes.CDLL, rc: int) -> NoReturn:
-    raise make_error(rc, _ffi.last_error_message(lib))
-
-
-def _check_int(name: str, value: object, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if not lo <= value <= hi:
-        raise InvalidArgument(f"{name} = {value} is outside [{lo}, {hi}]")
-    return value
-
-
-def _seconds_to_ns(name: str, value: Optional[float], *, allow_negative: bool = False) -> int:
-    """Seconds as int nanoseconds; None is -1 (forever) where negative is allowed."""
-    if value is None:
-        return -1
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds or None, not {type(value).__name__}")
-    if value != value:  # NaN
-        raise InvalidArgument(f"{name} is NaN")
-    if value < 0 and not allow_negative:
-        raise InvalidArgument(f"{name} = {value} is negative")
-    if value == float("inf"):
-        return -1
-    return int(value * _NS_PER_S)
-
-
-def _encode_name(what: str, value: str) -> bytes:
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
-    return value.encode("utf-8")
 
 
 def _prompt_array(prompt: Prompt) -> "array.array[int]":
@@ -110,7 +75,7 @@ _endpoint_names: dict[str, bytes] = {}
 def _endpoint_bytes(endpoint: str) -> bytes:
     b = _endpoint_names.get(endpoint)
     if b is None:
-        b = _encode_name("endpoint", endpoint)
+        b = encode_name("endpoint", endpoint)
         if len(_endpoint_names) < 1024:
             _endpoint_names[endpoint] = b
     return b
@@ -144,21 +109,21 @@ class _Request:
         c.struct_size = _SUBMIT_REQUEST_SIZE
         c.tenant = tenant.index
         c.endpoint = _endpoint_bytes(endpoint)
-        # Range checks inline (the common case), _check_int for the message.
-        if type(max_output_tokens) is not int or not 0 <= max_output_tokens <= _U32:
-            _check_int("max_output_tokens", max_output_tokens, 0, _U32)
+        # Range checks inline (the common case), check_int for the message.
+        if type(max_output_tokens) is not int or not 0 <= max_output_tokens <= U32:
+            check_int("max_output_tokens", max_output_tokens, 0, U32)
         c.max_output_tokens = max_output_tokens
         if type(priority) is not int or priority:
-            c.priority = _check_int("priority", priority, -(2**31), 2**31 - 1)
+            c.priority = check_int("priority", priority, -(2**31), 2**31 - 1)
         if type(tag) is not int or tag:
-            c.tag = _check_int("tag", tag, 0, _U64)
+            c.tag = check_int("tag", tag, 0, U64)
         if timeout is not None:
-            ns = _seconds_to_ns("timeout", timeout)
+            ns = seconds_to_ns("timeout", timeout)
             if ns <= 0:
                 raise InvalidArgument(f"timeout = {timeout} must be positive (None: no timeout)")
             c.timeout_ns = ns
         if deadline is not None:
-            ns = _seconds_to_ns("deadline", deadline)
+            ns = seconds_to_ns("deadline", deadline)
             if ns <= 0:
                 raise InvalidArgument(
                     f"deadline = {deadline} must be a positive time.monotonic() value"
@@ -174,7 +139,7 @@ class _Request:
             if n:
                 raise InvalidArgument("prompt_token_count is for counts-only requests: give no prompt")
             c.counts_only = 1
-            c.prompt_token_count = _check_int("prompt_token_count", prompt_token_count, 0, _U32)
+            c.prompt_token_count = check_int("prompt_token_count", prompt_token_count, 0, U32)
         if params is not None:
             data = _params_bytes(params)
             if data:
@@ -235,18 +200,22 @@ def _poll_buffer(size: int) -> "ctypes.Array[_ffi.CCompletion]":
     return buf
 
 
-class Client:
+class Client(Handle):
     """A connection to fairschedd in the client role (fairsched_client).
 
-    Use ``Client.connect(...)``; close it with ``close()`` or a ``with``
-    block. Times are in seconds; deadlines are time.monotonic() values
-    (CLOCK_MONOTONIC, the daemon's clock).
+    Use ``Client.connect(...)``; close it with ``close()`` (REQUIRES that no
+    other call on the client is in progress; requests still outstanding get
+    no completion) or a ``with`` block. Times are in seconds; deadlines are
+    time.monotonic() values (CLOCK_MONOTONIC, the daemon's clock).
     """
+
+    _close_fn = "fairsched_close"
+    _connected_fn = "fairsched_connected"
+    _role = "client"
 
     def __init__(self, handle: int, socket_path: str) -> None:
         """Internal: use Client.connect()."""
-        self._lib = _ffi.load()
-        self._handle: Optional[int] = handle
+        super().__init__(handle)
         self.socket_path = socket_path
 
     @classmethod
@@ -275,55 +244,18 @@ class Client:
         lib.fairsched_options_init(byref(o))
         o.socket_path = os.fsencode(socket_path)
         if name is not None:
-            o.client_name = _encode_name("name", name)
-        o.connect_timeout_ns = _seconds_to_ns("connect_timeout", connect_timeout)
-        o.control_timeout_ns = _seconds_to_ns("control_timeout", control_timeout)
-        o.spin_ns = _seconds_to_ns("spin", spin)
+            o.client_name = encode_name("name", name)
+        o.connect_timeout_ns = seconds_to_ns("connect_timeout", connect_timeout)
+        o.control_timeout_ns = seconds_to_ns("control_timeout", control_timeout)
+        o.spin_ns = seconds_to_ns("spin", spin)
         o.reconnect = 1 if reconnect else 0
-        o.reconnect_initial_delay_ns = _seconds_to_ns("reconnect_initial_delay", reconnect_initial_delay)
-        o.reconnect_max_delay_ns = _seconds_to_ns("reconnect_max_delay", reconnect_max_delay)
-        out = c_void_p()
-        rc = lib.fairsched_connect(byref(o), byref(out))
-        if rc != 0:
-            _raise(lib, rc)
-        assert out.value is not None
-        return cls(out.value, socket_path)
-
-    # -- lifetime ---------------------------------------------------------
-
-    def _h(self) -> int:
-        h = self._handle
-        if h is None:
-            raise NotConnected("the client is closed")
-        return h
-
-    def close(self) -> None:
-        """Closes the connection and frees the handle; idempotent. REQUIRES
-        that no other call on this client is in progress. Requests still
-        outstanding get no completion."""
-        h, self._handle = self._handle, None
-        if h is not None:
-            self._lib.fairsched_close(h)
-
-    def __enter__(self) -> "Client":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
+        o.reconnect_initial_delay_ns = seconds_to_ns("reconnect_initial_delay", reconnect_initial_delay)
+        o.reconnect_max_delay_ns = seconds_to_ns("reconnect_max_delay", reconnect_max_delay)
+        return cls(connect(lib, lib.fairsched_connect, o), socket_path)
 
     @property
     def closed(self) -> bool:
         return self._handle is None
-
-    @property
-    def connected(self) -> bool:
-        """True while the connection is live (False once lost or closed)."""
-        h = self._handle
-        return h is not None and self._lib.fairsched_connected(h) != 0
 
     # -- tenants and requests ---------------------------------------------
 
@@ -333,12 +265,10 @@ class Client:
         stays. ``tier`` is a hint honoured only for clients allowed to assign
         tiers. Raises InvalidArgument (a bad name), Unauthorized, NoCapacity,
         ShuttingDown, Refused, TimedOut, NotConnected, DaemonLost."""
-        name_b = _encode_name("tenant", name)
-        tier_b = _encode_name("tier", tier) if tier is not None else None
+        name_b = encode_name("tenant", name)
+        tier_b = encode_name("tier", tier) if tier is not None else None
         index = c_uint32()
-        rc = self._lib.fairsched_open_tenant(self._h(), name_b, tier_b, byref(index))
-        if rc != 0:
-            _raise(self._lib, rc)
+        self._call(self._lib.fairsched_open_tenant, name_b, tier_b, byref(index))
         return Tenant(name, index.value, tier)
 
     def submit(
@@ -377,9 +307,7 @@ class Client:
             params, prompt_token_count, stream, tag,
         )
         rid = c_uint64()
-        rc = self._lib.fairsched_submit(self._h(), byref(req.c), byref(rid))
-        if rc != 0:
-            _raise(self._lib, rc)
+        self._call(self._lib.fairsched_submit, byref(req.c), byref(rid))
         return rid.value
 
     def poll(self, max: int = POLL_BATCH) -> list[Completion]:
@@ -403,22 +331,14 @@ class Client:
         Raises InvalidArgument (not outstanding: already completed, or not
         this client's), RingFull (try again), NotConnected (its connection is
         gone: it completes SHUTTING_DOWN by itself)."""
-        rc = self._lib.fairsched_cancel(self._h(), _check_int("request_id", request_id, 0, _U64))
-        if rc != 0:
-            _raise(self._lib, rc)
+        self._call(self._lib.fairsched_cancel, check_int("request_id", request_id, 0, U64))
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Blocks until poll() has something (True) or ``timeout`` seconds
         pass (False; None waits forever). Raises DaemonLost when the
         connection was lost before or during the call (the outstanding
         requests are ready to poll() as SHUTTING_DOWN), NotConnected."""
-        ns = _seconds_to_ns("timeout", timeout)
-        rc = self._lib.fairsched_wait(self._h(), ns)
-        if rc == ErrorCode.TIMED_OUT:
-            return False
-        if rc != 0:
-            _raise(self._lib, rc)
-        return True
+        return self._wait(self._lib.fairsched_wait, timeout)
 
     def completion_fd(self) -> int:
         """A descriptor for select/epoll, readable when poll() may have
@@ -431,9 +351,7 @@ class Client:
         call switches the client to descriptor mode for good (every
         completion batch signals the descriptor). Raises NotConnected."""
         block = c_int()
-        rc = self._lib.fairsched_prepare_to_block(self._h(), byref(block))
-        if rc != 0:
-            _raise(self._lib, rc)
+        self._call(self._lib.fairsched_prepare_to_block, byref(block))
         return block.value != 0
 
     def submit_and_wait(
@@ -460,10 +378,8 @@ class Client:
             params, prompt_token_count, False, tag,
         )
         out = _ffi.CCompletion()
-        ns = _seconds_to_ns("wait_timeout", wait_timeout)
-        rc = self._lib.fairsched_submit_and_wait(self._h(), byref(req.c), ns, byref(out))
-        if rc != 0:
-            _raise(self._lib, rc)
+        ns = seconds_to_ns("wait_timeout", wait_timeout)
+        self._call(self._lib.fairsched_submit_and_wait, byref(req.c), ns, byref(out))
         return _from_c(out)
 
     def submit_with_retry(
@@ -494,18 +410,15 @@ class Client:
         )
         cp = _ffi.RetryPolicyC()
         self._lib.fairsched_retry_policy_init(byref(cp))
-        cp.max_attempts = _check_int("max_attempts", p.max_attempts, -(2**31), 2**31 - 1)
-        cp.base_backoff_ns = _seconds_to_ns("base_backoff", p.base_backoff)
-        cp.max_backoff_ns = _seconds_to_ns("max_backoff", p.max_backoff)
-        cp.max_retry_after_ns = _seconds_to_ns("max_retry_after", p.max_retry_after)
-        cp.attempt_timeout_ns = _seconds_to_ns("attempt_timeout", p.attempt_timeout)
+        cp.max_attempts = check_int("max_attempts", p.max_attempts, -(2**31), 2**31 - 1)
+        cp.base_backoff_ns = seconds_to_ns("base_backoff", p.base_backoff)
+        cp.max_backoff_ns = seconds_to_ns("max_backoff", p.max_backoff)
+        cp.max_retry_after_ns = seconds_to_ns("max_retry_after", p.max_retry_after)
+        cp.attempt_timeout_ns = seconds_to_ns("attempt_timeout", p.attempt_timeout)
         out = _ffi.CCompletion()
         attempts = c_int32()
-        rc = self._lib.fairsched_submit_with_retry(
-            self._h(), byref(req.c), byref(cp), byref(out), byref(attempts)
-        )
-        if rc != 0:
-            _raise(self._lib, rc)
+        self._call(self._lib.fairsched_submit_with_retry, byref(req.c), byref(cp), byref(out),
+                   byref(attempts))
         return RetryOutcome(_from_c(out), attempts.value)
 
 

@@ -29,13 +29,10 @@ from ctypes import POINTER, byref, c_int, c_uint32, c_void_p, cast
 from typing import Iterable, Optional, Union
 
 from . import _ffi
+from ._common import DEFAULT_SOCKET, POLL_BATCH, U32, U64, Handle, check_int, connect
+from ._common import encode_name, seconds_to_ns
 from ._types import Status, WorkerStats, WorkItem, WorkKind
-from .client import DEFAULT_SOCKET, _check_int, _encode_name, _raise, _seconds_to_ns
-from .errors import ErrorCode, InvalidArgument, NotConnected
-
-_U32 = 0xFFFFFFFF
-_U64 = 0xFFFFFFFFFFFFFFFF
-POLL_BATCH = 256
+from .errors import InvalidArgument
 
 Tokens = Union[Iterable[int], "array.array[int]"]
 
@@ -60,19 +57,22 @@ def _item_from_c(c: _ffi.CWorkItem) -> WorkItem:
     )
 
 
-class Worker:
+class Worker(Handle):
     """An engine attached to one worker endpoint (fairsched_worker).
 
-    Use ``Worker.connect(...)``; close it with ``close()`` or a ``with``
-    block: what it still runs then ends EXECUTOR_FAILED at its clients, or
-    goes back to its queue when nothing of it was streamed yet and the
-    endpoint's ``worker.requeue_on_loss`` says so.
+    Use ``Worker.connect(...)``; close it (detach) with ``close()`` or a
+    ``with`` block: what it still runs then ends EXECUTOR_FAILED at its
+    clients, or goes back to its queue when nothing of it was streamed yet
+    and the endpoint's ``worker.requeue_on_loss`` says so.
     """
+
+    _close_fn = "fairsched_worker_close"
+    _connected_fn = "fairsched_worker_connected"
+    _role = "worker"
 
     def __init__(self, handle: int, endpoint: str) -> None:
         """Internal: use Worker.connect()."""
-        self._lib = _ffi.load()
-        self._handle: Optional[int] = handle
+        super().__init__(handle)
         self.endpoint = endpoint
         self._items = (_ffi.CWorkItem * POLL_BATCH)()
 
@@ -98,57 +98,23 @@ class Worker:
         o = _ffi.WorkerOptions()
         lib.fairsched_worker_options_init(byref(o))
         o.socket_path = os.fsencode(socket_path)
-        o.endpoint = _encode_name("endpoint", endpoint)
+        o.endpoint = encode_name("endpoint", endpoint)
         if name is not None:
-            o.worker_name = _encode_name("name", name)
-        o.connect_timeout_ns = _seconds_to_ns("connect_timeout", connect_timeout)
-        o.event_timeout_ns = _seconds_to_ns("event_timeout", event_timeout)
-        out = c_void_p()
-        rc = lib.fairsched_worker_connect(byref(o), byref(out))
-        if rc != 0:
-            _raise(lib, rc)
-        assert out.value is not None
-        return cls(out.value, endpoint)
-
-    def _h(self) -> int:
-        h = self._handle
-        if h is None:
-            raise NotConnected("the worker is closed")
-        return h
-
-    def close(self) -> None:
-        """Detaches and frees the handle; idempotent."""
-        h, self._handle = self._handle, None
-        if h is not None:
-            self._lib.fairsched_worker_close(h)
-
-    def __enter__(self) -> "Worker":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
-
-    @property
-    def connected(self) -> bool:
-        h = self._handle
-        return h is not None and self._lib.fairsched_worker_connected(h) != 0
+            o.worker_name = encode_name("name", name)
+        o.connect_timeout_ns = seconds_to_ns("connect_timeout", connect_timeout)
+        o.event_timeout_ns = seconds_to_ns("event_timeout", event_timeout)
+        return cls(connect(lib, lib.fairsched_worker_connect, o), endpoint)
 
     def set_capacity(self, free_sequences: int, free_kv_tokens: int) -> None:
         """What the engine can take now: the daemon never assigns more than
         the last call left room for (one sequence and prompt +
         max_output_tokens of KV tokens per request). Raises DaemonLost,
         RingFull."""
-        rc = self._lib.fairsched_worker_set_capacity(
-            self._h(),
-            _check_int("free_sequences", free_sequences, 0, _U32),
-            _check_int("free_kv_tokens", free_kv_tokens, 0, _U64),
+        self._call(
+            self._lib.fairsched_worker_set_capacity,
+            check_int("free_sequences", free_sequences, 0, U32),
+            check_int("free_kv_tokens", free_kv_tokens, 0, U64),
         )
-        if rc != 0:
-            _raise(self._lib, rc)
 
     def poll(self, max: int = POLL_BATCH) -> list[WorkItem]:
         """Up to ``max`` assignments and aborts, in the daemon's order. Never blocks."""
@@ -161,12 +127,7 @@ class Worker:
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Blocks until poll() has something (True) or ``timeout`` seconds
         pass (False; None: forever). Raises DaemonLost."""
-        rc = self._lib.fairsched_worker_wait(self._h(), _seconds_to_ns("timeout", timeout))
-        if rc == ErrorCode.TIMED_OUT:
-            return False
-        if rc != 0:
-            _raise(self._lib, rc)
-        return True
+        return self._wait(self._lib.fairsched_worker_wait, timeout)
 
     def event_fd(self) -> int:
         """A descriptor readable when poll() may have something or the daemon
@@ -176,9 +137,7 @@ class Worker:
     def prepare_to_block(self) -> bool:
         """True: block on event_fd() now; False: poll() first. Raises DaemonLost."""
         block = c_int()
-        rc = self._lib.fairsched_worker_prepare_to_block(self._h(), byref(block))
-        if rc != 0:
-            _raise(self._lib, rc)
+        self._call(self._lib.fairsched_worker_prepare_to_block, byref(block))
         return block.value != 0
 
     def emit(self, request_id: int, tokens: Tokens) -> None:
@@ -197,14 +156,12 @@ class Worker:
         if n == 0:
             raise InvalidArgument("emit() needs at least one token")
         addr, _ = arr.buffer_info()
-        rc = self._lib.fairsched_worker_emit(
-            self._h(),
-            _check_int("request_id", request_id, 0, _U64),
+        self._call(
+            self._lib.fairsched_worker_emit,
+            check_int("request_id", request_id, 0, U64),
             cast(c_void_p(addr), POINTER(c_uint32)),
             n,
         )
-        if rc != 0:
-            _raise(self._lib, rc)
 
     def finish(
         self, request_id: int, status: Status, output_tokens: int, message: str = ""
@@ -220,27 +177,23 @@ class Worker:
         except ValueError:
             raise InvalidArgument(f"status {status} is not a fairsched Status") from None
         msg = message.encode("utf-8") if message else None
-        rc = self._lib.fairsched_worker_finish(
-            self._h(),
-            _check_int("request_id", request_id, 0, _U64),
+        self._call(
+            self._lib.fairsched_worker_finish,
+            check_int("request_id", request_id, 0, U64),
             int(st),
-            _check_int("output_tokens", output_tokens, 0, _U32),
+            check_int("output_tokens", output_tokens, 0, U32),
             msg,
         )
-        if rc != 0:
-            _raise(self._lib, rc)
 
     def preempted(self, request_id: int, output_tokens: int) -> None:
         """Acknowledges a PREEMPT: ``request_id`` stopped after generating
         ``output_tokens`` in all, every one emitted. Raises DaemonLost,
         RingFull."""
-        rc = self._lib.fairsched_worker_preempted(
-            self._h(),
-            _check_int("request_id", request_id, 0, _U64),
-            _check_int("output_tokens", output_tokens, 0, _U32),
+        self._call(
+            self._lib.fairsched_worker_preempted,
+            check_int("request_id", request_id, 0, U64),
+            check_int("output_tokens", output_tokens, 0, U32),
         )
-        if rc != 0:
-            _raise(self._lib, rc)
 
     def stats(self) -> WorkerStats:
         """Counters since connect."""

@@ -4,6 +4,7 @@ Paths: $FAIRSCHED_BIN_DIR (ctest sets it) or build/bin of this checkout for
 the binaries; the package is imported from python/ and finds libfairsched
 through $FAIRSCHED_LIBRARY or the checkout's build tree. Every wait is
 bounded; the daemon listens on a unix socket in a private temp directory.
+What the gateway's tests use too is in fairsched_testing.py.
 """
 
 from __future__ import annotations
@@ -15,19 +16,27 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from fairsched_testing import (  # noqa: F401 (pytest_runtest_makereport: a hook)
+    BIN,
+    REPO,
+    Process,
+    daemon_section,
+    pytest_runtest_makereport,
+    python_env,
+    seed,
+    wait_until,
+)
+
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "examples"))
 
 import fairsched  # noqa: E402
 
-BIN = Path(os.environ.get("FAIRSCHED_BIN_DIR", REPO / "build" / "bin"))
 ENGINE = REPO / "examples" / "python_reference_engine.py"
 U32 = 0xFFFFFFFF
 
@@ -41,23 +50,11 @@ def reference_tokens(prompt: list[int], n: int) -> list[int]:
     return [reference_token(prompt, j) for j in range(n)]
 
 
-def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
-
-
 def config_text(socket: str, extra: str = "", chat: str = "", chat_worker: str = "") -> str:
     """The tests' config; `chat` and `chat_worker` add keys to [endpoints.chat]
     and [endpoints.chat.worker]."""
-    loop = os.environ.get("FAIRSCHED_TEST_EVENT_LOOP", "")
-    loop_line = f'event_loop = "{loop}"\n' if loop in ("epoll", "io_uring") else ""
     return (
-        f'[daemon]\nsocket = "{socket}"\nsocket_mode = "0600"\nlog_level = "error"\n'
-        f'shutdown_grace_ms = 500\n{loop_line}'
-        '[[tiers]]\nname = "paid"\n'
+        daemon_section(socket) +
         '[endpoints.chat]\nexecutor = "worker"\nmax_batch_tokens = 65536\n'
         "max_output_tokens = 4096\nbatch_timeout_ms = 60000\n" + chat +
         "[endpoints.chat.worker]\nmax_sequences = 256\n" + chat_worker +
@@ -69,35 +66,6 @@ def config_text(socket: str, extra: str = "", chat: str = "", chat_worker: str =
         f'[[clients]]\nname = "tests"\nuids = [{os.getuid()}]\ntenants = ["*"]\n'
         'endpoints = ["*"]\nworkers = ["chat"]\nadmin = true\n' + extra
     )
-
-
-class Process:
-    """A child process whose output goes to a log file; killed on stop()."""
-
-    def __init__(self, argv: list[str], log: Path, env: Optional[dict[str, str]] = None) -> None:
-        self.argv = argv
-        self.log = log
-        self._out = open(log, "ab")
-        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, env=env)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._out.close()
-        return self.proc.returncode
-
-    def output(self) -> str:
-        if not self._out.closed:
-            self._out.flush()
-        return self.log.read_text(errors="replace")
 
 
 class Daemon:
@@ -151,14 +119,10 @@ class Daemon:
         return p
 
     def python_engine(self, *args: str, endpoint: str = "chat") -> Process:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO / "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-        )
         p = Process(
             [sys.executable, str(ENGINE), "--socket", self.socket, "--endpoint", endpoint, *args],
             self.dir / f"python-engine.{len(self.children)}.log",
-            env,
+            python_env(),
         )
         self.children.append(p)
         return p
@@ -211,13 +175,6 @@ def daemon(tmpdir_short: Path, request: pytest.FixtureRequest) -> Iterator[Daemo
         print(d.logs())
 
 
-@pytest.hookimpl(tryfirst=True, hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
-    outcome = yield
-    rep = outcome.get_result()  # type: ignore[attr-defined]
-    setattr(item, "rep_" + rep.when, rep)
-
-
 def run(coro, timeout: float):  # type: ignore[no-untyped-def]
     """Runs a coroutine in a fresh event loop, failing after `timeout` seconds."""
     import asyncio
@@ -226,15 +183,6 @@ def run(coro, timeout: float):  # type: ignore[no-untyped-def]
         return await asyncio.wait_for(coro, timeout)
 
     return asyncio.run(bounded())
-
-
-def seed() -> int:
-    """The test's random seed: $FAIRSCHED_TEST_SEED, else a fresh one; printed."""
-    import random
-
-    value = int(os.environ.get("FAIRSCHED_TEST_SEED", random.randrange(2**32)))
-    print(f"seed {value} (FAIRSCHED_TEST_SEED={value} reproduces it)")
-    return value
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -13,14 +13,8 @@ if [[ -n "${FAIRSCHED_SANITIZED:-}" ]]; then
   echo "SKIPPED: libfairsched is built with -fsanitize=$FAIRSCHED_SANITIZED, which python3 cannot load"
   exit 77
 fi
-if [[ ! -x "$python" ]]; then
-  echo "SKIPPED: no python3 ('$python'); scripts/install-deps installs python3 and python3-pytest"
-  exit 77
-fi
-if ! "$python" -c 'import pytest' 2>/dev/null; then
-  echo "SKIPPED: $python has no pytest; install python3-pytest (scripts/install-deps does)"
-  exit 77
-fi
+source "$(dirname "$0")/require_pytest.sh"
+require_pytest "$python"
 # A test file that needs more than the package names it in a line
 # `# fairsched-test-requires: MODULE...`; skipped, with why, where one is
 # missing (test_torch_worker.py: python3-torch, which install-deps installs).

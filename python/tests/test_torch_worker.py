@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from conftest import BIN, REPO, Daemon, Process
+from conftest import BIN, REPO, Daemon, Process, python_env
 from fairsched import Client, Status
 
 WORKER = REPO / "examples" / "torch_worker.py"
@@ -32,20 +32,12 @@ TINY = ["--layers", "2", "--width", "64", "--heads", "4", "--vocab", str(VOCAB),
         "--max-context", "4608", "--threads", "1", "--device", DEVICE]
 
 
-def env() -> dict[str, str]:
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO / "python")] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else [])
-    )
-    return e
-
-
 def start_worker(daemon: Daemon, *extra: str) -> Process:
     p = Process(
         [sys.executable, str(WORKER), "--socket", daemon.socket, "--endpoint", "chat", *TINY,
          *extra],
         daemon.dir / f"torch-worker.{len(daemon.children)}.log",
-        env(),
+        python_env(),
     )
     daemon.children.append(p)
     return p
@@ -130,7 +122,7 @@ def test_bench_runs_the_loop_alone_and_through_the_daemon_with_the_same_tokens(
         [sys.executable, str(WORKER), "--bench", "--fairschedd", str(BIN / "fairschedd"),
          "--requests", "6", "--prompt-len", "8", "--output-len", "12", "--max-sequences", "4",
          "--json", str(out), *TINY],
-        capture_output=True, text=True, timeout=240, env=env(),
+        capture_output=True, text=True, timeout=240, env=python_env(),
     )
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(out.read_text())

@@ -1,7 +1,8 @@
 """Real processes for the gateway's tests: fairschedd, the fake upstream
 (fake_upstream.py) and fairsched-gateway, each on private sockets or free
 ports, every wait bounded. The binaries come from $FAIRSCHED_BIN_DIR (ctest
-sets it) or build/bin of this checkout."""
+sets it) or build/bin of this checkout. What the package's tests use too
+(processes, waits, the [daemon] section) is python/tests/fairsched_testing.py."""
 
 from __future__ import annotations
 
@@ -15,17 +16,23 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-BIN = Path(os.environ.get("FAIRSCHED_BIN_DIR", REPO / "build" / "bin"))
-# Sanitized builds run several times slower: stretch the time boxes.
-SLOW = 3.0 if os.environ.get("FAIRSCHED_SANITIZED") else 1.0
+# Appended, not prepended: "conftest" stays this file for whoever imports it.
+sys.path.append(str(HERE.parents[1] / "python" / "tests"))
+
+from fairsched_testing import (  # noqa: E402, F401 (pytest_runtest_makereport: a hook)
+    BIN,
+    SLOW,
+    Process,
+    daemon_section,
+    pytest_runtest_makereport,
+    wait_until,
+)
 
 KEYS = {
     "alice": ("sk-alice-0123456789", "alice", ""),
@@ -40,52 +47,9 @@ def sha(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout * SLOW
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout * SLOW:.1f} s waiting for {what}")
-        time.sleep(0.01)
-
-
-class Proc:
-    def __init__(self, argv: list[str], log: Path) -> None:
-        self.log = log
-        self._out = open(log, "ab")
-        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def output(self) -> str:
-        if not self._out.closed:
-            self._out.flush()
-        return self.log.read_text(errors="replace")
-
-    def send(self, sig: int) -> None:
-        if self.alive():
-            self.proc.send_signal(sig)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> Optional[int]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if not self._out.closed:
-            self._out.close()
-        return self.proc.returncode
-
-
 def daemon_toml(socket: str) -> str:
-    loop = os.environ.get("FAIRSCHED_TEST_EVENT_LOOP", "")
-    loop_line = f'event_loop = "{loop}"\n' if loop in ("epoll", "io_uring") else ""
     return (
-        f'[daemon]\nsocket = "{socket}"\nsocket_mode = "0600"\nlog_level = "error"\n'
-        f"shutdown_grace_ms = 500\n{loop_line}"
-        '[[tiers]]\nname = "paid"\n'
+        daemon_section(socket) +
         "[endpoints.chat]\nexecutor = \"worker\"\nmax_batch_tokens = 65536\n"
         "max_output_tokens = 4096\nbatch_timeout_ms = 60000\n"
         "[endpoints.chat.worker]\nmax_sequences = 256\n"
@@ -130,10 +94,10 @@ class Stack:
         self.daemon_config = dir / "fairsched.toml"
         self.daemon_config.write_text(daemon_toml(self.socket))
         self.gateway_config = dir / "gateway.toml"
-        self.procs: list[Proc] = []
-        self.daemon: Optional[Proc] = None
-        self.upstream: Optional[Proc] = None
-        self.gateway: Optional[Proc] = None
+        self.procs: list[Process] = []
+        self.daemon: Optional[Process] = None
+        self.upstream: Optional[Process] = None
+        self.gateway: Optional[Process] = None
         self.upstream_port = 0
         self.port = 0
 
@@ -164,8 +128,8 @@ class Stack:
         assert self.gateway.alive(), self.gateway.output()
         self.port = int(pat.search(self.gateway.output()).group(1))
 
-    def _spawn(self, argv: list[str], name: str) -> Proc:
-        p = Proc(argv, self.dir / f"{name}.{len(self.procs)}.log")
+    def _spawn(self, argv: list[str], name: str) -> Process:
+        p = Process(argv, self.dir / f"{name}.{len(self.procs)}.log")
         self.procs.append(p)
         return p
 
@@ -210,6 +174,19 @@ class Stack:
         assert out.returncode == 0, out.stderr
         return out.stdout
 
+    def status(self) -> dict:
+        """`fairschedctl status --json` of the daemon."""
+        return json.loads(self.ctl("status", "--json"))
+
+    def queued(self, tenant: str) -> int:
+        """Requests of ``tenant`` queued in the daemon now (`fairschedctl tenants`)."""
+        rows = json.loads(self.ctl("tenants", "--tenant", tenant, "--json"))["tenants"]
+        return sum(r["queued"] for r in rows)
+
+    def assigned(self) -> int:
+        """Requests the daemon has assigned to the gateway (its worker) so far."""
+        return sum(w["assigned"] for w in self.status()["workers"])
+
 
 def free_port() -> int:
     import socket
@@ -239,10 +216,3 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
         if rep is not None and rep.failed:
             print(s.logs())
         shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.hookimpl(tryfirst=True, hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    setattr(item, "rep_" + rep.when, rep)

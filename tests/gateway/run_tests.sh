@@ -7,13 +7,7 @@
 #   run_tests.sh PYTHON [PYTEST_ARGS...]
 python=${1:?usage: $0 PYTHON [PYTEST_ARGS...]}
 shift
-if [[ ! -x "$python" ]]; then
-  echo "SKIPPED: no python3 ('$python'); scripts/install-deps installs python3 and python3-pytest"
-  exit 77
-fi
-if ! "$python" -c 'import pytest' 2>/dev/null; then
-  echo "SKIPPED: $python has no pytest; install python3-pytest (scripts/install-deps does)"
-  exit 77
-fi
+source "$(dirname "$0")/../../python/tests/require_pytest.sh"
+require_pytest "$python"
 cd "$(dirname "$0")" || exit 1
 exec "$python" -m pytest -q -p no:cacheprovider test_gateway.py "$@"

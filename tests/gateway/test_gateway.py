@@ -178,7 +178,7 @@ def test_queue_full_is_503_and_a_passed_deadline_is_504(stack: Stack):
 
     t = threading.Thread(target=queued)
     t.start()
-    time.sleep(0.3 * SLOW)  # the tiny tenant's one queue slot is taken
+    wait_until(lambda: stack.queued("tiny") == 1, 10, "the tiny tenant's one queue slot to be taken")
     s, h, b = stack.request("POST", "/v1/completions",
                             {"model": "m", "prompt": "hi", "max_tokens": 1}, key="tiny")
     assert s == 503, b
@@ -214,13 +214,20 @@ def test_a_caller_that_hangs_up_while_queued_cancels_it(stack: Stack):
               body=json.dumps({"model": "m", "prompt": "queued", "max_tokens": 2}),
               headers={"Authorization": f"Bearer {KEYS['bob'][0]}",
                        "Content-Type": "application/json"})
-    time.sleep(0.3 * SLOW)
+    wait_until(lambda: stack.queued("bob") == 1, 10, "bob's request to be queued in the daemon")
     q.sock.shutdown(socket.SHUT_RDWR)
     q.close()
     c.close()
     wait_until(lambda: stack.upstream_stats()["running"] == 0, 10, "the stream to end")
-    time.sleep(0.3 * SLOW)
-    # The queued request never reached the upstream.
+
+    def settled() -> bool:
+        s = stack.status()
+        return s["queued"] == 0 and s["in_flight"] == 0
+
+    wait_until(settled, 10, "the daemon to hold no request (bob's cancelled, alice's finished)")
+    # The queued request was cancelled where it queued: never assigned to the
+    # gateway, never sent to the upstream.
+    assert stack.assigned() == 1, stack.status()["workers"]
     assert not any("queued" in p for p in stack.upstream_stats()["prompts"])
 
 
