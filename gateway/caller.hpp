@@ -24,7 +24,8 @@ class Caller {
   // a co_await in the caller's expression, so callers pass named values.
   virtual awaitable<bool> sendBody(int status, std::string body, std::string content_type,
                                    std::vector<HttpHeader> headers) = 0;
-  // `e` as an OpenAI-style error body, with its headers and `more`.
+  // `e` as an OpenAI-style error body, with its headers and `more`
+  // (through sendBody; defined in http_front.cpp).
   awaitable<bool> sendError(ErrorReply e, std::vector<HttpHeader> more = {});
 
   // A 200 text/event-stream response's header, chunked, with `headers`.
