@@ -13,80 +13,73 @@ ErrorReply reply(int status, std::string type, std::string code, std::string mes
   return r;
 }
 
+// A 503 worth retrying in a second.
+ErrorReply retryLater(std::string code, std::string message) {
+  ErrorReply r = reply(503, "server_error", std::move(code), std::move(message));
+  r.headers.push_back({"retry-after", "1"});
+  return r;
+}
+
+// How an OpenAI client hears a final status that is not OK: the error's
+// type, code and message.
+struct Words {
+  const char* type;
+  const char* code;
+  const char* message;
+};
+
+Words wordsFor(Status s) {
+  switch (s) {
+    case Status::kRateLimited:
+      return {"rate_limit_error", "rate_limit_exceeded",
+              "rate limit reached for this tenant; retry after "};
+    case Status::kOverloaded:
+      return {"server_error", "overloaded",
+              "the scheduler's backlog cannot meet this endpoint's latency target"};
+    case Status::kQueueFull:
+      return {"server_error", "queue_full", "this tenant's queue is full"};
+    case Status::kDeadlineExceeded:
+      return {"server_error", "deadline_exceeded",
+              "the request's deadline passed before it could run"};
+    case Status::kInvalid:
+      return {"invalid_request_error", "invalid_request",
+              "the scheduler refused the request (prompt + max_tokens too large?)"};
+    case Status::kUnauthorized:
+      return {"permission_error", "tenant_not_allowed",
+              "the gateway may not submit for this tenant or endpoint"};
+    case Status::kCancelled:
+    case Status::kSlowConsumer:
+      return {"server_error", "cancelled", "the request was cancelled"};
+    case Status::kShuttingDown:
+      return {"server_error", "shutting_down", "the scheduler is shutting down or draining"};
+    case Status::kExecutorFailed:
+      return {"server_error", "upstream_failed", "the upstream failed the request"};
+    case Status::kOk:
+      break;
+  }
+  return {"server_error", "internal_error", "the request ended without a response"};
+}
+
 }  // namespace
 
 ErrorReply errorForCompletion(const Completion& c) {
   const HttpAnswer a = toHttpStatus(c);
-  ErrorReply r;
-  r.status = a.status;
+  const Words w = wordsFor(c.status);
+  ErrorReply r = reply(c.status == Status::kOk ? 500 : a.status, w.type, w.code, w.message);
+  if (c.status == Status::kRateLimited) r.message += retryAfterMs(c.retry_after) + " ms";
   r.headers = a.headers;
-  switch (c.status) {
-    case Status::kRateLimited:
-      r.type = "rate_limit_error";
-      r.code = "rate_limit_exceeded";
-      r.message =
-          "rate limit reached for this tenant; retry after " + retryAfterMs(c.retry_after) + " ms";
-      break;
-    case Status::kOverloaded:
-      r.type = "server_error";
-      r.code = "overloaded";
-      r.message = "the scheduler's backlog cannot meet this endpoint's latency target";
-      break;
-    case Status::kQueueFull:
-      r.type = "server_error";
-      r.code = "queue_full";
-      r.message = "this tenant's queue is full";
-      break;
-    case Status::kDeadlineExceeded:
-      r.type = "server_error";
-      r.code = "deadline_exceeded";
-      r.message = "the request's deadline passed before it could run";
-      break;
-    case Status::kInvalid:
-      r.type = "invalid_request_error";
-      r.code = "invalid_request";
-      r.message = "the scheduler refused the request (prompt + max_tokens too large?)";
-      break;
-    case Status::kUnauthorized:
-      r.type = "permission_error";
-      r.code = "tenant_not_allowed";
-      r.message = "the gateway may not submit for this tenant or endpoint";
-      break;
-    case Status::kCancelled:
-    case Status::kSlowConsumer:
-      r.type = "server_error";
-      r.code = "cancelled";
-      r.message = "the request was cancelled";
-      break;
-    case Status::kShuttingDown:
-      r.type = "server_error";
-      r.code = "shutting_down";
-      r.message = "the scheduler is shutting down or draining";
-      break;
-    case Status::kExecutorFailed:
-      r.type = "server_error";
-      r.code = "upstream_failed";
-      r.message = "the upstream failed the request";
-      break;
-    case Status::kOk:
-      r.type = "server_error";
-      r.code = "internal_error";
-      r.message = "the request ended without a response";
-      r.status = 500;
-      break;
-  }
   return r;
 }
 
 ErrorReply errorForSubmit(const Error& e) {
   const HttpAnswer a = toHttpStatus(e);
-  ErrorReply r = reply(a.status,
-                       a.status == 403   ? "permission_error"
-                       : a.status == 400 ? "invalid_request_error"
-                                         : "server_error",
-                       "scheduler_" + std::string(toString(e.code)), e.toString());
-  if (a.status == 503) r.headers.push_back({"retry-after", "1"});
-  return r;
+  std::string code = "scheduler_" + std::string(toString(e.code));
+  if (a.status == 503) return retryLater(std::move(code), e.toString());
+  return reply(a.status,
+               a.status == 403   ? "permission_error"
+               : a.status == 400 ? "invalid_request_error"
+                                 : "server_error",
+               std::move(code), e.toString());
 }
 
 ErrorReply missingKey() {
@@ -136,23 +129,15 @@ ErrorReply methodNotAllowed(std::string_view method, std::string_view target) {
 }
 
 ErrorReply draining() {
-  ErrorReply r = reply(503, "server_error", "draining", "the gateway is draining");
-  r.headers.push_back({"retry-after", "1"});
-  return r;
+  return retryLater("draining", "the gateway is draining");
 }
 
 ErrorReply tooManyConnections() {
-  ErrorReply r =
-      reply(503, "server_error", "too_many_connections", "the gateway has too many connections");
-  r.headers.push_back({"retry-after", "1"});
-  return r;
+  return retryLater("too_many_connections", "the gateway has too many connections");
 }
 
 ErrorReply schedulerUnavailable(std::string_view why) {
-  ErrorReply r = reply(503, "server_error", "scheduler_unavailable",
-                       "the scheduler is unavailable: " + std::string(why));
-  r.headers.push_back({"retry-after", "1"});
-  return r;
+  return retryLater("scheduler_unavailable", "the scheduler is unavailable: " + std::string(why));
 }
 
 ErrorReply upstreamUnavailable(std::string_view why) {

@@ -6,7 +6,10 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <span>
 #include <sstream>
+#include <variant>
+#include <vector>
 
 #include "daemon/config/toml_reader.hpp"
 #include "fairsched/name.hpp"
@@ -32,6 +35,39 @@ bool splitHostPort(std::string_view s, std::string& host, std::uint16_t& port) {
   port = static_cast<std::uint16_t>(v);
   return !host.empty();
 }
+
+// An integer key of a config section: its field and its bounds.
+template <typename C>
+struct IntKey {
+  std::string_view key;
+  std::variant<std::uint32_t C::*, std::uint64_t C::*> field;
+  std::uint64_t min;
+  std::uint64_t max;
+};
+
+// The integer keys of [gateway], in the order they are read (after its
+// strings: listen, socket, endpoint, name, log_level, daemon_config).
+constexpr IntKey<GatewayConfig> kGatewayInts[] = {
+    {"max_connections", &GatewayConfig::max_connections, 1, 1'000'000},
+    {"max_body_bytes", &GatewayConfig::max_body_bytes, 1, 1ull << 30},
+    {"max_header_bytes", &GatewayConfig::max_header_bytes, 1024, 1u << 20},
+    {"header_timeout_ms", &GatewayConfig::header_timeout_ms, 1, 3'600'000},
+    {"body_timeout_ms", &GatewayConfig::body_timeout_ms, 1, 3'600'000},
+    {"idle_timeout_ms", &GatewayConfig::idle_timeout_ms, 1, 3'600'000},
+    {"write_timeout_ms", &GatewayConfig::write_timeout_ms, 1, 3'600'000},
+    {"request_timeout_ms", &GatewayConfig::request_timeout_ms, 1, 86'400'000},
+    {"default_max_tokens", &GatewayConfig::default_max_tokens, 1, 1u << 24},
+};
+
+// The integer keys of [upstream], read after its url.
+constexpr IntKey<UpstreamConfig> kUpstreamInts[] = {
+    {"max_sequences", &UpstreamConfig::max_sequences, 1, 65536},
+    {"max_tokens", &UpstreamConfig::max_tokens, 1, 1ull << 40},
+    {"connect_timeout_ms", &UpstreamConfig::connect_timeout_ms, 1, 600'000},
+    {"response_timeout_ms", &UpstreamConfig::response_timeout_ms, 1, 86'400'000},
+    {"idle_timeout_ms", &UpstreamConfig::idle_timeout_ms, 1, 86'400'000},
+    {"max_response_bytes", &UpstreamConfig::max_response_bytes, 1024, 1ull << 30},
+};
 
 class Parser {
  public:
@@ -68,24 +104,31 @@ class Parser {
     return n == nullptr || r_.readString(*n, config::join(path, key), out);
   }
 
+  // Every key of `t` is one of `others` or `ints` (in that order for the
+  // did-you-mean); each key is named once, here and in its read.
+  template <typename C, std::size_t N>
+  bool checkKeys(const toml::table& t, std::string_view path,
+                 std::span<const std::string_view> others, const IntKey<C> (&ints)[N]) {
+    std::vector<std::string_view> known(others.begin(), others.end());
+    for (const IntKey<C>& k : ints) known.push_back(k.key);
+    return r_.checkKeys(t, path, known);
+  }
+  template <typename C, std::size_t N>
+  bool readInts(const toml::table& t, std::string_view path, const IntKey<C> (&ints)[N], C& out) {
+    for (const IntKey<C>& k : ints) {
+      const auto read = [&](auto field) {
+        return readInt(t, path, k.key, out.*field, k.min, k.max);
+      };
+      if (!std::visit(read, k.field)) return false;
+    }
+    return true;
+  }
+
   bool readGateway(const toml::node& node, GatewayConfig& cfg) {
-    static constexpr std::string_view kKeys[] = {"listen",
-                                                 "socket",
-                                                 "endpoint",
-                                                 "name",
-                                                 "log_level",
-                                                 "daemon_config",
-                                                 "max_connections",
-                                                 "max_body_bytes",
-                                                 "max_header_bytes",
-                                                 "header_timeout_ms",
-                                                 "body_timeout_ms",
-                                                 "idle_timeout_ms",
-                                                 "write_timeout_ms",
-                                                 "request_timeout_ms",
-                                                 "default_max_tokens"};
+    static constexpr std::string_view kStrings[] = {"listen", "socket",    "endpoint",
+                                                    "name",   "log_level", "daemon_config"};
     const toml::table* t = r_.readTable(node, "gateway");
-    if (t == nullptr || !r_.checkKeys(*t, "gateway", kKeys)) return false;
+    if (t == nullptr || !checkKeys(*t, "gateway", kStrings, kGatewayInts)) return false;
     if (!readString(*t, "gateway", "listen", cfg.listen)) return false;
     if (!splitHostPort(cfg.listen, cfg.listen_host, cfg.listen_port)) {
       return r_.fail(*config::findKey(*t, "listen"), "gateway.listen",
@@ -115,27 +158,13 @@ class Parser {
       }
     }
     if (!readString(*t, "gateway", "daemon_config", cfg.daemon_config)) return false;
-    return readInt(*t, "gateway", "max_connections", cfg.max_connections, 1, 1'000'000) &&
-           readInt(*t, "gateway", "max_body_bytes", cfg.max_body_bytes, 1, 1ull << 30) &&
-           readInt(*t, "gateway", "max_header_bytes", cfg.max_header_bytes, 1024, 1u << 20) &&
-           readInt(*t, "gateway", "header_timeout_ms", cfg.header_timeout_ms, 1, 3'600'000) &&
-           readInt(*t, "gateway", "body_timeout_ms", cfg.body_timeout_ms, 1, 3'600'000) &&
-           readInt(*t, "gateway", "idle_timeout_ms", cfg.idle_timeout_ms, 1, 3'600'000) &&
-           readInt(*t, "gateway", "write_timeout_ms", cfg.write_timeout_ms, 1, 3'600'000) &&
-           readInt(*t, "gateway", "request_timeout_ms", cfg.request_timeout_ms, 1, 86'400'000) &&
-           readInt(*t, "gateway", "default_max_tokens", cfg.default_max_tokens, 1, 1u << 24);
+    return readInts(*t, "gateway", kGatewayInts, cfg);
   }
 
   bool readUpstream(const toml::node& node, UpstreamConfig& u) {
-    static constexpr std::string_view kKeys[] = {"url",
-                                                 "max_sequences",
-                                                 "max_tokens",
-                                                 "connect_timeout_ms",
-                                                 "response_timeout_ms",
-                                                 "idle_timeout_ms",
-                                                 "max_response_bytes"};
+    static constexpr std::string_view kStrings[] = {"url"};
     const toml::table* t = r_.readTable(node, "upstream");
-    if (t == nullptr || !r_.checkKeys(*t, "upstream", kKeys)) return false;
+    if (t == nullptr || !checkKeys(*t, "upstream", kStrings, kUpstreamInts)) return false;
     const toml::node* url = config::findKey(*t, "url");
     if (url == nullptr) return r_.fail(node, "upstream.url", "missing required key");
     if (!r_.readString(*url, "upstream.url", u.url)) return false;
@@ -158,12 +187,7 @@ class Parser {
       return r_.fail(*url, "upstream.url", "bad HOST:PORT in " + config::quote(u.url));
     }
     if (u.host.empty()) return r_.fail(*url, "upstream.url", "no host in " + config::quote(u.url));
-    return readInt(*t, "upstream", "max_sequences", u.max_sequences, 1, 65536) &&
-           readInt(*t, "upstream", "max_tokens", u.max_tokens, 1, 1ull << 40) &&
-           readInt(*t, "upstream", "connect_timeout_ms", u.connect_timeout_ms, 1, 600'000) &&
-           readInt(*t, "upstream", "response_timeout_ms", u.response_timeout_ms, 1, 86'400'000) &&
-           readInt(*t, "upstream", "idle_timeout_ms", u.idle_timeout_ms, 1, 86'400'000) &&
-           readInt(*t, "upstream", "max_response_bytes", u.max_response_bytes, 1024, 1ull << 30);
+    return readInts(*t, "upstream", kUpstreamInts, u);
   }
 
   bool readKeys(const toml::node& node, GatewayConfig& cfg) {

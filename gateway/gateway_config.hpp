@@ -25,6 +25,18 @@ inline constexpr std::uint8_t kAllRoutes = 0b111;
 constexpr std::uint8_t routeBit(Route r) {
   return static_cast<std::uint8_t>(1u << static_cast<unsigned>(r));
 }
+// The route's URL path: "/v1/completions", "/v1/chat/completions", "/v1/models".
+constexpr std::string_view routePath(Route r) {
+  switch (r) {
+    case Route::kCompletions:
+      return "/v1/completions";
+    case Route::kChatCompletions:
+      return "/v1/chat/completions";
+    case Route::kModels:
+      return "/v1/models";
+  }
+  return "?";
+}
 
 struct ApiKeyConfig {
   std::string name;    // the table name: a label for logs, never the key

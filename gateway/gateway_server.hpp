@@ -9,21 +9,47 @@
 // the caller; the daemon gets counts (one token per streamed text chunk,
 // settled by the upstream's usage at the end).
 //
+// The parts, each with its own state: the HTTP front (http_front.hpp:
+// accept, routing, auth), the daemon bridge (daemon_bridge.hpp: the client
+// and worker connections to fairschedd), the relay (relay.hpp: the
+// generation path, SSE or whole responses) and the upstream call
+// (upstream_call.hpp). The server wires them, and owns the config, the
+// signals (reload, drain) and the io_context.
+//
 // One thread runs everything (an asio io_context): sessions, upstream calls,
 // the completion and assignment loops, signals. Nothing blocks it except
 // the control round trips of libfairsched (opening a tenant the first time,
 // attaching the worker), which are bounded.
 #pragma once
 
+#include <memory>
+
+#include "daemon/env.hpp"
 #include "gateway/gateway_config.hpp"
 
 namespace fairsched::gateway {
 
-// Serves until SIGTERM or SIGINT (then drains: stops accepting and lets the
-// requests in flight finish, bounded); SIGHUP reloads the keys, the log
-// level and the advertised limits from cfg.source_path. Prints
-// "listening on HOST:PORT" once it accepts. Returns the exit status:
-// 0 stopped cleanly, 3 could not serve.
+class GatewayServer {
+ public:
+  // `env`: the clock of the x-ratelimit-* bookkeeping; it outlives the server.
+  explicit GatewayServer(GatewayConfig cfg, daemon::Env& env = daemon::Env::real());
+  ~GatewayServer();
+  GatewayServer(const GatewayServer&) = delete;
+  GatewayServer& operator=(const GatewayServer&) = delete;
+
+  // Serves until SIGTERM or SIGINT (then drains: stops accepting and lets
+  // the requests in flight finish, bounded); SIGHUP reloads the keys, the
+  // log level and the advertised limits from cfg.source_path. Prints
+  // "listening on HOST:PORT" once it accepts. Returns the exit status:
+  // 0 stopped cleanly, 3 could not serve.
+  int run();
+
+ private:
+  struct Parts;
+  std::unique_ptr<Parts> parts_;
+};
+
+// GatewayServer(cfg).run().
 int runGateway(GatewayConfig cfg);
 
 }  // namespace fairsched::gateway

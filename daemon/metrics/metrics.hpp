@@ -8,12 +8,13 @@
 // plain integers in arrays indexed by a series number: no lock, no atomic, no
 // hash lookup, no allocation. publish() — from tick(), at most once per
 // kPublishInterval — copies what changed since the last publish, plus the
-// gauges read from the Scheduler, into a snapshot under a mutex; a loop about
-// to sleep wakes for publishDueAt() when something is still unpublished. A
-// scrape (an exposer thread) renders that snapshot under the same mutex. So
-// a scrape sees the state of the last publish, at most about
-// kPublishInterval old, busy or idle. (A new unlisted tenant's label is the
-// one allocation, once per label, in tenantOpened.)
+// gauges read from the Scheduler, into a snapshot under a mutex
+// (metrics_snapshot.hpp: it holds the ServerStats and FleetStats whole); a
+// loop about to sleep wakes for publishDueAt() when something is still
+// unpublished. A scrape (an exposer thread) renders that snapshot under the
+// same mutex (metrics_render.cpp). So a scrape sees the state of the last
+// publish, at most about kPublishInterval old, busy or idle. (A new unlisted
+// tenant's label is the one allocation, once per label, in tenantOpened.)
 //
 // Label cardinality. The `tenant` label takes one value per series: each
 // tenant listed in the config, then the first `max_tenant_series` unlisted
@@ -53,6 +54,8 @@ class FleetLimiter;
 }
 
 namespace fairsched::daemon {
+
+struct MetricsSnapshot;  // metrics_snapshot.hpp
 
 // Bucket upper bounds of the latency histograms, in seconds (+Inf implied).
 inline constexpr double kLatencyBuckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
@@ -174,39 +177,6 @@ class Metrics {
   std::vector<prometheus::MetricFamily> collect() const;
 
  private:
-  struct Snapshot {
-    std::vector<std::string> series_names;
-    std::vector<std::string> endpoint_names;  // the daemon's, then __unknown__
-    std::vector<SeriesCounters> counters;     // [series * endpoints + endpoint]
-    std::vector<SeriesGauges> gauges;         // same index
-    std::vector<std::uint64_t> clients;       // open rings per series
-    std::vector<std::uint64_t> endpoint_queued;
-    std::vector<std::uint64_t> endpoint_workers;      // attached workers per endpoint
-    std::vector<std::uint64_t> endpoint_running;      // requests running on them
-    std::vector<std::uint64_t> endpoint_preemptions;  // sequences given back on PREEMPT
-    std::uint64_t preempts_ignored = 0;
-    std::uint64_t tokens_streamed = 0;
-    std::uint64_t in_flight = 0;
-    std::uint64_t tenants = 0;
-    std::uint64_t connections = 0;
-    std::uint64_t connections_accepted = 0;
-    std::uint64_t connections_refused = 0;
-    std::uint64_t bad_slots = 0;
-    std::uint64_t batches = 0;
-    std::uint64_t completions_delivered = 0;
-    std::uint64_t completions_dropped = 0;
-    std::uint64_t loop_iterations = 0;
-    std::uint64_t listed_series = 0;
-    bool fleet = false;                     // the fleet_* values below are set
-    std::uint64_t fleet_breaker_state = 0;  // 0 closed, 1 open, 2 half-open
-    std::uint64_t fleet_leases_held = 0;
-    std::uint64_t fleet_backend_calls = 0;
-    std::uint64_t fleet_round_trips = 0;
-    std::uint64_t fleet_backend_failures = 0;
-    std::uint64_t fleet_breaker_opened = 0;
-    std::uint64_t fleet_degraded_admitted = 0;
-    std::uint64_t fleet_degraded_rejected = 0;
-  };
   class Collector;
   static constexpr std::uint32_t kUnbound = UINT32_MAX;
 
@@ -247,7 +217,7 @@ class Metrics {
   bool reshaped_ = true;  // series or endpoints changed: publish copies everything
 
   mutable std::mutex mu_;
-  Snapshot shared_;  // guarded by mu_
+  std::unique_ptr<MetricsSnapshot> shared_;  // guarded by mu_
 
   int port_ = 0;
   std::shared_ptr<Collector> collector_;

@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "daemon/metrics/stats_json.hpp"
 #include "daemon/server/server.hpp"
 #include "fairsched/name.hpp"
 
@@ -227,34 +228,14 @@ std::string Server::statusJson() const {
   }
   j["workers"] = std::move(workers);
   j["running_on_workers"] = workers_.running();
-  nlohmann::json preempted = nlohmann::json::object();
+  std::vector<std::string> endpoint_names;
+  std::vector<bool> worker_endpoint;
   for (std::size_t e = 0; e < cfg_.endpoints.size(); ++e) {
-    if (isWorkerEndpoint(e)) preempted[cfg_.endpoints[e].name] = stats_.preemptions[e];
+    endpoint_names.push_back(cfg_.endpoints[e].name);
+    worker_endpoint.push_back(isWorkerEndpoint(e));
   }
-  j["preemptions"] = std::move(preempted);
-  j["preempts_ignored"] = stats_.preempts_ignored;
-  if (fleet_) {
-    const fleet::FleetStats f = fleet_->stats();
-    j["fleet"] = {{"backend", cfg_.fleet ? cfg_.fleet->url : ""},
-                  {"breaker", fleet::toString(f.breaker)},
-                  {"degraded", f.degraded},
-                  {"limits", f.limits},
-                  {"leases_held", f.leases_held},
-                  {"backend_calls", f.backend_calls},
-                  {"round_trips", f.round_trips},
-                  {"backend_failures", f.backend_failures},
-                  {"breaker_opened", f.breaker_counters.opened},
-                  {"degraded_admitted", f.degraded_admitted},
-                  {"degraded_rejected", f.degraded_rejected}};
-  }
-  j["counters"] = {{"connections_accepted", stats_.connections_accepted},
-                   {"connections_refused", stats_.connections_refused},
-                   {"submissions", stats_.submissions},
-                   {"completions_delivered", stats_.completions_delivered},
-                   {"completions_dropped", stats_.completions_dropped},
-                   {"bad_slots", stats_.bad_slots},
-                   {"tokens_streamed", stats_.tokens_streamed},
-                   {"batches", stats_.batches}};
+  j.update(serverStatsJson(stats_, endpoint_names, worker_endpoint));
+  if (fleet_) j["fleet"] = fleetStatsJson(fleet_->stats(), cfg_.fleet ? cfg_.fleet->url : "");
   return dumpJson(j);
 }
 

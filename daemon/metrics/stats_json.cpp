@@ -1,0 +1,42 @@
+#include "daemon/metrics/stats_json.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace fairsched::daemon {
+
+using nlohmann::json;
+
+json serverStatsJson(const ServerStats& s, std::span<const std::string> endpoint_names,
+                     const std::vector<bool>& worker_endpoint) {
+  json preempted = json::object();
+  for (std::size_t e = 0; e < endpoint_names.size() && e < worker_endpoint.size(); ++e) {
+    if (worker_endpoint[e]) preempted[endpoint_names[e]] = s.preemptions[e];
+  }
+  return {{"counters",
+           {{"connections_accepted", s.connections_accepted},
+            {"connections_refused", s.connections_refused},
+            {"submissions", s.submissions},
+            {"completions_delivered", s.completions_delivered},
+            {"completions_dropped", s.completions_dropped},
+            {"bad_slots", s.bad_slots},
+            {"tokens_streamed", s.tokens_streamed},
+            {"batches", s.batches}}},
+          {"preemptions", std::move(preempted)},
+          {"preempts_ignored", s.preempts_ignored}};
+}
+
+json fleetStatsJson(const fleet::FleetStats& f, std::string_view backend) {
+  return {{"backend", std::string(backend)},
+          {"breaker", fleet::toString(f.breaker)},
+          {"degraded", f.degraded},
+          {"limits", f.limits},
+          {"leases_held", f.leases_held},
+          {"backend_calls", f.backend_calls},
+          {"round_trips", f.round_trips},
+          {"backend_failures", f.backend_failures},
+          {"breaker_opened", f.breaker_counters.opened},
+          {"degraded_admitted", f.degraded_admitted},
+          {"degraded_rejected", f.degraded_rejected}};
+}
+
+}  // namespace fairsched::daemon

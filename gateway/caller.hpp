@@ -1,0 +1,44 @@
+// One caller's HTTP connection as the generation path sees it; the HTTP
+// front implements it over Beast. A whole response (sendBody, sendError),
+// or an SSE response: its header (startStream), its chunks (writeChunk) and
+// its end (endStream). Each write is bounded by gateway.write_timeout_ms;
+// false means it failed (the caller is gone, or the connection must close).
+// Loop thread only.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fairsched/http.hpp"
+#include "gateway/coro.hpp"
+#include "gateway/error_reply.hpp"
+
+namespace fairsched::gateway {
+
+class Caller {
+ public:
+  virtual ~Caller() = default;
+
+  // Parameters by value: GCC 12 mishandles some temporaries that live across
+  // a co_await in the caller's expression, so callers pass named values.
+  virtual awaitable<bool> sendBody(int status, std::string body, std::string content_type,
+                                   std::vector<HttpHeader> headers) = 0;
+  // `e` as an OpenAI-style error body, with its headers and `more`
+  // (through sendBody; defined in http_front.cpp).
+  awaitable<bool> sendError(ErrorReply e, std::vector<HttpHeader> more = {});
+
+  // A 200 text/event-stream response's header, chunked, with `headers`.
+  virtual awaitable<bool> startStream(std::vector<HttpHeader> headers) = 0;
+  virtual awaitable<bool> writeChunk(std::string data) = 0;
+  // `tail` as the last data chunk, then the terminating chunk.
+  virtual awaitable<bool> endStream(std::string tail) = 0;
+
+  // Calls `gone` once the caller hangs up while `watching()` still holds. A
+  // pipelined request (bytes to read) ends the watch: the caller is there.
+  virtual void watchHangup(std::function<bool()> watching, std::function<void()> gone) = 0;
+  // Ends the watch (before the response is written).
+  virtual void endWatch() = 0;
+};
+
+}  // namespace fairsched::gateway

@@ -1,0 +1,117 @@
+// The gateway's side of fairschedd: a libfairsched client that submits each
+// generation request as a counts-only request of its key's tenant (the
+// request's params name the gateway instance and the exchange), and a
+// worker of the gateway's endpoint that is assigned those requests and
+// states the upstream's free sequences and tokens as its capacity.
+//
+// Contract. submit() registers an Exchange; the completion loop ends it
+// with the daemon's final completion (Exchange::final), the worker loop
+// hands it its assignment (Exchange::assignment) or aborts it
+// (Exchange::aborted, the upstream call closed). Whoever runs the assigned
+// exchange reports its tokens (emitTokens) and ends its assignment exactly
+// once (finish). A lost worker connection aborts every assigned exchange
+// and reconnects. The x-ratelimit-* bookkeeping (RateLimitHeaders) follows
+// what is submitted and completed; its clock is the injected Env.
+// Loop thread only; nothing blocks but libfairsched's bounded control
+// round trips (connecting, opening a tenant the first time).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+
+#include "daemon/env.hpp"
+#include "fairsched/client.hpp"
+#include "fairsched/worker.hpp"
+#include "gateway/coro.hpp"
+#include "gateway/error_reply.hpp"
+#include "gateway/exchange.hpp"
+#include "gateway/gateway_config.hpp"
+#include "gateway/rate_limit_headers.hpp"
+
+namespace fairsched::gateway {
+
+class DaemonBridge {
+ public:
+  // `cfg` is the gateway's running config; it outlives the bridge (a reload
+  // changes only what may change without a restart).
+  DaemonBridge(asio::io_context& io, const GatewayConfig& cfg, daemon::Env& env);
+
+  // Connects the client, checks the endpoint, attaches the worker. False
+  // (logged) when the gateway cannot serve.
+  bool start();
+  // Spawns the completion and the worker loops.
+  void run();
+  // The worker loop ends (the gateway is stopping).
+  void stop() { stopping_ = true; }
+
+  // Reads cfg.daemon_config for the limits the x-ratelimit-* headers advertise.
+  void loadLimits();
+
+  // Why the gateway is not ready to serve ("" when it is).
+  std::string_view unready() const;
+  // No exchange submitted or assigned.
+  bool idle() const { return by_serial_.empty() && by_assignment_.empty(); }
+  // The endpoint's max_output_tokens (0: none).
+  std::uint32_t maxOutputTokens() const { return max_output_tokens_; }
+
+  // Submits `req` for `key` with a deadline of `timeout`: the exchange, or
+  // the caller's error.
+  std::variant<std::shared_ptr<Exchange>, ErrorReply> submit(const ApiKeyConfig& key, Route route,
+                                                             GenerateRequest req,
+                                                             milliseconds timeout);
+  // The caller hung up: cancels the request and closes its upstream call.
+  void callerGone(Exchange& ex);
+  // Ends the exchange's assignment (once; later calls do nothing). `input`:
+  // the prompt tokens the upstream's usage counted (0: unknown), so the
+  // daemon settles the estimate the request was submitted with.
+  void finish(Exchange& ex, Status status, std::uint32_t output, std::string_view msg,
+              std::uint32_t input = 0);
+  // Reports `n` more output tokens of the exchange (capped at max_tokens).
+  void emitTokens(Exchange& ex, std::uint32_t n);
+  // The x-ratelimit-* headers for the exchange's tenant now.
+  std::vector<HttpHeader> limitHeaders(const Exchange& ex,
+                                       std::optional<std::chrono::nanoseconds> retry_after = {});
+
+ private:
+  awaitable<void> completionLoop();
+  void onCompletion(Completion c);
+  std::variant<Tenant, ErrorReply> tenantFor(const ApiKeyConfig& key);
+
+  bool connectWorker(bool first);
+  void stateCapacity();
+  void workerLost();
+  awaitable<void> workerLoop();
+  void onWorkItem(WorkItem& item);
+  void endAssignment(std::uint64_t id, std::uint64_t kv, Status status, std::uint32_t output,
+                     std::string_view message, std::uint32_t input = 0);
+
+  asio::io_context& io_;
+  const GatewayConfig& cfg_;
+  daemon::Env& env_;
+  RateLimitHeaders limits_;
+  std::optional<Client> client_;
+  std::optional<Worker> worker_;
+  std::optional<asio::posix::stream_descriptor> worker_fd_;
+  std::unordered_map<std::string, Tenant> tenants_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Exchange>> by_serial_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Exchange>> by_assignment_;
+  std::uint64_t next_serial_ = 1;
+  std::string instance_;  // the params prefix of this gateway's requests
+  std::uint32_t max_output_tokens_ = 0;
+  std::uint32_t running_ = 0;
+  std::uint64_t reserved_ = 0;
+  std::optional<std::pair<std::uint32_t, std::uint64_t>> stated_;
+  bool stopping_ = false;
+};
+
+}  // namespace fairsched::gateway

@@ -1,0 +1,45 @@
+// One generation request between its submission to fairschedd and its end:
+// the state the daemon bridge (submit, assignment, completion, abort), the
+// relay (the upstream call and the answer) and the caller's watch share.
+// Every change to it is followed by notify(), which wakes whoever waits on
+// `wake`. Loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "fairsched/request.hpp"
+#include "gateway/coro.hpp"
+#include "gateway/gateway_config.hpp"
+#include "gateway/openai_json.hpp"
+#include "gateway/rate_limit_headers.hpp"
+
+namespace fairsched::gateway {
+
+class UpstreamCall;
+
+struct Exchange {
+  explicit Exchange(const asio::any_io_executor& ex) : wake(ex) {
+    wake.expires_at(asio::steady_timer::time_point::max());
+  }
+  void notify() { wake.cancel(); }
+
+  std::uint64_t serial = 0;
+  RequestId request_id = 0;
+  std::string tenant;
+  Route route = Route::kCompletions;
+  GenerateRequest req;
+  RateLimitHeaders::Sent sent;
+  std::optional<Completion> final;  // the daemon's final completion
+  std::optional<std::uint64_t> assignment;
+  std::uint64_t reserved_kv = 0;
+  bool aborted = false;      // the daemon sent ABORT, or the worker connection was lost
+  bool caller_gone = false;  // the caller hung up
+  bool worker_finished = false;
+  std::uint32_t emitted = 0;
+  UpstreamCall* upstream = nullptr;  // while the upstream call is open
+  asio::steady_timer wake;           // cancelled on every change above
+};
+
+}  // namespace fairsched::gateway

@@ -1,0 +1,370 @@
+// The HTTP front over Boost.Beast (heavy to compile: with upstream_call.cpp
+// one of the two translation units that include it).
+#include "gateway/http_front.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "gateway/caller.hpp"
+#include "gateway/daemon_bridge.hpp"
+#include "gateway/error_reply.hpp"
+#include "gateway/openai_json.hpp"
+#include "gateway/relay.hpp"
+
+namespace fairsched::gateway {
+
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+constexpr std::string_view kServerName = "fairsched-gateway";
+
+// Beast (Boost 1.74) has its own string_view.
+beast::string_view bsv(std::string_view s) {
+  return {s.data(), s.size()};
+}
+std::string_view ssv(beast::string_view s) {
+  return {s.data(), s.size()};
+}
+
+// A read error that ends the connection without an answer (the caller left
+// or was too slow; in the body, also a message cut short); any other is
+// answered 400.
+bool quietEnd(const error_code& ec, bool in_body) {
+  return ec == beast::error::timeout || ec == http::error::end_of_stream ||
+         ec == asio::error::eof || ec == asio::error::connection_reset ||
+         (in_body && ec == http::error::partial_message);
+}
+
+}  // namespace
+
+awaitable<bool> Caller::sendError(ErrorReply e, std::vector<HttpHeader> more) {
+  std::vector<HttpHeader> h = e.headers;
+  h.insert(h.end(), more.begin(), more.end());
+  std::string body = errorJson(e.message, e.type, e.param, e.code);
+  co_return co_await sendBody(e.status, std::move(body), "application/json", std::move(h));
+}
+
+struct HttpFront::Acceptor {
+  explicit Acceptor(asio::io_context& io) : a(io) {}
+  tcp::acceptor a;
+};
+
+// One accepted connection: its requests one after the other, and the
+// Caller the relay answers through.
+class HttpFront::Session final : public Caller {
+ public:
+  Session(HttpFront& front, tcp::socket s) : f_(front), stream_(std::move(s)) {}
+
+  awaitable<void> serve();
+
+  awaitable<bool> sendBody(int status, std::string body, std::string content_type,
+                           std::vector<HttpHeader> headers) override;
+  awaitable<bool> startStream(std::vector<HttpHeader> headers) override;
+  awaitable<bool> writeChunk(std::string data) override;
+  awaitable<bool> endStream(std::string tail) override;
+  void watchHangup(std::function<bool()> watching, std::function<void()> gone) override;
+  void endWatch() override {
+    error_code ec;
+    stream_.socket().cancel(ec);
+  }
+
+ private:
+  // Reads the next request into `parser`. False: the connection ends
+  // (after an error reply where one is due).
+  awaitable<bool> read(http::request_parser<http::string_body>& parser);
+  // Answers one request. False when the connection must close.
+  awaitable<bool> handle(http::request<http::string_body>& req);
+  awaitable<bool> generate(http::request<http::string_body>& req, const ApiKeyConfig& key,
+                           Route route);
+  template <typename Body>
+  void commonHeaders(http::response<Body>& res) {
+    res.set(http::field::server, bsv(kServerName));
+    res.keep_alive(keep_alive_);
+  }
+
+  HttpFront& f_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buf_;
+  unsigned version_ = 11;
+  bool keep_alive_ = true;
+};
+
+HttpFront::HttpFront(asio::io_context& io, const GatewayConfig& cfg, DaemonBridge& bridge,
+                     Relay& relay)
+    : io_(io),
+      cfg_(cfg),
+      bridge_(bridge),
+      relay_(relay),
+      keys_(cfg.keys),
+      acceptor_(std::make_unique<Acceptor>(io)) {}
+
+HttpFront::~HttpFront() = default;
+
+bool HttpFront::listen() {
+  error_code ec;
+  const auto addr = asio::ip::make_address(cfg_.listen_host, ec);
+  if (ec) {
+    spdlog::error("gateway.listen: bad address '{}': {}", cfg_.listen_host, ec.message());
+    return false;
+  }
+  tcp::acceptor& a = acceptor_->a;
+  const tcp::endpoint ep(addr, cfg_.listen_port);
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    spdlog::error("cannot listen on {}: {}", cfg_.listen, ec.message());
+    return false;
+  }
+  return true;
+}
+
+std::string HttpFront::boundAddress() const {
+  const tcp::endpoint bound = acceptor_->a.local_endpoint();
+  return bound.address().to_string() + ":" + std::to_string(bound.port());
+}
+
+void HttpFront::run() {
+  spawn(io_, acceptLoop());
+}
+
+void HttpFront::drain() {
+  draining_ = true;
+  error_code ec;
+  acceptor_->a.close(ec);
+}
+
+awaitable<void> HttpFront::acceptLoop() {
+  tcp::acceptor& a = acceptor_->a;
+  for (;;) {
+    error_code ec;
+    tcp::socket s = co_await a.async_accept(asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !a.is_open()) co_return;
+      spdlog::warn("accept: {}", ec.message());
+      asio::steady_timer t(io_, milliseconds(50));  // EMFILE and friends: do not spin
+      co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
+      continue;
+    }
+    s.set_option(tcp::no_delay(true), ec);
+    spawn(io_, [](HttpFront& f, tcp::socket sock) -> awaitable<void> {
+      Session session(f, std::move(sock));
+      co_await session.serve();
+    }(*this, std::move(s)));
+  }
+}
+
+awaitable<void> HttpFront::Session::serve() {
+  *f_.connections_ += 1;
+  struct Guard {
+    std::shared_ptr<std::uint32_t> n;
+    ~Guard() { *n -= 1; }
+  } guard{f_.connections_};
+  error_code ec;
+  if (*f_.connections_ > f_.cfg_.max_connections) {
+    keep_alive_ = false;
+    co_await sendError(tooManyConnections());
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    co_return;
+  }
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    if (!co_await read(parser)) break;
+    stream_.expires_never();
+    http::request<http::string_body> req = parser.release();
+    const bool ok = co_await handle(req);
+    if (!ok || !keep_alive_) break;
+  }
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+}
+
+awaitable<bool> HttpFront::Session::read(http::request_parser<http::string_body>& parser) {
+  const GatewayConfig& cfg = f_.cfg_;
+  error_code ec;
+  // Keep-alive: wait for the first byte of the next request.
+  if (buf_.size() == 0) {
+    stream_.expires_after(milliseconds(cfg.idle_timeout_ms));
+    const std::size_t n = co_await stream_.async_read_some(buf_.prepare(4096),
+                                                           asio::redirect_error(use_awaitable, ec));
+    if (ec) co_return false;
+    buf_.commit(n);
+  }
+  parser.header_limit(cfg.max_header_bytes);
+  parser.body_limit(cfg.max_body_bytes);
+  stream_.expires_after(milliseconds(cfg.header_timeout_ms));
+  co_await http::async_read_header(stream_, buf_, parser, asio::redirect_error(use_awaitable, ec));
+  bool in_body = false;
+  if (!ec) {
+    auto& hdr = parser.get();
+    version_ = hdr.version();
+    keep_alive_ = hdr.keep_alive();
+    if (parser.content_length() && *parser.content_length() > cfg.max_body_bytes) {
+      ec = http::error::body_limit;
+    } else if (auto e = hdr.find(http::field::expect);
+               e != hdr.end() && beast::iequals(e->value(), "100-continue")) {
+      http::response<http::empty_body> cont{http::status::continue_, version_};
+      stream_.expires_after(milliseconds(cfg.write_timeout_ms));
+      co_await http::async_write(stream_, cont, asio::redirect_error(use_awaitable, ec));
+      if (ec) co_return false;
+    }
+    if (!ec) {
+      in_body = true;
+      stream_.expires_after(milliseconds(cfg.body_timeout_ms));
+      co_await http::async_read(stream_, buf_, parser, asio::redirect_error(use_awaitable, ec));
+    }
+  }
+  if (!ec) co_return true;
+  keep_alive_ = false;
+  if (ec == http::error::header_limit) {
+    co_await sendError(headersTooLarge());
+  } else if (ec == http::error::body_limit) {
+    co_await sendError(bodyTooLarge(cfg.max_body_bytes));
+  } else if (!quietEnd(ec, in_body)) {
+    co_await sendError(badRequest("malformed HTTP request: " + ec.message()));
+  }
+  co_return false;
+}
+
+awaitable<bool> HttpFront::Session::handle(http::request<http::string_body>& req) {
+  const std::string target(req.target());
+  const std::string path = target.substr(0, target.find('?'));
+  const auto method = req.method();
+  if (path == "/healthz") {
+    co_return co_await sendBody(200, "{\"status\":\"ok\"}", "application/json", {});
+  }
+  if (path == "/readyz") {
+    const std::string_view why = f_.draining_ ? "draining" : f_.bridge_.unready();
+    if (why.empty()) {
+      co_return co_await sendBody(200, "{\"status\":\"ready\"}", "application/json", {});
+    }
+    co_return co_await sendError(schedulerUnavailable(why));
+  }
+  std::optional<Route> route;
+  if (path == "/v1/completions") route = Route::kCompletions;
+  if (path == "/v1/chat/completions") route = Route::kChatCompletions;
+  if (path == "/v1/models" || path.starts_with("/v1/models/")) route = Route::kModels;
+  if (!route) co_return co_await sendError(notFound(path));
+  const bool get = method == http::verb::get;
+  if ((*route == Route::kModels) != get || (!get && method != http::verb::post)) {
+    co_return co_await sendError(methodNotAllowed(ssv(req.method_string()), path));
+  }
+  const ApiKeyConfig* key = nullptr;
+  if (auto a = req.find(http::field::authorization); a != req.end()) {
+    auto token = bearerToken(ssv(a->value()));
+    if (!token) co_return co_await sendError(missingKey());
+    key = f_.keys_.find(*token);
+    if (key == nullptr) co_return co_await sendError(unknownKey());
+  } else {
+    co_return co_await sendError(missingKey());
+  }
+  if ((key->routes & routeBit(*route)) == 0) {
+    co_return co_await sendError(routeNotAllowed(routePath(*route)));
+  }
+  if (*route == Route::kModels) co_return co_await f_.relay_.models(*this, path);
+  co_return co_await generate(req, *key, *route);
+}
+
+awaitable<bool> HttpFront::Session::generate(http::request<http::string_body>& req,
+                                             const ApiKeyConfig& key, Route route) {
+  if (f_.draining_) co_return co_await sendError(draining());
+  auto parsed = parseGenerateRequest(route, req.body(), f_.cfg_.default_max_tokens,
+                                     f_.bridge_.maxOutputTokens());
+  if (auto* e = std::get_if<BodyError>(&parsed)) {
+    co_return co_await sendError(badRequest(e->message, e->param));
+  }
+  req.body().clear();
+  req.body().shrink_to_fit();
+  // x-fairsched-timeout-ms: a shorter deadline for this request (queueing + running).
+  std::uint64_t timeout_ms = f_.cfg_.request_timeout_ms;
+  if (auto h = req.find("x-fairsched-timeout-ms"); h != req.end()) {
+    const std::string v(h->value());
+    char* end = nullptr;
+    const unsigned long long t = std::strtoull(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || t == 0) {
+      ErrorReply e = badRequest("x-fairsched-timeout-ms must be a positive integer");
+      co_return co_await sendError(std::move(e));
+    }
+    timeout_ms = std::min<std::uint64_t>(timeout_ms, t);
+  }
+  GenerateRequest g = std::move(std::get<GenerateRequest>(parsed));
+  co_return co_await f_.relay_.generate(*this, key, route, std::move(g), timeout_ms);
+}
+
+awaitable<bool> HttpFront::Session::sendBody(int status, std::string body, std::string content_type,
+                                             std::vector<HttpHeader> headers) {
+  http::response<http::string_body> res{static_cast<http::status>(status), version_};
+  commonHeaders(res);
+  res.set(http::field::content_type, bsv(content_type));
+  for (const HttpHeader& h : headers) res.set(h.name, h.value);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  error_code ec;
+  stream_.expires_after(milliseconds(f_.cfg_.write_timeout_ms));
+  co_await http::async_write(stream_, res, asio::redirect_error(use_awaitable, ec));
+  co_return !ec;
+}
+
+awaitable<bool> HttpFront::Session::startStream(std::vector<HttpHeader> headers) {
+  http::response<http::empty_body> res{http::status::ok, version_};
+  http::response_serializer<http::empty_body> sr{res};
+  commonHeaders(res);
+  res.set(http::field::content_type, "text/event-stream");
+  res.set(http::field::cache_control, "no-cache");
+  for (const HttpHeader& h : headers) res.set(h.name, h.value);
+  res.chunked(true);
+  error_code ec;
+  stream_.expires_after(milliseconds(f_.cfg_.write_timeout_ms));
+  co_await http::async_write_header(stream_, sr, asio::redirect_error(use_awaitable, ec));
+  co_return !ec;
+}
+
+awaitable<bool> HttpFront::Session::writeChunk(std::string data) {
+  error_code ec;
+  stream_.expires_after(milliseconds(f_.cfg_.write_timeout_ms));
+  co_await asio::async_write(stream_, http::make_chunk(asio::buffer(data)),
+                             asio::redirect_error(use_awaitable, ec));
+  co_return !ec;
+}
+
+awaitable<bool> HttpFront::Session::endStream(std::string tail) {
+  const bool ok = co_await writeChunk(std::move(tail));
+  if (!ok) co_return false;
+  error_code ec;
+  co_await asio::async_write(stream_, http::make_chunk_last(),
+                             asio::redirect_error(use_awaitable, ec));
+  co_return !ec;
+}
+
+void HttpFront::Session::watchHangup(std::function<bool()> watching, std::function<void()> gone) {
+  stream_.socket().async_wait(
+      tcp::socket::wait_read,
+      [this, watching = std::move(watching), gone = std::move(gone)](const error_code& ec) mutable {
+        if (ec || !watching()) return;
+        char b = 0;
+        const ssize_t n = ::recv(stream_.socket().native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n > 0) return;  // a pipelined request: the caller is still there
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+          watchHangup(std::move(watching), std::move(gone));
+          return;
+        }
+        gone();
+      });
+}
+
+}  // namespace fairsched::gateway

@@ -1,0 +1,258 @@
+#include "gateway/relay.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <variant>
+#include <vector>
+
+#include "gateway/daemon_bridge.hpp"
+#include "gateway/exchange.hpp"
+#include "gateway/sse.hpp"
+#include "gateway/upstream_call.hpp"
+
+// GCC 12 takes asio's coroutine frames (allocated by the frame's operator
+// new through thread_info_base::allocate, freed by its operator delete) for
+// a mismatched pair where it inlines the allocation: a false positive.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace fairsched::gateway {
+
+struct Relay::Relayed {
+  int status = 0;
+  bool sse = false;                   // relayed as SSE events (a 200 to a streamed request)
+  bool header_sent = false;           // the SSE response's header went out
+  bool done = false;                  // [DONE] seen
+  std::optional<std::string> broken;  // why the upstream's answer is unusable
+  std::optional<Usage> usage;
+  std::string whole;  // a non-streamed body (bounded)
+};
+
+awaitable<bool> Relay::generate(Caller& c, const ApiKeyConfig& key, Route route,
+                                GenerateRequest req, std::uint64_t timeout_ms) {
+  auto submitted = bridge_.submit(key, route, std::move(req), milliseconds(timeout_ms));
+  if (auto* e = std::get_if<ErrorReply>(&submitted)) {
+    ErrorReply err = std::move(*e);
+    co_return co_await c.sendError(std::move(err));
+  }
+  const std::shared_ptr<Exchange> ex = std::get<std::shared_ptr<Exchange>>(std::move(submitted));
+  c.watchHangup([ex] { return !ex->caller_gone && !ex->worker_finished; },
+                [this, ex] { bridge_.callerGone(*ex); });
+
+  error_code ec;
+  while (!ex->assignment && !ex->final && !ex->caller_gone) {
+    ex->wake.expires_at(asio::steady_timer::time_point::max());
+    co_await ex->wake.async_wait(asio::redirect_error(use_awaitable, ec));
+  }
+  if (ex->caller_gone) co_return false;
+  if (!ex->assignment) {
+    const Completion& f = *ex->final;
+    std::vector<HttpHeader> more;
+    if (f.status == Status::kRateLimited) more = bridge_.limitHeaders(*ex, f.retry_after);
+    c.endWatch();
+    ErrorReply e = errorForCompletion(f);
+    co_return co_await c.sendError(std::move(e), std::move(more));
+  }
+  const bool keep = co_await runUpstream(c, *ex);
+  c.endWatch();
+  co_return keep && !ex->caller_gone;
+}
+
+awaitable<bool> Relay::models(Caller& c, std::string path) {
+  UpstreamCall up(io_, cfg_.upstream);
+  std::optional<UpstreamError> err = co_await up.connect();
+  std::string body;
+  if (!err) {
+    std::string none;
+    std::string accept;
+    err = co_await up.request(UpstreamCall::Method::kGet, path, std::move(none), std::move(accept));
+  }
+  if (!err) err = co_await up.readAll(body, cfg_.upstream.max_response_bytes);
+  if (err) {
+    err->why = "GET " + path + ": " + err->why;
+    ErrorReply e = replyFor(*err);
+    co_return co_await c.sendError(std::move(e));
+  }
+  co_return co_await c.sendBody(up.status(), std::move(body), up.contentType(), {});
+}
+
+// Calls the upstream for an assigned exchange and relays its answer.
+awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
+  UpstreamCall up(io_, cfg_.upstream);
+  ex.upstream = &up;
+  struct Detach {
+    Exchange& ex;
+    ~Detach() { ex.upstream = nullptr; }
+  } detach{ex};
+  if (ex.aborted) co_return co_await endBeforeResponse(c, ex);
+
+  std::optional<UpstreamError> err = co_await up.connect();
+  if (!err) {
+    std::string body = std::move(ex.req.upstream_body);
+    std::string accept = ex.req.stream ? "text/event-stream" : "application/json";
+    err = co_await up.request(UpstreamCall::Method::kPost, std::string(routePath(ex.route)),
+                              std::move(body), std::move(accept));
+  }
+  if (err) {
+    if (ex.caller_gone || ex.aborted) co_return co_await endBeforeResponse(c, ex);
+    spdlog::warn("request {}: upstream: {}", ex.serial, err->why);
+    ErrorReply e = replyFor(*err);
+    bridge_.finish(ex, Status::kExecutorFailed, ex.emitted, err->why);
+    co_return co_await c.sendError(std::move(e));
+  }
+
+  Relayed r;
+  r.status = up.status();
+  r.sse = ex.req.stream && r.status == 200;
+  if (r.sse) {
+    co_await relayStream(c, ex, up, r);
+  } else if (auto e = co_await up.readAll(r.whole, cfg_.upstream.max_response_bytes)) {
+    r.broken = std::move(e->why);
+  }
+  up.close();
+
+  if (ex.caller_gone) {
+    bridge_.finish(ex, Status::kCancelled, ex.emitted, "");
+    co_return false;
+  }
+  if (ex.aborted && !ex.worker_finished) bridge_.finish(ex, Status::kCancelled, ex.emitted, "");
+  if (ex.aborted || ex.worker_finished) {  // the daemon ended it (abort, lost worker)
+    ErrorReply e = co_await abortReply(ex);
+    if (!r.header_sent) co_return co_await c.sendError(std::move(e));
+    co_await writeStreamEnd(c, ex, errorJson(e.message, e.type, e.param, e.code));
+    co_return false;
+  }
+  if (r.sse) co_return co_await endStream(c, ex, r);
+  co_return co_await endWhole(c, ex, up, r);
+}
+
+// Relays the upstream's SSE events as they come, counting text chunks as
+// tokens. Stops at [DONE], at the body's end, or when something broke.
+awaitable<void> Relay::relayStream(Caller& c, Exchange& ex, UpstreamCall& up, Relayed& r) {
+  std::vector<HttpHeader> headers = bridge_.limitHeaders(ex);
+  if (!co_await c.startStream(std::move(headers))) {
+    bridge_.callerGone(ex);
+    co_return;
+  }
+  r.header_sent = true;
+  const std::size_t limit = cfg_.upstream.max_response_bytes;
+  std::array<char, 16384> tmp{};
+  std::vector<std::string> events;
+  SseParser parser(limit);
+  while (!up.done() && !r.done) {
+    auto got = co_await up.read(tmp);
+    if (auto* e = std::get_if<UpstreamError>(&got)) {
+      r.broken = std::move(e->why);
+      break;
+    }
+    events.clear();
+    if (!parser.feed(std::string_view(tmp.data(), std::get<std::size_t>(got)), events)) {
+      r.broken = "a stream event larger than " + std::to_string(limit) + " bytes";
+    }
+    std::string out;  // what this read forwards to the caller
+    std::uint32_t pieces = 0;
+    for (const std::string& data : events) {
+      if (data == "[DONE]") {
+        r.done = true;
+        break;
+      }
+      const StreamChunk ch = parseStreamChunk(data);
+      if (ch.usage) r.usage = ch.usage;
+      if (ch.has_text) pieces += 1;
+      if (ch.usage_only && !ex.req.caller_wants_usage) continue;
+      out += sseEvent(data);
+    }
+    bridge_.emitTokens(ex, pieces);
+    if (!out.empty()) {
+      const bool written = co_await c.writeChunk(std::move(out));
+      if (!written) {
+        bridge_.callerGone(ex);
+        break;
+      }
+    }
+    if (r.broken) break;
+  }
+}
+
+// The end of a relayed stream: OK after [DONE], else an error event.
+awaitable<bool> Relay::endStream(Caller& c, Exchange& ex, const Relayed& r) {
+  if (r.broken || !r.done) {
+    const std::string why = r.broken ? *r.broken : "the stream ended without [DONE]";
+    spdlog::warn("request {}: upstream stream: {}", ex.serial, why);
+    bridge_.finish(ex, Status::kExecutorFailed, ex.emitted, why);
+    const ErrorReply e = upstreamBroken(why);
+    co_await writeStreamEnd(c, ex, errorJson(e.message, e.type, e.param, e.code));
+    co_return false;
+  }
+  const std::uint32_t output =
+      std::max(ex.emitted, r.usage ? r.usage->completion_tokens : std::uint32_t{0});
+  bridge_.finish(ex, Status::kOk, output, "", r.usage ? r.usage->prompt_tokens : 0);
+  co_return co_await writeStreamEnd(c, ex, {});
+}
+
+// A whole response (not streamed, or the upstream refused the stream):
+// passed on with the upstream's status and content type.
+awaitable<bool> Relay::endWhole(Caller& c, Exchange& ex, UpstreamCall& up, Relayed& r) {
+  if (r.broken) {
+    spdlog::warn("request {}: upstream response: {}", ex.serial, *r.broken);
+    ErrorReply e = upstreamBroken(*r.broken);
+    bridge_.finish(ex, Status::kExecutorFailed, ex.emitted, *r.broken);
+    co_return co_await c.sendError(std::move(e));
+  }
+  if (r.status == 200) {
+    const std::optional<Usage> us = parseResponseUsage(r.whole);
+    const std::uint32_t output = us ? us->completion_tokens : 0;
+    bridge_.emitTokens(ex, output);
+    bridge_.finish(ex, Status::kOk, output, "", us ? us->prompt_tokens : 0);
+  } else {
+    const std::string why = "upstream answered HTTP " + std::to_string(r.status);
+    bridge_.finish(ex,
+                   r.status >= 400 && r.status < 500 ? Status::kInvalid : Status::kExecutorFailed,
+                   ex.emitted, why);
+  }
+  std::vector<HttpHeader> headers;
+  if (r.status == 200) headers = bridge_.limitHeaders(ex);
+  co_return co_await c.sendBody(r.status, std::move(r.whole), up.contentType(), std::move(headers));
+}
+
+// The caller hung up, or the daemon ended the request, before the upstream
+// answered: the request ends CANCELLED, and a caller still there hears why.
+awaitable<bool> Relay::endBeforeResponse(Caller& c, Exchange& ex) {
+  bridge_.finish(ex, Status::kCancelled, 0, "");
+  if (ex.caller_gone) co_return false;
+  ErrorReply e = co_await abortReply(ex);
+  co_return co_await c.sendError(std::move(e));
+}
+
+// The reply when the upstream call ended early because of the daemon
+// (ABORT, a lost worker connection): its final completion says why.
+awaitable<ErrorReply> Relay::abortReply(Exchange& ex) {
+  using Clock = std::chrono::steady_clock;  // asio's timers' clock
+  error_code ec;
+  const auto until = Clock::now() + milliseconds(1000);
+  while (!ex.final && !ex.caller_gone && Clock::now() < until) {
+    ex.wake.expires_after(milliseconds(20));
+    co_await ex.wake.async_wait(asio::redirect_error(use_awaitable, ec));
+  }
+  if (ex.final && ex.final->status != Status::kOk) co_return errorForCompletion(*ex.final);
+  co_return schedulerUnavailable("the request was aborted by the scheduler");
+}
+
+// The end of an SSE response: an error event when `error` is set, then
+// [DONE] and the last chunk. False when the connection must close.
+awaitable<bool> Relay::writeStreamEnd(Caller& c, Exchange& ex, std::string error) {
+  std::string tail;
+  if (!error.empty()) tail += sseEvent(error);
+  tail += kSseDone;
+  const bool written = co_await c.endStream(std::move(tail));
+  if (!written) bridge_.callerGone(ex);
+  co_return written&& error.empty();
+}
+
+}  // namespace fairsched::gateway
