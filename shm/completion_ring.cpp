@@ -106,15 +106,19 @@ std::uint64_t CompletionConsumer::available() {
   return write_cache_ - read_;
 }
 
-bool CompletionConsumer::tryPop(CompletionSlot& out, std::vector<std::uint32_t>& payload,
-                                PayloadWords payload_words) {
-  if (available() == 0) return false;
+void CompletionConsumer::readCell(CompletionSlot& out) const {
   const CompletionCell& cell = ring_.cells[read_ & mask_];
   std::uint64_t words[kCompletionSlotWords];
   for (std::size_t i = 0; i < kCompletionSlotWords; ++i) {
     words[i] = sharedLoad(cell.words[i], memory_order_relaxed);
   }
   std::memcpy(&out, words, sizeof(words));
+}
+
+bool CompletionConsumer::tryPop(CompletionSlot& out, std::vector<std::uint32_t>& payload,
+                                PayloadWords payload_words) {
+  if (available() == 0) return false;
+  readCell(out);
   const std::size_t n = std::min<std::size_t>(payload_words(out), ring_.reply_tokens_per_slot);
   payload.resize(n);
   if (n > 0) {
@@ -130,12 +134,7 @@ bool CompletionConsumer::tryPop(CompletionSlot& out, std::vector<std::uint32_t>&
 
 bool CompletionConsumer::tryPop(CompletionSlot& out) {
   if (available() == 0) return false;
-  const CompletionCell& cell = ring_.cells[read_ & mask_];
-  std::uint64_t words[kCompletionSlotWords];
-  for (std::size_t i = 0; i < kCompletionSlotWords; ++i) {
-    words[i] = sharedLoad(cell.words[i], memory_order_relaxed);
-  }
-  std::memcpy(&out, words, sizeof(words));
+  readCell(out);
   ++read_;
   // Release: our reads of the cell happen before the daemon, whose acquire
   // load sees this index, overwrites it.

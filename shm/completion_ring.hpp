@@ -114,6 +114,10 @@ class CompletionConsumer {
   std::uint64_t position() const { return read_; }
 
  private:
+  // Copies the cell at read_ into `out` (relaxed loads: available()'s
+  // acquire of the write index ordered them after the daemon's writes).
+  void readCell(CompletionSlot& out) const;
+
   CompletionRingMemory ring_;
   std::uint64_t mask_;
   std::uint64_t read_;

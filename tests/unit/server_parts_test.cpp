@@ -103,12 +103,18 @@ TEST(BatchTracker, ReturnedBatchIsFoundOnceAndInFlightCountsDown) {
   EXPECT_EQ(again.deadline, kNever);
 }
 
+// Batch `id` of endpoint `e`, handed to its executor.
+void submit(BatchTracker& t, std::uint64_t id, EndpointId e, TimeNs deadline = kNever) {
+  RunningBatch& b = t.open(id);
+  b.endpoint = e;
+  b.deadline = deadline;
+  t.submitted();
+}
+
 TEST(BatchTracker, ExpiredBatchIsGivenUpButStaysInFlightUntilReturned) {
   BatchTracker t;
-  t.open(1).deadline = 100;
-  t.submitted();
-  t.open(2).deadline = 300;
-  t.submitted();
+  submit(t, 1, 0, 100);
+  submit(t, 2, 0, 300);
   EXPECT_EQ(t.earliestDeadline(), 100);
   std::vector<std::uint64_t> given_up;
   t.giveUpExpired(200, [&](std::uint64_t id, const RunningBatch&) { given_up.push_back(id); });
@@ -122,12 +128,9 @@ TEST(BatchTracker, ExpiredBatchIsGivenUpButStaysInFlightUntilReturned) {
 
 TEST(BatchTracker, BatchesOfALostEndpointAreGivenUpAndNoLongerInFlight) {
   BatchTracker t;
-  t.open(1).endpoint = 0;
-  t.submitted();
-  t.open(2).endpoint = 1;
-  t.submitted();
-  t.open(3).endpoint = 1;
-  t.submitted();
+  submit(t, 1, 0);
+  submit(t, 2, 1);
+  submit(t, 3, 1);
   std::size_t n = 0;
   t.giveUpEndpoint(1, [&](std::uint64_t, const RunningBatch& b) {
     EXPECT_EQ(b.endpoint, 1u);
