@@ -34,8 +34,8 @@ const char* toString(Fairness f) {
   return "?";
 }
 
-FlowSelector makeFlowSelector(const EndpointSpec& spec) {
-  return FlowSelector(spec.fairness, spec.half_life, spec.preemption.enabled);
+TenantSelector makeTenantSelector(const EndpointSpec& spec) {
+  return TenantSelector(spec.fairness, spec.half_life, spec.preemption.enabled);
 }
 
 Scheduler::Scheduler(SchedulerSpec spec) : spec_(std::move(spec)), tenants_(spec_) {
@@ -47,7 +47,7 @@ Scheduler::Scheduler(SchedulerSpec spec) : spec_(std::move(spec)), tenants_(spec
   for (std::size_t e = 0; e < spec_.endpoints.size(); ++e) {
     EndpointState& ep = endpoints_[e];
     ep.spec = spec_.endpoints[e];
-    ep.flows.assign(spec_.tiers.size(), makeFlowSelector(ep.spec));
+    ep.tenant_selectors.assign(spec_.tiers.size(), makeTenantSelector(ep.spec));
     ep.tiers.resize(spec_.tiers.size());
     ep.tier_selector = TierSelector(shares);
     ep.throttle = BacklogThrottle(ep.spec.latency_target, ep.spec.parallelism);
@@ -91,7 +91,7 @@ std::uint32_t Scheduler::stateFor(EndpointState& ep, TenantId t, TimeNs now) {
   ts.last_active = now;
   ts.limiter = makeLimiter(ep, e);
   const double q = static_cast<double>(ep.spec.quantum) * e.weight;
-  ep.flows[ts.tier].setQuantum(i, std::max<std::int64_t>(1, std::llround(q)));
+  ep.tenant_selectors[ts.tier].setQuantum(i, std::max<std::int64_t>(1, std::llround(q)));
   if (t >= ep.state_of.size())
     ep.state_of.resize(std::max<std::size_t>(t + 1, tenants_.capacity()), kNoState);
   ep.state_of[t] = i;
@@ -206,11 +206,11 @@ void Scheduler::enqueue(EndpointState& ep, std::uint32_t index, TimeNs now) {
   const bool was_empty = ts.queued == 0;
   if (spec_.policy == Policy::kFair) {
     ts.queue.push(entry);
-    FlowSelector& drr = ep.flows[ts.tier];
+    TenantSelector& selector = ep.tenant_selectors[ts.tier];
     if (was_empty) {
-      drr.enqueue(s.ts, costOf(ep, ts, s), now);
+      selector.enqueue(s.ts, costOf(ep, ts, s), now);
     } else if (ts.queue.top().handle == h) {
-      drr.headChanged(s.ts, costOf(ep, ts, s));
+      selector.headChanged(s.ts, costOf(ep, ts, s));
     }
   } else {
     ep.fifo.push(entry);
@@ -257,11 +257,11 @@ bool Scheduler::dropWithdrawnHead(TenantState& ts) {
 void Scheduler::refreshHead(EndpointState& ep, std::uint32_t ts_index) {
   TenantState& ts = ep.states[ts_index];
   if (!dropWithdrawnHead(ts)) return;
-  FlowSelector& drr = ep.flows[ts.tier];
+  TenantSelector& selector = ep.tenant_selectors[ts.tier];
   if (ts.queue.empty()) {
-    drr.remove(ts_index);
+    selector.remove(ts_index);
   } else {
-    drr.headChanged(ts_index, costOf(ep, ts, slots_[indexOf(ts.queue.top().handle)]));
+    selector.headChanged(ts_index, costOf(ep, ts, slots_[indexOf(ts.queue.top().handle)]));
   }
 }
 
@@ -298,21 +298,21 @@ void Scheduler::dispatch(EndpointState& ep, Slot& s, Batch& out, TimeNs now) {
   out.tokens += tokensOf(s.req);
 }
 
-void Scheduler::prefetchUpcoming(const EndpointState& ep, const FlowSelector& drr) const {
+void Scheduler::prefetchUpcoming(const EndpointState& ep, const TenantSelector& selector) const {
   // A software pipeline over the flows due next in this round. Each stage
   // needs the line the previous stage fetched (state -> head entry -> slot),
   // so stages run a few turns apart: the flow k turns ahead gets its state
   // fetched, the one k-1 ahead its head entry, the one k-2 ahead its slot. By
   // a flow's turn its data is in cache instead of costing three dependent
   // misses. Hints only: nothing here changes a decision.
-  FlowSelector::FlowId ahead[kPrefetchDepth];
-  FlowSelector::FlowId f = drr.upcoming();
+  TenantSelector::FlowId ahead[kPrefetchDepth];
+  TenantSelector::FlowId f = selector.upcoming();
   std::size_t n = 0;
-  for (; n < kPrefetchDepth && f != FlowSelector::kNone; ++n, f = drr.after(f)) ahead[n] = f;
+  for (; n < kPrefetchDepth && f != TenantSelector::kNone; ++n, f = selector.after(f)) ahead[n] = f;
   if (n == kPrefetchDepth) {
     const char* p = reinterpret_cast<const char*>(&ep.states[ahead[n - 1]]);
     for (std::size_t line = 0; line < kHotLines * 64; line += 64) __builtin_prefetch(p + line);
-    drr.prefetch(ahead[n - 1]);
+    selector.prefetch(ahead[n - 1]);
   }
   if (n >= kPrefetchDepth - 1) {
     const TenantState& t = ep.states[ahead[kPrefetchDepth - 2]];
@@ -332,17 +332,17 @@ void Scheduler::prefetchUpcoming(const EndpointState& ep, const FlowSelector& dr
 
 bool Scheduler::takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& out,
                          std::vector<Done>& done) {
-  const std::span<const bool> backlogged(ep.backlogged.get(), ep.flows.size());
+  const std::span<const bool> backlogged(ep.backlogged.get(), ep.tenant_selectors.size());
   while (out.requests.size() < limits.requests) {
-    for (std::size_t t = 0; t < ep.flows.size(); ++t)
-      ep.backlogged[t] = ep.flows[t].anyBacklogged();
+    for (std::size_t t = 0; t < ep.tenant_selectors.size(); ++t)
+      ep.backlogged[t] = ep.tenant_selectors[t].anyBacklogged();
     const TierSelector::Choice choice = ep.tier_selector.select(backlogged);
     if (choice.tier == TierSelector::kNoTier) break;
-    FlowSelector& drr = ep.flows[choice.tier];
-    const FlowSelector::FlowId f = drr.select();
-    assert(f != FlowSelector::kNone);
+    TenantSelector& selector = ep.tenant_selectors[choice.tier];
+    const TenantSelector::FlowId f = selector.select();
+    assert(f != TenantSelector::kNone);
     TenantState& ts = ep.states[f];
-    prefetchUpcoming(ep, drr);
+    prefetchUpcoming(ep, selector);
     const QueueEntry head = ts.queue.top();  // always live
     Slot& s = slots_[indexOf(head.handle)];
     if (head.key.deadline <= now) {
@@ -367,7 +367,7 @@ bool Scheduler::takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& ou
       next_cost = costOf(ep, ts, nh);
       prefetchSlot(nh.handle);  // dispatched at the flow's next turn
     }
-    drr.consume(f, cost, has_next, next_cost, now);
+    selector.consume(f, cost, has_next, next_cost, now);
     ep.tier_selector.charge(choice, cost, backlogged);
   }
   return !out.requests.empty();
@@ -438,7 +438,7 @@ bool Scheduler::complete(Handle h, std::uint32_t output_tokens, TimeNs now) {
     // Per token, the charge already is the actual cost (tokens the worker
     // reports beyond those it streamed are not charged twice).
     if (s->charged != kChargedUnderOtherModel && !ep.spec.per_token) {
-      ep.flows[ts.tier].adjust(s->ts, s->charged - actual, now);
+      ep.tenant_selectors[ts.tier].adjust(s->ts, s->charged - actual, now);
     }
     ts.expected_output = ts.expected_output < 0
                              ? out

@@ -1,9 +1,10 @@
 // The scheduling core: admission (queue bound, backlog throttle, rate limits),
-// per-tenant queues, and batch formation — tier selector → DRR → priority,
-// repeated until the batch is full — or the `fifo` baseline. Pure logic: no
-// I/O, no threads, no clock; `now` comes in with every call. One Scheduler
-// serves every endpoint; each endpoint has its own queues, DRR state and
-// batch limits. Single-threaded: the daemon's event loop owns it.
+// per-tenant queues, and batch formation — tier selector → across-tenant
+// selector (DRR, recent or vtc) → priority, repeated until the batch is full —
+// or the `fifo` baseline. Pure logic: no I/O, no threads, no clock; `now`
+// comes in with every call. One Scheduler serves every endpoint; each endpoint
+// has its own queues, selectors and batch limits. Single-threaded: the
+// daemon's event loop owns it.
 //
 // Every request handed to submit() ends in exactly one way: rejected at once
 // (the Admission says why), or later through nextBatch() (dispatched, or
@@ -36,11 +37,11 @@
 #include "daemon/core/drr_scheduler.hpp"
 #include "daemon/core/fifo_queue.hpp"
 #include "daemon/core/fleet_gate.hpp"
-#include "daemon/core/flow_selector.hpp"
 #include "daemon/core/rate_limiter.hpp"
 #include "daemon/core/recent_counter.hpp"
 #include "daemon/core/scheduler_spec.hpp"
 #include "daemon/core/tenant_queue.hpp"
+#include "daemon/core/tenant_selector.hpp"
 #include "daemon/core/tenant_table.hpp"
 #include "daemon/core/tier_selector.hpp"
 #include "daemon/core/types.hpp"
@@ -307,7 +308,8 @@ class Scheduler {
     // TenantId -> index into `states`, kNoState when the tenant has none here.
     // Ids are dense (TenantTable reuses them), so a vector beats a hash map.
     std::vector<std::uint32_t> state_of;
-    std::vector<FlowSelector> flows;  // one per tier
+    // The across-tenant selector (DRR, recent or vtc) of each tier.
+    std::vector<TenantSelector> tenant_selectors;
     std::vector<TierState> tiers;
     TierSelector tier_selector;
     FifoQueue fifo;
@@ -363,8 +365,8 @@ class Scheduler {
   std::uint64_t workAhead(const EndpointState& ep, const TenantState& ts) const;
   // Pop withdrawn entries off the head of a tenant's queue; true when any were.
   bool dropWithdrawnHead(TenantState& ts);
-  // Drop dead entries from a tenant's queue head and tell the DRR about the
-  // new head (or that the tenant emptied).
+  // Drop dead entries from a tenant's queue head and tell the across-tenant
+  // selector about the new head (or that the tenant emptied).
   void refreshHead(EndpointState& ep, std::uint32_t ts_index);
   // Unqueue a request (cancel, expiry): bookkeeping and the completion.
   void withdraw(Slot& s, Status why, std::vector<Done>& done);
@@ -376,7 +378,7 @@ class Scheduler {
   void enqueue(EndpointState& ep, std::uint32_t index, TimeNs now);
   bool takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& out, std::vector<Done>& done);
   static constexpr std::size_t kPrefetchDepth = 4;
-  void prefetchUpcoming(const EndpointState& ep, const FlowSelector& drr) const;
+  void prefetchUpcoming(const EndpointState& ep, const TenantSelector& selector) const;
   void prefetchSlot(Handle h) const {
     const char* p = reinterpret_cast<const char*>(&slots_[indexOf(h)]);
     __builtin_prefetch(p);
@@ -400,6 +402,6 @@ class Scheduler {
 };
 
 const char* toString(CostModel m);
-FlowSelector makeFlowSelector(const EndpointSpec& spec);
+TenantSelector makeTenantSelector(const EndpointSpec& spec);
 
 }  // namespace fairsched::core

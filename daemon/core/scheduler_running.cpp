@@ -16,7 +16,7 @@ bool Scheduler::requeue(Handle h, TimeNs now) {
   // Give back what its dispatch (and any token) charged: it runs again and
   // pays again then.
   if (spec_.policy == Policy::kFair && s->charged != kChargedUnderOtherModel && s->charged != 0) {
-    ep.flows[ts.tier].adjust(s->ts, s->charged, now);
+    ep.tenant_selectors[ts.tier].adjust(s->ts, s->charged, now);
   }
   s->charged = 0;
   s->emitted = 0;
@@ -50,7 +50,7 @@ bool Scheduler::charge(Handle h, std::uint32_t tokens, TimeNs now) {
     // VTC weighs an output token twice a prompt token (as published).
     const std::int64_t cost =
         static_cast<std::int64_t>(tokens) * (ep.spec.fairness == Fairness::kVtc ? 2 : 1);
-    ep.flows[ts.tier].adjust(s->ts, -cost, now);
+    ep.tenant_selectors[ts.tier].adjust(s->ts, -cost, now);
     s->charged += cost;
   }
   ts.stats.tokens_served += tokens;
@@ -70,7 +70,7 @@ bool Scheduler::settleInput(Handle h, std::uint32_t input_tokens, TimeNs now) {
   TenantState& ts = ep.states[s->ts];
   if (spec_.policy == Policy::kFair && ep.spec.cost != CostModel::kRequests &&
       s->charged != kChargedUnderOtherModel) {
-    ep.flows[ts.tier].adjust(s->ts, -delta, now);  // delta > 0 charges more
+    ep.tenant_selectors[ts.tier].adjust(s->ts, -delta, now);  // delta > 0 charges more
     s->charged += delta;
   }
   s->req.input_tokens = input_tokens;
@@ -113,16 +113,17 @@ Handle Scheduler::preemptionVictim(EndpointId e, TimeNs now, std::span<const Run
   if (ep.preempt_budget < 1.0) return 0;
 
   // The next choice, as takeFair() would make it.
-  for (std::size_t t = 0; t < ep.flows.size(); ++t) ep.backlogged[t] = ep.flows[t].anyBacklogged();
-  const TierSelector::Choice choice =
-      ep.tier_selector.select(std::span<const bool>(ep.backlogged.get(), ep.flows.size()));
+  for (std::size_t t = 0; t < ep.tenant_selectors.size(); ++t)
+    ep.backlogged[t] = ep.tenant_selectors[t].anyBacklogged();
+  const TierSelector::Choice choice = ep.tier_selector.select(
+      std::span<const bool>(ep.backlogged.get(), ep.tenant_selectors.size()));
   if (choice.tier == TierSelector::kNoTier) return 0;
-  FlowSelector& flows = ep.flows[choice.tier];
-  const FlowSelector::FlowId waiting = flows.select();
-  if (waiting == FlowSelector::kNone) return 0;
+  TenantSelector& selector = ep.tenant_selectors[choice.tier];
+  const TenantSelector::FlowId waiting = selector.select();
+  if (waiting == TenantSelector::kNone) return 0;
   // Services per unit of weight (the selectors keep them per quantum).
   const auto quantum = static_cast<double>(ep.spec.quantum);
-  const double waiting_service = flows.service(waiting, now) * quantum;
+  const double waiting_service = selector.service(waiting, now) * quantum;
   const double margin = static_cast<double>(
       std::max<std::int64_t>(ep.spec.quantum, std::int64_t{ps.min_progress_tokens}));
   // Fair shares of the sequences the waiting tier runs, by weight over the
@@ -178,10 +179,10 @@ Handle Scheduler::preemptionVictim(EndpointId e, TimeNs now, std::span<const Run
       if (s->ts == waiting || !waiting_below_share) continue;
       const std::uint32_t runs = runningOf(s->ts);
       if (runs <= shareOf(s->ts) || runs < waiting_runs + 2) continue;
-      service = flows.service(s->ts, now) * quantum;
+      service = selector.service(s->ts, now) * quantum;
       if (service < waiting_service + margin) continue;
     } else {
-      service = ep.flows[ts.tier].service(s->ts, now) * quantum;
+      service = ep.tenant_selectors[ts.tier].service(s->ts, now) * quantum;
     }
     // Newest: dispatched last; among those dispatched together, arrived last.
     const bool newer = s->dispatched_at != best_at ? s->dispatched_at > best_at : s->seq > best_seq;

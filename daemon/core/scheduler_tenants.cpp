@@ -59,7 +59,7 @@ std::optional<std::string> Scheduler::reconfigure(SchedulerSpec spec) {
       }
     }
     ep.spec = es;
-    ep.flows.assign(tiers, makeFlowSelector(ep.spec));
+    ep.tenant_selectors.assign(tiers, makeTenantSelector(ep.spec));
     ep.tiers.assign(tiers, TierState{});
     ep.tier_selector = TierSelector(shares);
     ep.backlogged = std::make_unique<bool[]>(tiers);
@@ -75,16 +75,16 @@ std::optional<std::string> Scheduler::reconfigure(SchedulerSpec spec) {
       std::unique_ptr<KeyLimiter> limiter = makeLimiter(ep, entry);
       if (limiter && ts.limiter) limiter->carryOver(*ts.limiter);
       ts.limiter = std::move(limiter);
-      FlowSelector& drr = ep.flows[ts.tier];
+      TenantSelector& selector = ep.tenant_selectors[ts.tier];
       const double q = static_cast<double>(ep.spec.quantum) * ts.weight;
-      drr.setQuantum(i, std::max<std::int64_t>(1, std::llround(q)));
+      selector.setQuantum(i, std::max<std::int64_t>(1, std::llround(q)));
       ep.tiers[ts.tier].queued_tokens += ts.queued_tokens;
       if (ts.queued == 0) continue;
       ep.tiers[ts.tier].backlogged_weight += ts.weight;
       if (spec_.policy != Policy::kFair) continue;
       dropWithdrawnHead(ts);
       const QueueEntry& head = ts.queue.top();
-      drr.enqueue(i, costOf(ep, ts, slots_[indexOf(head.handle)]), 0);
+      selector.enqueue(i, costOf(ep, ts, slots_[indexOf(head.handle)]), 0);
     }
   }
   return std::nullopt;
@@ -120,7 +120,7 @@ std::size_t Scheduler::collectIdle(TimeNs now, std::size_t budget) {
       if (!ts.live || ts.queued != 0 || ts.in_flight != 0) continue;
       if (now - ts.last_active < spec_.idle_timeout) continue;
       if (ts.limiter && !ts.limiter->idle(now)) continue;
-      ep.flows[ts.tier].forget(i);
+      ep.tenant_selectors[ts.tier].forget(i);
       ep.state_of[ts.tenant] = kNoState;
       const TenantId t = ts.tenant;
       ts = TenantState{};
@@ -149,7 +149,7 @@ std::optional<TenantView> Scheduler::view(TenantId t, EndpointId e, TimeNs now) 
   v.queued = ts.queued;
   v.in_flight = ts.in_flight;
   v.queued_tokens = ts.queued_tokens;
-  v.deficit = ep.flows[ts.tier].deficit(i);
+  v.deficit = ep.tenant_selectors[ts.tier].deficit(i);
   v.expected_output = ts.expected_output;
   if (now > 0) v.recent_tokens = ts.recent.sum(now);
   v.stats = ts.stats;
