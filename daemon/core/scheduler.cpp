@@ -63,6 +63,11 @@ Scheduler::Slot* Scheduler::lookup(Handle h) {
   return &s;
 }
 
+Scheduler::Slot* Scheduler::inFlight(Handle h) {
+  Slot* s = lookup(h);
+  return s && s->state == SlotState::kInFlight ? s : nullptr;
+}
+
 void Scheduler::freeSlot(std::uint32_t index) {
   Slot& s = slots_[index];
   s.state = SlotState::kFree;
@@ -90,13 +95,17 @@ std::uint32_t Scheduler::stateFor(EndpointState& ep, TenantId t, TimeNs now) {
   ts.queue_limit = e.queue_limit;
   ts.last_active = now;
   ts.limiter = makeLimiter(ep, e);
-  const double q = static_cast<double>(ep.spec.quantum) * e.weight;
-  ep.tenant_selectors[ts.tier].setQuantum(i, std::max<std::int64_t>(1, std::llround(q)));
+  ep.tenant_selectors[ts.tier].setQuantum(i, quantumOf(ep.spec, e.weight));
   if (t >= ep.state_of.size())
     ep.state_of.resize(std::max<std::size_t>(t + 1, tenants_.capacity()), kNoState);
   ep.state_of[t] = i;
   tenants_.retain(t);
   return i;
+}
+
+std::int64_t Scheduler::quantumOf(const EndpointSpec& spec, double weight) {
+  const double q = static_cast<double>(spec.quantum) * weight;
+  return std::max<std::int64_t>(1, std::llround(q));
 }
 
 std::int64_t Scheduler::costOf(const EndpointState& ep, const TenantState& ts, std::uint32_t input,
@@ -188,12 +197,15 @@ Admission Scheduler::submit(const Request& r, TimeNs now) {
   s.state = SlotState::kQueued;
   const Handle h = makeHandle(index, s.gen);
   enqueue(ep, index, now);
-  if (r.deadline != kNever) {
-    deadlines_.push_back({r.deadline, h});
-    std::push_heap(deadlines_.begin(), deadlines_.end(), std::greater<>{});
-  }
+  trackDeadline(r, h);
   ts.stats.admitted++;
   return {Status::kOk, 0, h};
+}
+
+void Scheduler::trackDeadline(const Request& r, Handle h) {
+  if (r.deadline == kNever) return;
+  deadlines_.push_back({r.deadline, h});
+  std::push_heap(deadlines_.begin(), deadlines_.end(), std::greater<>{});
 }
 
 void Scheduler::enqueue(EndpointState& ep, std::uint32_t index, TimeNs now) {
@@ -330,13 +342,17 @@ void Scheduler::prefetchUpcoming(const EndpointState& ep, const TenantSelector& 
   }
 }
 
+TierSelector::Choice Scheduler::nextTier(EndpointState& ep) {
+  const std::size_t tiers = ep.tenant_selectors.size();
+  for (std::size_t t = 0; t < tiers; ++t) ep.backlogged[t] = ep.tenant_selectors[t].anyBacklogged();
+  return ep.tier_selector.select(std::span<const bool>(ep.backlogged.get(), tiers));
+}
+
 bool Scheduler::takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& out,
                          std::vector<Done>& done) {
   const std::span<const bool> backlogged(ep.backlogged.get(), ep.tenant_selectors.size());
   while (out.requests.size() < limits.requests) {
-    for (std::size_t t = 0; t < ep.tenant_selectors.size(); ++t)
-      ep.backlogged[t] = ep.tenant_selectors[t].anyBacklogged();
-    const TierSelector::Choice choice = ep.tier_selector.select(backlogged);
+    const TierSelector::Choice choice = nextTier(ep);
     if (choice.tier == TierSelector::kNoTier) break;
     TenantSelector& selector = ep.tenant_selectors[choice.tier];
     const TenantSelector::FlowId f = selector.select();
@@ -398,14 +414,10 @@ bool Scheduler::takeFifo(EndpointState& ep, TimeNs now, Limits limits, Batch& ou
 
 bool Scheduler::nextBatch(EndpointId e, TimeNs now, Batch& out, std::vector<Done>& done,
                           bool force) {
-  out.clear();
-  out.endpoint = e;
-  if (e >= endpoints_.size()) return false;
-  if (!force && batchDueAt(e) > now) return false;
-  EndpointState& ep = endpoints_[e];
-  const Limits limits{ep.spec.max_batch_requests, ep.spec.max_batch_tokens};
-  return spec_.policy == Policy::kFair ? takeFair(ep, now, limits, out, done)
-                                       : takeFifo(ep, now, limits, out, done);
+  // A batch that is not due is one with room for nothing.
+  const bool due = e < endpoints_.size() && (force || batchDueAt(e) <= now);
+  const EndpointSpec* es = due ? &endpoints_[e].spec : nullptr;
+  return take(e, now, due ? es->max_batch_requests : 0, due ? es->max_batch_tokens : 0, out, done);
 }
 
 bool Scheduler::take(EndpointId e, TimeNs now, std::uint32_t max_requests, std::uint64_t max_tokens,
@@ -420,8 +432,8 @@ bool Scheduler::take(EndpointId e, TimeNs now, std::uint32_t max_requests, std::
 }
 
 bool Scheduler::complete(Handle h, std::uint32_t output_tokens, TimeNs now) {
-  Slot* s = lookup(h);
-  if (!s || s->state != SlotState::kInFlight) return false;
+  Slot* s = inFlight(h);
+  if (!s) return false;
   EndpointState& ep = endpoints_[s->req.endpoint];
   TenantState& ts = ep.states[s->ts];
   const std::uint32_t out = std::min(output_tokens, s->req.max_output_tokens);

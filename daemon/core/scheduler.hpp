@@ -165,18 +165,19 @@ class Scheduler {
   // is due, kNever when nothing is queued.
   TimeNs batchDueAt(EndpointId e) const;
 
-  // Form the next batch of endpoint `e` into `out` (cleared first). Returns
-  // false when no batch is due (see batchDueAt) or nothing could be taken.
-  // `force` forms a batch from whatever is queued, due or not. Requests found
-  // past their deadline are appended to `done` as DEADLINE_EXCEEDED.
-  bool nextBatch(EndpointId e, TimeNs now, Batch& out, std::vector<Done>& done, bool force = false);
-  // The same for a consumer with room for at most `max_requests` requests
-  // and `max_tokens` tokens (input + max output) right now — a worker's free
-  // sequences and KV tokens: taken at once (nothing is held back for
-  // max_wait), in fair order, closing before the first choice that does not
-  // fit (it keeps its turn). The endpoint's batch limits do not apply.
+  // Form a batch of endpoint `e` into `out` (cleared first) for a consumer
+  // with room for at most `max_requests` requests and `max_tokens` tokens
+  // (input + max output) right now — e.g. a worker's free sequences and KV
+  // tokens: taken at once, in fair order, closing before the first choice
+  // that does not fit (it keeps its turn). Requests found past their deadline
+  // are appended to `done` as DEADLINE_EXCEEDED. Returns false when nothing
+  // could be taken.
   bool take(EndpointId e, TimeNs now, std::uint32_t max_requests, std::uint64_t max_tokens,
             Batch& out, std::vector<Done>& done);
+  // take() with the endpoint's batch limits, when a batch is due (see
+  // batchDueAt; false, with `out` empty, when not). `force` forms a batch from
+  // whatever is queued, due or not.
+  bool nextBatch(EndpointId e, TimeNs now, Batch& out, std::vector<Done>& done, bool force = false);
 
   // A dispatched request generated `tokens` more output tokens. On a
   // per_token endpoint they are charged to its tenant at once (DRR deficit,
@@ -344,10 +345,15 @@ class Scheduler {
     return (static_cast<Handle>(gen) << 32) | index;
   }
   Slot* lookup(Handle h);
+  // The slot of a request in flight; null for an unknown handle or one not in flight.
+  Slot* inFlight(Handle h);
   // The limiter of a tenant on an endpoint from its entry's limit table (with
   // fleet accounts through the gate); null when nothing limits it.
   std::unique_ptr<KeyLimiter> makeLimiter(const EndpointState& ep, const TenantTable::Entry& e);
   std::uint32_t stateFor(EndpointState& ep, TenantId t, TimeNs now);
+  // A tenant's DRR quantum (and service weight): the endpoint's quantum ×
+  // its weight, at least 1.
+  static std::int64_t quantumOf(const EndpointSpec& spec, double weight);
   std::int64_t costOf(const EndpointState& ep, const TenantState& ts, const Slot& s) const {
     return s.resumed ? 0 : costOf(ep, ts, s.req.input_tokens, s.req.max_output_tokens);
   }
@@ -376,6 +382,15 @@ class Scheduler {
   };
   // Queues slot `index` (already filled in, state kQueued) on its tenant.
   void enqueue(EndpointState& ep, std::uint32_t index, TimeNs now);
+  // Puts a queued request's deadline (none: kNever) where expireDeadlines()
+  // and nextDeadline() find it.
+  void trackDeadline(const Request& r, Handle h);
+  // A request in flight goes back to its tenant's queue (requeue, preempt):
+  // what it was charged is the caller's business, Slot::resumed included.
+  void backToQueue(EndpointState& ep, Slot& s, Handle h, TimeNs now);
+  // The tier of the next fair choice (TierSelector::kNoTier when nothing is
+  // queued); leaves ep.backlogged filled in for it.
+  TierSelector::Choice nextTier(EndpointState& ep);
   bool takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& out, std::vector<Done>& done);
   static constexpr std::size_t kPrefetchDepth = 4;
   void prefetchUpcoming(const EndpointState& ep, const TenantSelector& selector) const;

@@ -8,9 +8,22 @@
 
 namespace fairsched::core {
 
+void Scheduler::backToQueue(EndpointState& ep, Slot& s, Handle h, TimeNs now) {
+  TenantState& ts = ep.states[s.ts];
+  ts.in_flight--;
+  in_flight_--;
+  s.state = SlotState::kQueued;
+  ts.last_active = now;
+  enqueue(ep, indexOf(h), now);
+  // Its deadline entry may be gone: nextDeadline() and expireDeadlines() drop
+  // the entries of requests in flight. A second entry is harmless (stale ones
+  // are skipped).
+  trackDeadline(s.req, h);
+}
+
 bool Scheduler::requeue(Handle h, TimeNs now) {
-  Slot* s = lookup(h);
-  if (!s || s->state != SlotState::kInFlight) return false;
+  Slot* s = inFlight(h);
+  if (!s) return false;
   EndpointState& ep = endpoints_[s->req.endpoint];
   TenantState& ts = ep.states[s->ts];
   // Give back what its dispatch (and any token) charged: it runs again and
@@ -21,25 +34,14 @@ bool Scheduler::requeue(Handle h, TimeNs now) {
   s->charged = 0;
   s->emitted = 0;
   s->resumed = false;
-  ts.in_flight--;
   ts.stats.dispatched--;
-  in_flight_--;
-  s->state = SlotState::kQueued;
-  ts.last_active = now;
-  enqueue(ep, indexOf(h), now);
-  // Its deadline entry may be gone: nextDeadline() and expireDeadlines() drop
-  // the entries of requests in flight. A second entry is harmless (stale ones
-  // are skipped).
-  if (s->req.deadline != kNever) {
-    deadlines_.push_back({s->req.deadline, h});
-    std::push_heap(deadlines_.begin(), deadlines_.end(), std::greater<>{});
-  }
+  backToQueue(ep, *s, h, now);
   return true;
 }
 
 bool Scheduler::charge(Handle h, std::uint32_t tokens, TimeNs now) {
-  Slot* s = lookup(h);
-  if (!s || s->state != SlotState::kInFlight) return false;
+  Slot* s = inFlight(h);
+  if (!s) return false;
   if (tokens == 0) return true;
   EndpointState& ep = endpoints_[s->req.endpoint];
   if (!ep.spec.per_token) return true;
@@ -61,8 +63,8 @@ bool Scheduler::charge(Handle h, std::uint32_t tokens, TimeNs now) {
 }
 
 bool Scheduler::settleInput(Handle h, std::uint32_t input_tokens, TimeNs now) {
-  Slot* s = lookup(h);
-  if (!s || s->state != SlotState::kInFlight) return false;
+  Slot* s = inFlight(h);
+  if (!s) return false;
   const std::int64_t delta =
       static_cast<std::int64_t>(input_tokens) - static_cast<std::int64_t>(s->req.input_tokens);
   if (delta == 0) return true;
@@ -78,24 +80,16 @@ bool Scheduler::settleInput(Handle h, std::uint32_t input_tokens, TimeNs now) {
 }
 
 bool Scheduler::preempt(Handle h, TimeNs now) {
-  Slot* s = lookup(h);
-  if (!s || s->state != SlotState::kInFlight) return false;
+  Slot* s = inFlight(h);
+  if (!s) return false;
   EndpointState& ep = endpoints_[s->req.endpoint];
   TenantState& ts = ep.states[s->ts];
   ep.preempt_budget -= 1.0;
   ts.stats.preempted++;
-  ts.in_flight--;
-  in_flight_--;
-  s->state = SlotState::kQueued;
   // Charges stay: its client received what it generated. The prompt the
   // engine recomputes is not charged again.
   s->resumed = ep.spec.preemption.enabled;
-  ts.last_active = now;
-  enqueue(ep, indexOf(h), now);
-  if (s->req.deadline != kNever) {  // as in requeue()
-    deadlines_.push_back({s->req.deadline, h});
-    std::push_heap(deadlines_.begin(), deadlines_.end(), std::greater<>{});
-  }
+  backToQueue(ep, *s, h, now);
   return true;
 }
 
@@ -113,10 +107,7 @@ Handle Scheduler::preemptionVictim(EndpointId e, TimeNs now, std::span<const Run
   if (ep.preempt_budget < 1.0) return 0;
 
   // The next choice, as takeFair() would make it.
-  for (std::size_t t = 0; t < ep.tenant_selectors.size(); ++t)
-    ep.backlogged[t] = ep.tenant_selectors[t].anyBacklogged();
-  const TierSelector::Choice choice = ep.tier_selector.select(
-      std::span<const bool>(ep.backlogged.get(), ep.tenant_selectors.size()));
+  const TierSelector::Choice choice = nextTier(ep);
   if (choice.tier == TierSelector::kNoTier) return 0;
   TenantSelector& selector = ep.tenant_selectors[choice.tier];
   const TenantSelector::FlowId waiting = selector.select();

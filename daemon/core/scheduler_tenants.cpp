@@ -76,8 +76,7 @@ std::optional<std::string> Scheduler::reconfigure(SchedulerSpec spec) {
       if (limiter && ts.limiter) limiter->carryOver(*ts.limiter);
       ts.limiter = std::move(limiter);
       TenantSelector& selector = ep.tenant_selectors[ts.tier];
-      const double q = static_cast<double>(ep.spec.quantum) * ts.weight;
-      selector.setQuantum(i, std::max<std::int64_t>(1, std::llround(q)));
+      selector.setQuantum(i, quantumOf(ep.spec, ts.weight));
       ep.tiers[ts.tier].queued_tokens += ts.queued_tokens;
       if (ts.queued == 0) continue;
       ep.tiers[ts.tier].backlogged_weight += ts.weight;
