@@ -37,6 +37,7 @@
 #include "daemon/core/drr_scheduler.hpp"
 #include "daemon/core/fifo_queue.hpp"
 #include "daemon/core/fleet_gate.hpp"
+#include "daemon/core/preemption.hpp"
 #include "daemon/core/rate_limiter.hpp"
 #include "daemon/core/recent_counter.hpp"
 #include "daemon/core/scheduler_spec.hpp"
@@ -211,8 +212,9 @@ class Scheduler {
   // sequences than its weighted share of those `running` in its tier, the
   // other runs more than its share (and at least two more than the waiting
   // one), and it was served more per weight (by at least a quantum,
-  // min_progress_tokens at the least); among its requests the newest. Requests that made less
-  // progress than min_progress_tokens since they last started are never chosen.
+  // min_progress_tokens at the least); among its requests the newest.
+  // Requests that made less progress than min_progress_tokens since they last
+  // started are never chosen. The choice itself: VictimChooser, preemption.hpp.
   Handle preemptionVictim(EndpointId e, TimeNs now, std::span<const Running> running);
 
   // The prompt of a dispatched request turned out to be `input_tokens` long
@@ -323,10 +325,10 @@ class Scheduler {
     std::uint64_t queued_tokens = 0;
     std::size_t gc_cursor = 0;
     RecentCounter recent;
-    double preempt_budget = 0;  // token bucket of PreemptionSpec::max_per_s
-    TimeNs preempt_refilled = 0;
+    PreemptionBudget preemption_budget;  // PreemptionSpec::max_per_s
   };
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> preempt_counts_;  // scratch: state, running
+  VictimChooser victim_chooser_;
+  std::vector<PreemptionCandidate> preemption_candidates_;  // scratch of preemptionVictim()
   struct DeadlineEntry {
     TimeNs deadline;
     Handle handle;
