@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "daemon/core/scheduler.hpp"
+#include "tests/support/scheduler_fixture.hpp"
 
 namespace fairsched::core {
 namespace {
@@ -22,8 +23,6 @@ constexpr std::uint64_t kRoomy = std::uint64_t{1} << 40;  // KV tokens that neve
 // One endpoint served by workers: per-token charging, batch limits that never
 // bind (take() ignores them anyway).
 SchedulerSpec workerSpec(CostModel cost = CostModel::kTokens, bool per_token = true) {
-  SchedulerSpec s;
-  s.policy = Policy::kFair;
   EndpointSpec e;
   e.name = "generate";
   e.cost = cost;
@@ -34,34 +33,15 @@ SchedulerSpec workerSpec(CostModel cost = CostModel::kTokens, bool per_token = t
   e.max_output_tokens = 4096;
   e.parallelism = 8;
   e.per_token = per_token;
-  s.endpoints.push_back(e);
-  s.tiers.push_back({"paid", 0.0, 1.0, 1000, 0});
-  s.tiers.push_back({"trial", 0.0, 1.0, 1000, 0});
-  s.tier_limits.assign(2, LimitTable(1));
-  s.default_tier = 1;
-  return s;
+  return testing::twoTierSpec(e);
 }
 
-struct Fixture {
-  Scheduler sched;
-  std::vector<Done> done;
-  Batch batch;
-  std::uint64_t next_id = 1;
+struct Fixture : testing::SchedulerFixture {
+  using SchedulerFixture::SchedulerFixture;
 
-  explicit Fixture(SchedulerSpec spec) : sched(std::move(spec)) {}
-
-  TenantId tenant(const std::string& name) {
-    const TenantId t = sched.tenants().acquire(name, std::nullopt);
-    EXPECT_NE(t, kNoTenant);
-    return t;
-  }
   Handle submit(TenantId t, TimeNs now, std::uint32_t in = 100, std::uint32_t out = 100,
                 TimeNs deadline = kNever) {
-    Request r;
-    r.id = next_id++;
-    r.tenant = t;
-    r.input_tokens = in;
-    r.max_output_tokens = out;
+    Request r = request(t, in, out);
     r.deadline = deadline;
     const Admission a = sched.submit(r, now);
     EXPECT_EQ(a.status, Status::kOk);
