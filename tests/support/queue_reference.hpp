@@ -1,6 +1,7 @@
 // What the tests of the core's request queues share (fifo_queue_test,
-// tenant_queue_test): draining a queue, and the property that it pops in the
-// order of a reference sorted by QueueKey::before. Any queue of QueueEntry
+// tenant_queue_test): draining a queue, checking a run of pops, and the
+// property that it pops in the order of a reference sorted by
+// QueueKey::before. Any queue of QueueEntry
 // with push, top, pop, empty and size will do. Header-only, for rapidcheck
 // properties (RC_ASSERT).
 #pragma once
@@ -24,6 +25,17 @@ std::vector<std::uint64_t> drainSeqs(Queue& q) {
     q.pop();
   }
   return out;
+}
+
+// Pops `n` entries; true when there were that many and their seqs ran
+// first, first + 1, ... in pop order.
+template <class Queue>
+bool popsInSeqOrder(Queue& q, std::uint64_t first, std::uint64_t n) {
+  for (std::uint64_t i = 0; i < n; ++i) {
+    if (q.empty() || q.top().key.seq != first + i) return false;
+    q.pop();
+  }
+  return true;
 }
 
 // Runs `ops` against `q` and a reference that sorts the live entries with

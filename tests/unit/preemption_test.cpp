@@ -26,15 +26,13 @@ PreemptionWaiter waiterOf(std::uint32_t tenant = 0, TierId tier = 0,
 PreemptionCandidate running(std::uint64_t handle, std::uint32_t tenant, TierId tier,
                             double service = 1000, TimeNs dispatched_at = 0,
                             std::uint64_t seq = 0) {
-  PreemptionCandidate c;
-  c.handle = handle;
-  c.tenant = tenant;
-  c.tier = tier;
-  c.service = service;
-  c.progress = kMinProgress;
-  c.dispatched_at = dispatched_at;
-  c.seq = seq;
-  return c;
+  return {.handle = handle,
+          .tenant = tenant,
+          .tier = tier,
+          .service = service,
+          .progress = kMinProgress,
+          .dispatched_at = dispatched_at,
+          .seq = seq};
 }
 
 std::uint64_t choose(const PreemptionWaiter& w, const std::vector<PreemptionCandidate>& rs,

@@ -422,16 +422,22 @@ std::vector<Scheduler::Running> runningOf(const std::vector<Dispatched>& ds,
   return out;
 }
 
+// One request of `runner` runs and generates `tokens`, then `waiter` submits:
+// the victim preemptionVictim() names for it.
+Handle victimForOneRunning(Fixture& f, TenantId runner, TenantId waiter, int tokens) {
+  f.submit(runner, 0);
+  const auto running = f.take(0, 1);
+  for (int i = 0; i < tokens; ++i) f.sched.charge(running[0].handle, 1, kMs);
+  f.submit(waiter, kMs);
+  return f.sched.preemptionVictim(0, kMs, runningOf(running, static_cast<std::uint32_t>(tokens)));
+}
+
 TEST(SchedulerPreemption, NoVictimWhenPreemptionIsOff) {
   SchedulerSpec spec = preemptSpec();
   spec.endpoints[0].preemption.enabled = false;
   Fixture f(spec);
   const TenantId a = f.tenant("a"), b = f.tenant("b");
-  f.submit(a, 0);
-  const auto running = f.take(0, 1);
-  for (int i = 0; i < 50; ++i) f.sched.charge(running[0].handle, 1, kMs);
-  f.submit(b, kMs);
-  EXPECT_EQ(f.sched.preemptionVictim(0, kMs, runningOf(running, 50)), 0u);
+  EXPECT_EQ(victimForOneRunning(f, a, b, 50), 0u);
 }
 
 TEST(SchedulerPreemption, TheMostServedTenantsNewestSequenceMakesRoom) {
@@ -522,13 +528,8 @@ TEST(SchedulerPreemption, AHigherTiersRequestTakesTheLowestTiersPlace) {
   EXPECT_EQ(f.sched.preemptionVictim(0, kMs, runningOf(running, 8)), running[1].handle);
   // ...but never the other way round.
   Fixture g(preemptSpec(Fairness::kDrr));
-  const TenantId p2 = g.sched.tenants().acquire("p", TierId{0});
-  const TenantId t2 = g.sched.tenants().acquire("t", TierId{1});
-  g.submit(p2, 0);
-  const auto paid_running = g.take(0, 1);
-  for (int i = 0; i < 1000; ++i) g.sched.charge(paid_running[0].handle, 1, kMs);
-  g.submit(t2, kMs);
-  EXPECT_EQ(g.sched.preemptionVictim(0, kMs, runningOf(paid_running, 1000)), 0u);
+  const TenantId p2 = g.tenant("p", TierId{0}), t2 = g.tenant("t", TierId{1});
+  EXPECT_EQ(victimForOneRunning(g, p2, t2, 1000), 0u);
 }
 
 TEST(SchedulerPreemption, TheRateOfPreemptionsIsCapped) {

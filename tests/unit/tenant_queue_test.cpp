@@ -209,10 +209,7 @@ TEST(TenantQueue, ManyFillDrainCyclesWrapTheFifo) {
     ASSERT_EQ(q.size(), 301u);
     ASSERT_EQ(q.top().key.priority, 1);
     q.pop();
-    for (int i = 0; i < 300; ++i) {
-      ASSERT_EQ(q.top().key.seq, first + static_cast<std::uint64_t>(i)) << "cycle " << cycle;
-      q.pop();
-    }
+    ASSERT_TRUE(testing::popsInSeqOrder(q, first, 300)) << "cycle " << cycle;
     ASSERT_TRUE(q.empty());
   }
 }
