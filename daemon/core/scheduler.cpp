@@ -41,18 +41,23 @@ TenantSelector makeTenantSelector(const EndpointSpec& spec) {
 Scheduler::Scheduler(SchedulerSpec spec) : spec_(std::move(spec)), tenants_(spec_) {
   spec_.tenants.clear();  // the table holds them now
   spec_.tenants.shrink_to_fit();
-  std::vector<double> shares;
-  for (const auto& t : spec_.tiers) shares.push_back(t.min_share);
   endpoints_.resize(spec_.endpoints.size());
   for (std::size_t e = 0; e < spec_.endpoints.size(); ++e) {
     EndpointState& ep = endpoints_[e];
     ep.spec = spec_.endpoints[e];
-    ep.tenant_selectors.assign(spec_.tiers.size(), makeTenantSelector(ep.spec));
-    ep.tiers.resize(spec_.tiers.size());
-    ep.tier_selector = TierSelector(shares);
+    resetTiers(ep);
     ep.throttle = BacklogThrottle(ep.spec.latency_target, ep.spec.parallelism);
-    ep.backlogged = std::make_unique<bool[]>(spec_.tiers.size());
   }
+}
+
+void Scheduler::resetTiers(EndpointState& ep) const {
+  std::vector<double> shares;
+  for (const auto& t : spec_.tiers) shares.push_back(t.min_share);
+  const std::size_t tiers = spec_.tiers.size();
+  ep.tenant_selectors.assign(tiers, makeTenantSelector(ep.spec));
+  ep.tiers.assign(tiers, TierState{});
+  ep.tier_selector = TierSelector(shares);
+  ep.backlogged = std::make_unique<bool[]>(tiers);
 }
 
 Scheduler::Slot* Scheduler::lookup(Handle h) {

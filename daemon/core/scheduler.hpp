@@ -347,6 +347,9 @@ class Scheduler {
     return (static_cast<Handle>(gen) << 32) | index;
   }
   Slot* lookup(Handle h);
+  // An endpoint's per-tier state afresh for spec_'s tiers (its spec set):
+  // across-tenant selectors, tier counters, the tier selector.
+  void resetTiers(EndpointState& ep) const;
   // The slot of a request in flight; null for an unknown handle or one not in flight.
   Slot* inFlight(Handle h);
   // The limiter of a tenant on an endpoint from its entry's limit table (with

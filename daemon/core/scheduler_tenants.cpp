@@ -2,7 +2,6 @@
 // settings (reconfigure), their limiters, idle-state collection, and the
 // read-only views of it. See scheduler.hpp.
 #include <algorithm>
-#include <cmath>
 
 #include "daemon/core/scheduler.hpp"
 
@@ -41,9 +40,6 @@ std::optional<std::string> Scheduler::reconfigure(SchedulerSpec spec) {
   spec_.tenants.clear();
   spec_.tenants.shrink_to_fit();
 
-  std::vector<double> shares;
-  for (const auto& t : spec_.tiers) shares.push_back(t.min_share);
-  const std::size_t tiers = spec_.tiers.size();
   for (std::size_t e = 0; e < endpoints_.size(); ++e) {
     EndpointState& ep = endpoints_[e];
     const EndpointSpec& es = spec_.endpoints[e];
@@ -59,10 +55,7 @@ std::optional<std::string> Scheduler::reconfigure(SchedulerSpec spec) {
       }
     }
     ep.spec = es;
-    ep.tenant_selectors.assign(tiers, makeTenantSelector(ep.spec));
-    ep.tiers.assign(tiers, TierState{});
-    ep.tier_selector = TierSelector(shares);
-    ep.backlogged = std::make_unique<bool[]>(tiers);
+    resetTiers(ep);
     for (std::uint32_t i = 0; i < ep.states.size(); ++i) {
       TenantState& ts = ep.states[i];
       if (!ts.live) continue;
