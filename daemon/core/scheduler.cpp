@@ -207,9 +207,8 @@ Admission Scheduler::submit(const Request& r, TimeNs now) {
   return {Status::kOk, 0, h};
 }
 
-void Scheduler::trackDeadline(const Request& r, Handle h) {
-  if (r.deadline == kNever) return;
-  deadlines_.push_back({r.deadline, h});
+void Scheduler::pushDeadline(TimeNs deadline, Handle h) {
+  deadlines_.push_back({deadline, h});
   std::push_heap(deadlines_.begin(), deadlines_.end(), std::greater<>{});
 }
 

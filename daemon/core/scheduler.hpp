@@ -388,8 +388,11 @@ class Scheduler {
   // Queues slot `index` (already filled in, state kQueued) on its tenant.
   void enqueue(EndpointState& ep, std::uint32_t index, TimeNs now);
   // Puts a queued request's deadline (none: kNever) where expireDeadlines()
-  // and nextDeadline() find it.
-  void trackDeadline(const Request& r, Handle h);
+  // and nextDeadline() find it. The test inline: most requests have none.
+  void trackDeadline(const Request& r, Handle h) {
+    if (r.deadline != kNever) pushDeadline(r.deadline, h);
+  }
+  void pushDeadline(TimeNs deadline, Handle h);
   // A request in flight goes back to its tenant's queue (requeue, preempt):
   // what it was charged is the caller's business, Slot::resumed included.
   void backToQueue(EndpointState& ep, Slot& s, Handle h, TimeNs now);
