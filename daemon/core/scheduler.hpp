@@ -1,9 +1,10 @@
 // The scheduling core: admission (queue bound, backlog throttle, rate limits),
-// per-tenant queues, and batch formation — tier selector → DRR → priority,
-// repeated until the batch is full — or the `fifo` baseline. Pure logic: no
-// I/O, no threads, no clock; `now` comes in with every call. One Scheduler
-// serves every endpoint; each endpoint has its own queues, DRR state and
-// batch limits. Single-threaded: the daemon's event loop owns it.
+// per-tenant queues, and batch formation — tier selector → across-tenant
+// selector (DRR, recent or vtc) → priority, repeated until the batch is full —
+// or the `fifo` baseline. Pure logic: no I/O, no threads, no clock; `now`
+// comes in with every call. One Scheduler serves every endpoint; each endpoint
+// has its own queues, selectors and batch limits. Single-threaded: the
+// daemon's event loop owns it.
 //
 // Every request handed to submit() ends in exactly one way: rejected at once
 // (the Admission says why), or later through nextBatch() (dispatched, or
@@ -36,11 +37,12 @@
 #include "daemon/core/drr_scheduler.hpp"
 #include "daemon/core/fifo_queue.hpp"
 #include "daemon/core/fleet_gate.hpp"
-#include "daemon/core/flow_selector.hpp"
+#include "daemon/core/preemption.hpp"
 #include "daemon/core/rate_limiter.hpp"
 #include "daemon/core/recent_counter.hpp"
 #include "daemon/core/scheduler_spec.hpp"
 #include "daemon/core/tenant_queue.hpp"
+#include "daemon/core/tenant_selector.hpp"
 #include "daemon/core/tenant_table.hpp"
 #include "daemon/core/tier_selector.hpp"
 #include "daemon/core/types.hpp"
@@ -164,18 +166,19 @@ class Scheduler {
   // is due, kNever when nothing is queued.
   TimeNs batchDueAt(EndpointId e) const;
 
-  // Form the next batch of endpoint `e` into `out` (cleared first). Returns
-  // false when no batch is due (see batchDueAt) or nothing could be taken.
-  // `force` forms a batch from whatever is queued, due or not. Requests found
-  // past their deadline are appended to `done` as DEADLINE_EXCEEDED.
-  bool nextBatch(EndpointId e, TimeNs now, Batch& out, std::vector<Done>& done, bool force = false);
-  // The same for a consumer with room for at most `max_requests` requests
-  // and `max_tokens` tokens (input + max output) right now — a worker's free
-  // sequences and KV tokens: taken at once (nothing is held back for
-  // max_wait), in fair order, closing before the first choice that does not
-  // fit (it keeps its turn). The endpoint's batch limits do not apply.
+  // Form a batch of endpoint `e` into `out` (cleared first) for a consumer
+  // with room for at most `max_requests` requests and `max_tokens` tokens
+  // (input + max output) right now — e.g. a worker's free sequences and KV
+  // tokens: taken at once, in fair order, closing before the first choice
+  // that does not fit (it keeps its turn). Requests found past their deadline
+  // are appended to `done` as DEADLINE_EXCEEDED. Returns false when nothing
+  // could be taken.
   bool take(EndpointId e, TimeNs now, std::uint32_t max_requests, std::uint64_t max_tokens,
             Batch& out, std::vector<Done>& done);
+  // take() with the endpoint's batch limits, when a batch is due (see
+  // batchDueAt; false, with `out` empty, when not). `force` forms a batch from
+  // whatever is queued, due or not.
+  bool nextBatch(EndpointId e, TimeNs now, Batch& out, std::vector<Done>& done, bool force = false);
 
   // A dispatched request generated `tokens` more output tokens. On a
   // per_token endpoint they are charged to its tenant at once (DRR deficit,
@@ -209,8 +212,9 @@ class Scheduler {
   // sequences than its weighted share of those `running` in its tier, the
   // other runs more than its share (and at least two more than the waiting
   // one), and it was served more per weight (by at least a quantum,
-  // min_progress_tokens at the least); among its requests the newest. Requests that made less
-  // progress than min_progress_tokens since they last started are never chosen.
+  // min_progress_tokens at the least); among its requests the newest.
+  // Requests that made less progress than min_progress_tokens since they last
+  // started are never chosen. The choice itself: VictimChooser, preemption.hpp.
   Handle preemptionVictim(EndpointId e, TimeNs now, std::span<const Running> running);
 
   // The prompt of a dispatched request turned out to be `input_tokens` long
@@ -307,7 +311,8 @@ class Scheduler {
     // TenantId -> index into `states`, kNoState when the tenant has none here.
     // Ids are dense (TenantTable reuses them), so a vector beats a hash map.
     std::vector<std::uint32_t> state_of;
-    std::vector<FlowSelector> flows;  // one per tier
+    // The across-tenant selector (DRR, recent or vtc) of each tier.
+    std::vector<TenantSelector> tenant_selectors;
     std::vector<TierState> tiers;
     TierSelector tier_selector;
     FifoQueue fifo;
@@ -320,10 +325,10 @@ class Scheduler {
     std::uint64_t queued_tokens = 0;
     std::size_t gc_cursor = 0;
     RecentCounter recent;
-    double preempt_budget = 0;  // token bucket of PreemptionSpec::max_per_s
-    TimeNs preempt_refilled = 0;
+    PreemptionBudget preemption_budget;  // PreemptionSpec::max_per_s
   };
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> preempt_counts_;  // scratch: state, running
+  VictimChooser victim_chooser_;
+  std::vector<PreemptionCandidate> preemption_candidates_;  // scratch of preemptionVictim()
   struct DeadlineEntry {
     TimeNs deadline;
     Handle handle;
@@ -342,10 +347,18 @@ class Scheduler {
     return (static_cast<Handle>(gen) << 32) | index;
   }
   Slot* lookup(Handle h);
+  // An endpoint's per-tier state afresh for spec_'s tiers (its spec set):
+  // across-tenant selectors, tier counters, the tier selector.
+  void resetTiers(EndpointState& ep) const;
+  // The slot of a request in flight; null for an unknown handle or one not in flight.
+  Slot* inFlight(Handle h);
   // The limiter of a tenant on an endpoint from its entry's limit table (with
   // fleet accounts through the gate); null when nothing limits it.
   std::unique_ptr<KeyLimiter> makeLimiter(const EndpointState& ep, const TenantTable::Entry& e);
   std::uint32_t stateFor(EndpointState& ep, TenantId t, TimeNs now);
+  // A tenant's DRR quantum (and service weight): the endpoint's quantum ×
+  // its weight, at least 1.
+  static std::int64_t quantumOf(const EndpointSpec& spec, double weight);
   std::int64_t costOf(const EndpointState& ep, const TenantState& ts, const Slot& s) const {
     return s.resumed ? 0 : costOf(ep, ts, s.req.input_tokens, s.req.max_output_tokens);
   }
@@ -363,8 +376,8 @@ class Scheduler {
   std::uint64_t workAhead(const EndpointState& ep, const TenantState& ts) const;
   // Pop withdrawn entries off the head of a tenant's queue; true when any were.
   bool dropWithdrawnHead(TenantState& ts);
-  // Drop dead entries from a tenant's queue head and tell the DRR about the
-  // new head (or that the tenant emptied).
+  // Drop dead entries from a tenant's queue head and tell the across-tenant
+  // selector about the new head (or that the tenant emptied).
   void refreshHead(EndpointState& ep, std::uint32_t ts_index);
   // Unqueue a request (cancel, expiry): bookkeeping and the completion.
   void withdraw(Slot& s, Status why, std::vector<Done>& done);
@@ -374,9 +387,21 @@ class Scheduler {
   };
   // Queues slot `index` (already filled in, state kQueued) on its tenant.
   void enqueue(EndpointState& ep, std::uint32_t index, TimeNs now);
+  // Puts a queued request's deadline (none: kNever) where expireDeadlines()
+  // and nextDeadline() find it. The test inline: most requests have none.
+  void trackDeadline(const Request& r, Handle h) {
+    if (r.deadline != kNever) pushDeadline(r.deadline, h);
+  }
+  void pushDeadline(TimeNs deadline, Handle h);
+  // A request in flight goes back to its tenant's queue (requeue, preempt):
+  // what it was charged is the caller's business, Slot::resumed included.
+  void backToQueue(EndpointState& ep, Slot& s, Handle h, TimeNs now);
+  // The tier of the next fair choice (TierSelector::kNoTier when nothing is
+  // queued); leaves ep.backlogged filled in for it.
+  TierSelector::Choice nextTier(EndpointState& ep);
   bool takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& out, std::vector<Done>& done);
   static constexpr std::size_t kPrefetchDepth = 4;
-  void prefetchUpcoming(const EndpointState& ep, const FlowSelector& drr) const;
+  void prefetchUpcoming(const EndpointState& ep, const TenantSelector& selector) const;
   void prefetchSlot(Handle h) const {
     const char* p = reinterpret_cast<const char*>(&slots_[indexOf(h)]);
     __builtin_prefetch(p);
@@ -400,6 +425,6 @@ class Scheduler {
 };
 
 const char* toString(CostModel m);
-FlowSelector makeFlowSelector(const EndpointSpec& spec);
+TenantSelector makeTenantSelector(const EndpointSpec& spec);
 
 }  // namespace fairsched::core

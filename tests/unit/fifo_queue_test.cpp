@@ -9,8 +9,12 @@
 #include <tuple>
 #include <vector>
 
+#include "tests/support/queue_reference.hpp"
+
 namespace fairsched::core {
 namespace {
+
+using testing::drainSeqs;
 
 // Handles encode the tenant in the high 32 bits so tests can tell who was served.
 std::uint64_t handleOf(std::uint32_t tenant, std::uint64_t seq) {
@@ -22,15 +26,6 @@ std::uint32_t tenantOf(std::uint64_t handle) {
 
 QueueEntry entry(std::uint32_t tenant, std::int32_t priority, TimeNs deadline, std::uint64_t seq) {
   return QueueEntry{QueueKey{priority, deadline, seq}, handleOf(tenant, seq)};
-}
-
-std::vector<std::uint64_t> drainSeqs(FifoQueue& q) {
-  std::vector<std::uint64_t> out;
-  while (!q.empty()) {
-    out.push_back(q.top().key.seq);
-    q.pop();
-  }
-  return out;
 }
 
 TEST(FifoQueue, NewQueueIsEmpty) {
@@ -157,10 +152,7 @@ TEST(FifoQueue, ManyFillDrainCycles) {
     for (int i = 0; i < 500; ++i)
       q.push(entry(static_cast<std::uint32_t>(i % 5), 0, kNever, seq++));
     ASSERT_EQ(q.size(), 500u);
-    for (int i = 0; i < 500; ++i) {
-      ASSERT_EQ(q.top().key.seq, first + static_cast<std::uint64_t>(i)) << "cycle " << cycle;
-      q.pop();
-    }
+    ASSERT_TRUE(testing::popsInSeqOrder(q, first, 500)) << "cycle " << cycle;
     ASSERT_TRUE(q.empty());
   }
 }
@@ -209,35 +201,9 @@ rc::Gen<Op> genOp() {
 RC_GTEST_PROP(FifoQueueProperty, PopsInSortedOrderOfEntriesPushedSoFar, ()) {
   const auto ops = *rc::gen::container<std::vector<Op>>(genOp());
   FifoQueue q;
-  std::vector<QueueEntry> ref;
-  std::uint64_t seq = 0;
-  const auto byKey = [](const QueueEntry& a, const QueueEntry& b) { return a.key.before(b.key); };
-  const auto popAndCompare = [&] {
-    std::sort(ref.begin(), ref.end(), byKey);
-    RC_ASSERT(!q.empty());
-    RC_ASSERT(q.top().key.seq == ref.front().key.seq);
-    RC_ASSERT(q.top().key.priority == ref.front().key.priority);
-    RC_ASSERT(q.top().key.deadline == ref.front().key.deadline);
-    RC_ASSERT(q.top().handle == ref.front().handle);
-    q.pop();
-    ref.erase(ref.begin());
-  };
-  for (const Op& op : ops) {
-    if (op.pop) {
-      if (ref.empty()) {
-        RC_ASSERT(q.empty());
-        continue;
-      }
-      popAndCompare();
-    } else {
-      const QueueEntry e = entry(op.tenant, op.priority, op.deadline, seq++);
-      q.push(e);
-      ref.push_back(e);
-    }
-    RC_ASSERT(q.size() == ref.size());
-  }
-  while (!ref.empty()) popAndCompare();
-  RC_ASSERT(q.empty());
+  testing::checkAgainstSortedReference(q, ops, [](const Op& op, std::uint64_t seq) {
+    return entry(op.tenant, op.priority, op.deadline, seq);
+  });
 }
 
 }  // namespace

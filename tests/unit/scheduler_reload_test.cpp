@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "daemon/core/scheduler.hpp"
+#include "tests/support/scheduler_fixture.hpp"
 
 namespace fairsched::core {
 namespace {
@@ -19,8 +20,6 @@ constexpr TimeNs kMs = kNsPerMs;
 constexpr TimeNs kMinute = 60 * kNsPerSec;
 
 SchedulerSpec spec(Policy policy = Policy::kFair) {
-  SchedulerSpec s;
-  s.policy = policy;
   EndpointSpec e;
   e.name = "chat";
   e.quantum = 200;
@@ -28,12 +27,7 @@ SchedulerSpec spec(Policy policy = Policy::kFair) {
   e.max_batch_tokens = 4096;
   e.max_wait = 2 * kMs;
   e.max_output_tokens = 2048;
-  s.endpoints.push_back(e);
-  s.tiers.push_back({"paid", 0.0, 1.0, 1000, 0});
-  s.tiers.push_back({"trial", 0.0, 1.0, 1000, 0});
-  s.tier_limits.assign(2, LimitTable(1));
-  s.default_tier = 1;
-  return s;
+  return testing::twoTierSpec(e, policy);
 }
 
 TenantSpec listed(const std::string& name, TierId tier, double weight) {
@@ -45,21 +39,11 @@ TenantSpec listed(const std::string& name, TierId tier, double weight) {
   return t;
 }
 
-struct Harness {
-  Scheduler sched;
-  std::vector<Done> done;
-  Batch batch;
-  std::uint64_t next_id = 1;
-
-  explicit Harness(SchedulerSpec s) : sched(std::move(s)) {}
+struct Harness : testing::SchedulerFixture {
+  using SchedulerFixture::SchedulerFixture;
 
   Admission submit(TenantId t, TimeNs now, std::uint32_t in = 100, std::uint32_t out = 100) {
-    Request r;
-    r.id = next_id++;
-    r.tenant = t;
-    r.input_tokens = in;
-    r.max_output_tokens = out;
-    return sched.submit(r, now);
+    return sched.submit(request(t, in, out), now);
   }
   // Dispatch `batches` forced batches and complete them; served requests per tenant.
   std::map<TenantId, int> serve(int batches, TimeNs now) {

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/scheduler_fixture.hpp"
+
 namespace fairsched::core {
 namespace {
 
@@ -22,8 +24,6 @@ constexpr TimeNs kSec = kNsPerSec;
 constexpr TimeNs kMinute = 60 * kSec;
 
 SchedulerSpec baseSpec(Policy policy = Policy::kFair, CostModel cost = CostModel::kTokens) {
-  SchedulerSpec s;
-  s.policy = policy;
   EndpointSpec e;
   e.name = "chat";
   e.cost = cost;
@@ -32,36 +32,17 @@ SchedulerSpec baseSpec(Policy policy = Policy::kFair, CostModel cost = CostModel
   e.max_batch_tokens = 4096;
   e.max_wait = 2 * kMs;
   e.max_output_tokens = 2048;
-  s.endpoints.push_back(e);
-  s.tiers.push_back({"paid", 0.0, 1.0, 1000, 0});
-  s.tiers.push_back({"trial", 0.0, 1.0, 1000, 0});
-  s.tier_limits.assign(2, LimitTable(1));
-  s.default_tier = 1;
+  SchedulerSpec s = testing::twoTierSpec(e, policy);
   s.idle_timeout = 10 * kSec;
   return s;
 }
 
-struct Fixture {
-  Scheduler sched;
-  std::vector<Done> done;
-  Batch batch;
-  std::uint64_t next_id = 1;
+struct Fixture : testing::SchedulerFixture {
+  using SchedulerFixture::SchedulerFixture;
 
-  explicit Fixture(SchedulerSpec spec) : sched(std::move(spec)) {}
-
-  TenantId tenant(const std::string& name, std::optional<TierId> tier = std::nullopt) {
-    const TenantId t = sched.tenants().acquire(name, tier);
-    EXPECT_NE(t, kNoTenant);
-    return t;
-  }
   Admission submit(TenantId t, TimeNs now, std::uint32_t in = 100, std::uint32_t out = 100,
                    std::int32_t prio = 0, TimeNs deadline = kNever, std::uint64_t owner = 0) {
-    Request r;
-    r.id = next_id++;
-    r.tenant = t;
-    r.endpoint = 0;
-    r.input_tokens = in;
-    r.max_output_tokens = out;
+    Request r = request(t, in, out);
     r.priority = prio;
     r.deadline = deadline;
     r.owner = owner;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "daemon/core/scheduler.hpp"
+#include "tests/support/scheduler_fixture.hpp"
 
 namespace fairsched::core {
 namespace {
@@ -22,8 +23,6 @@ constexpr std::uint64_t kRoomy = std::uint64_t{1} << 40;  // KV tokens that neve
 // One endpoint served by workers: per-token charging, batch limits that never
 // bind (take() ignores them anyway).
 SchedulerSpec workerSpec(CostModel cost = CostModel::kTokens, bool per_token = true) {
-  SchedulerSpec s;
-  s.policy = Policy::kFair;
   EndpointSpec e;
   e.name = "generate";
   e.cost = cost;
@@ -34,34 +33,15 @@ SchedulerSpec workerSpec(CostModel cost = CostModel::kTokens, bool per_token = t
   e.max_output_tokens = 4096;
   e.parallelism = 8;
   e.per_token = per_token;
-  s.endpoints.push_back(e);
-  s.tiers.push_back({"paid", 0.0, 1.0, 1000, 0});
-  s.tiers.push_back({"trial", 0.0, 1.0, 1000, 0});
-  s.tier_limits.assign(2, LimitTable(1));
-  s.default_tier = 1;
-  return s;
+  return testing::twoTierSpec(e);
 }
 
-struct Fixture {
-  Scheduler sched;
-  std::vector<Done> done;
-  Batch batch;
-  std::uint64_t next_id = 1;
+struct Fixture : testing::SchedulerFixture {
+  using SchedulerFixture::SchedulerFixture;
 
-  explicit Fixture(SchedulerSpec spec) : sched(std::move(spec)) {}
-
-  TenantId tenant(const std::string& name) {
-    const TenantId t = sched.tenants().acquire(name, std::nullopt);
-    EXPECT_NE(t, kNoTenant);
-    return t;
-  }
   Handle submit(TenantId t, TimeNs now, std::uint32_t in = 100, std::uint32_t out = 100,
                 TimeNs deadline = kNever) {
-    Request r;
-    r.id = next_id++;
-    r.tenant = t;
-    r.input_tokens = in;
-    r.max_output_tokens = out;
+    Request r = request(t, in, out);
     r.deadline = deadline;
     const Admission a = sched.submit(r, now);
     EXPECT_EQ(a.status, Status::kOk);
@@ -442,16 +422,22 @@ std::vector<Scheduler::Running> runningOf(const std::vector<Dispatched>& ds,
   return out;
 }
 
+// One request of `runner` runs and generates `tokens`, then `waiter` submits:
+// the victim preemptionVictim() names for it.
+Handle victimForOneRunning(Fixture& f, TenantId runner, TenantId waiter, int tokens) {
+  f.submit(runner, 0);
+  const auto running = f.take(0, 1);
+  for (int i = 0; i < tokens; ++i) f.sched.charge(running[0].handle, 1, kMs);
+  f.submit(waiter, kMs);
+  return f.sched.preemptionVictim(0, kMs, runningOf(running, static_cast<std::uint32_t>(tokens)));
+}
+
 TEST(SchedulerPreemption, NoVictimWhenPreemptionIsOff) {
   SchedulerSpec spec = preemptSpec();
   spec.endpoints[0].preemption.enabled = false;
   Fixture f(spec);
   const TenantId a = f.tenant("a"), b = f.tenant("b");
-  f.submit(a, 0);
-  const auto running = f.take(0, 1);
-  for (int i = 0; i < 50; ++i) f.sched.charge(running[0].handle, 1, kMs);
-  f.submit(b, kMs);
-  EXPECT_EQ(f.sched.preemptionVictim(0, kMs, runningOf(running, 50)), 0u);
+  EXPECT_EQ(victimForOneRunning(f, a, b, 50), 0u);
 }
 
 TEST(SchedulerPreemption, TheMostServedTenantsNewestSequenceMakesRoom) {
@@ -542,13 +528,8 @@ TEST(SchedulerPreemption, AHigherTiersRequestTakesTheLowestTiersPlace) {
   EXPECT_EQ(f.sched.preemptionVictim(0, kMs, runningOf(running, 8)), running[1].handle);
   // ...but never the other way round.
   Fixture g(preemptSpec(Fairness::kDrr));
-  const TenantId p2 = g.sched.tenants().acquire("p", TierId{0});
-  const TenantId t2 = g.sched.tenants().acquire("t", TierId{1});
-  g.submit(p2, 0);
-  const auto paid_running = g.take(0, 1);
-  for (int i = 0; i < 1000; ++i) g.sched.charge(paid_running[0].handle, 1, kMs);
-  g.submit(t2, kMs);
-  EXPECT_EQ(g.sched.preemptionVictim(0, kMs, runningOf(paid_running, 1000)), 0u);
+  const TenantId p2 = g.tenant("p", TierId{0}), t2 = g.tenant("t", TierId{1});
+  EXPECT_EQ(victimForOneRunning(g, p2, t2, 1000), 0u);
 }
 
 TEST(SchedulerPreemption, TheRateOfPreemptionsIsCapped) {

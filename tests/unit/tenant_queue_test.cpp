@@ -9,21 +9,15 @@
 #include <tuple>
 #include <vector>
 
+#include "tests/support/queue_reference.hpp"
+
 namespace fairsched::core {
 namespace {
 
+using testing::drainSeqs;
+
 QueueEntry entry(std::int32_t priority, TimeNs deadline, std::uint64_t seq) {
   return QueueEntry{QueueKey{priority, deadline, seq}, /*handle=*/seq + 1000};
-}
-
-// Pops everything and returns the seqs in pop order.
-std::vector<std::uint64_t> drainSeqs(TenantQueue& q) {
-  std::vector<std::uint64_t> out;
-  while (!q.empty()) {
-    out.push_back(q.top().key.seq);
-    q.pop();
-  }
-  return out;
 }
 
 TEST(QueueKey, HigherPriorityIsBefore) {
@@ -215,10 +209,7 @@ TEST(TenantQueue, ManyFillDrainCyclesWrapTheFifo) {
     ASSERT_EQ(q.size(), 301u);
     ASSERT_EQ(q.top().key.priority, 1);
     q.pop();
-    for (int i = 0; i < 300; ++i) {
-      ASSERT_EQ(q.top().key.seq, first + static_cast<std::uint64_t>(i)) << "cycle " << cycle;
-      q.pop();
-    }
+    ASSERT_TRUE(testing::popsInSeqOrder(q, first, 300)) << "cycle " << cycle;
     ASSERT_TRUE(q.empty());
   }
 }
@@ -334,44 +325,16 @@ rc::Gen<Op> genOp() {
       });
 }
 
-// Runs `ops` against a TenantQueue and a reference that sorts the live entries
-// with QueueKey::before; every pop must return the reference's first entry.
-// `scramble` makes seqs unique but not increasing.
+// Runs `ops` against a TenantQueue and a reference sorted with
+// QueueKey::before (testing::checkAgainstSortedReference). `scramble` makes
+// seqs unique but not increasing.
 void checkAgainstSortedReference(const std::vector<Op>& ops, bool scramble) {
   TenantQueue q;
-  std::vector<QueueEntry> ref;
-  std::uint64_t counter = 0;
-  const auto byKey = [](const QueueEntry& a, const QueueEntry& b) { return a.key.before(b.key); };
-  const auto popAndCompare = [&] {
-    std::sort(ref.begin(), ref.end(), byKey);
-    RC_ASSERT(!q.empty());
-    RC_ASSERT(q.top().key.seq == ref.front().key.seq);
-    RC_ASSERT(q.top().key.priority == ref.front().key.priority);
-    RC_ASSERT(q.top().key.deadline == ref.front().key.deadline);
-    RC_ASSERT(q.top().handle == ref.front().handle);
-    q.pop();
-    ref.erase(ref.begin());
-  };
-  for (const Op& op : ops) {
-    if (op.pop) {
-      if (ref.empty()) {
-        RC_ASSERT(q.empty());
-        continue;
-      }
-      popAndCompare();
-    } else {
-      // Multiplying by an odd constant is a bijection on uint64: unique seqs.
-      const std::uint64_t seq = scramble ? counter * 0x9E3779B97F4A7C15ull : counter;
-      ++counter;
-      const QueueEntry e{QueueKey{op.priority, op.deadline, seq}, counter};
-      q.push(e);
-      ref.push_back(e);
-    }
-    RC_ASSERT(q.size() == ref.size());
-    RC_ASSERT(q.empty() == ref.empty());
-  }
-  while (!ref.empty()) popAndCompare();
-  RC_ASSERT(q.empty());
+  testing::checkAgainstSortedReference(q, ops, [scramble](const Op& op, std::uint64_t n) {
+    // Multiplying by an odd constant is a bijection on uint64: unique seqs.
+    const std::uint64_t seq = scramble ? n * 0x9E3779B97F4A7C15ull : n;
+    return QueueEntry{QueueKey{op.priority, op.deadline, seq}, n + 1};
+  });
 }
 
 RC_GTEST_PROP(TenantQueueProperty, PopsInSortedOrderOfEntriesPushedSoFar, ()) {
