@@ -27,7 +27,7 @@ constexpr std::uint64_t kLease = 1000;
 constexpr int kClockEvery = 64;
 
 TimeNs now() {
-  return FleetLimiter::steadyNow();
+  return daemon::monotonicNow();
 }
 
 fleet::RedisEndpoint endpointOf(const testing::RedisServer& redis) {

@@ -44,19 +44,13 @@ class FleetLimiter::Account final : public core::FleetAccount {
   EntryPtr e_;
 };
 
-TimeNs FleetLimiter::steadyNow() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 FleetOptions fleetOptionsFrom(const config::FleetConfig& cfg) {
   FleetOptions o;
   o.key_prefix = cfg.key_prefix;
   o.lease = cfg.lease;
   o.hosts = cfg.hosts;
   o.on_backend_error = cfg.on_backend_error;
-  o.seed = static_cast<std::uint64_t>(FleetLimiter::steadyNow());
+  o.seed = static_cast<std::uint64_t>(daemon::monotonicNow());
   return o;
 }
 
@@ -71,10 +65,11 @@ std::unique_ptr<FleetLimiter> makeFleetLimiter(const config::FleetConfig& cfg) {
                                         std::make_unique<RedisBackend>(std::move(ep)));
 }
 
-FleetLimiter::FleetLimiter(FleetOptions options, std::unique_ptr<LeaseBackend> backend, Clock clock)
+FleetLimiter::FleetLimiter(FleetOptions options, std::unique_ptr<LeaseBackend> backend,
+                           const daemon::Env& env)
     : options_(std::move(options)),
       backend_(std::move(backend)),
-      clock_(std::move(clock)),
+      env_(env),
       breaker_(options_.breaker, options_.seed) {}
 
 FleetLimiter::~FleetLimiter() {
@@ -209,14 +204,14 @@ void FleetLimiter::publish(bool transition) {
   switch (st) {
     case BreakerState::kOpen:
       if (outage_since_ == kNever) {
-        outage_since_ = clock_();
+        outage_since_ = env_.now();
         spdlog::warn(
             "fleet: backend unreachable, circuit breaker open (next probe in {} ms); "
             "on_backend_error = {}",
-            std::max<TimeNs>(0, breaker_.openUntil() - clock_()) / kNsPerMs, policy);
+            std::max<TimeNs>(0, breaker_.openUntil() - env_.now()) / kNsPerMs, policy);
       } else {
         spdlog::debug("fleet: probe failed, circuit breaker open again (next probe in {} ms)",
-                      std::max<TimeNs>(0, breaker_.openUntil() - clock_()) / kNsPerMs);
+                      std::max<TimeNs>(0, breaker_.openUntil() - env_.now()) / kNsPerMs);
       }
       break;
     case BreakerState::kHalfOpen:
@@ -224,14 +219,14 @@ void FleetLimiter::publish(bool transition) {
       break;
     case BreakerState::kClosed:
       spdlog::info("fleet: backend reachable again after {} ms, circuit breaker closed",
-                   outage_since_ == kNever ? 0 : (clock_() - outage_since_) / kNsPerMs);
+                   outage_since_ == kNever ? 0 : (env_.now() - outage_since_) / kNsPerMs);
       outage_since_ = kNever;
       break;
   }
 }
 
 bool FleetLimiter::serve(const EntryPtr& e) {
-  const TimeNs now = clock_();
+  const TimeNs now = env_.now();
   {
     std::lock_guard lk(e->mu);
     if ((e->closed || !e->pool.wantsFetch(now)) && !e->pool.hasReturns()) {
@@ -255,7 +250,7 @@ bool FleetLimiter::serve(const EntryPtr& e) {
   call.min = order.min;
   call.returns = order.returns;
   const LeaseResult result = backend_->call(call);
-  const TimeNs done = clock_();
+  const TimeNs done = env_.now();
   {
     std::lock_guard lk(stats_mu_);
     backend_calls_++;
@@ -296,7 +291,7 @@ bool FleetLimiter::serve(const EntryPtr& e) {
 }
 
 void FleetLimiter::sweep(std::vector<EntryPtr>& retry) {
-  const TimeNs now = clock_();
+  const TimeNs now = env_.now();
   std::vector<EntryPtr> closed;
   std::vector<EntryPtr> due;
   {
@@ -350,11 +345,11 @@ void FleetLimiter::sweep(std::vector<EntryPtr>& retry) {
 void FleetLimiter::run() {
   std::vector<EntryPtr> batch;
   std::vector<EntryPtr> retry;
-  TimeNs next_sweep = clock_() + options_.sweep_interval;
+  TimeNs next_sweep = env_.now() + options_.sweep_interval;
   for (;;) {
     {
       std::unique_lock lk(queue_mu_);
-      const TimeNs now = clock_();
+      const TimeNs now = env_.now();
       TimeNs wake = next_sweep;
       if (!retry.empty()) {
         wake = std::min(wake, breaker_.state() == BreakerState::kOpen ? breaker_.openUntil() : now);
@@ -370,9 +365,9 @@ void FleetLimiter::run() {
       if (!serve(e)) retry.push_back(std::move(e));
     }
     batch.clear();
-    if (clock_() >= next_sweep) {
+    if (env_.now() >= next_sweep) {
       sweep(retry);
-      next_sweep = clock_() + options_.sweep_interval;
+      next_sweep = env_.now() + options_.sweep_interval;
     }
   }
 }
@@ -393,23 +388,23 @@ void FleetLimiter::stop() {
     for (auto& [key, e] : entries_) all.push_back(e);
     for (const EntryPtr& e : replaced_) all.push_back(e);
   }
-  const TimeNs deadline = clock_() + options_.shutdown_budget;
+  const TimeNs deadline = env_.now() + options_.shutdown_budget;
   for (const EntryPtr& e : all) {
     FetchOrder order;
     {
       std::lock_guard lk(e->mu);
-      e->pool.releaseAll(clock_());
-      order = e->pool.beginFetch(clock_(), false);
+      e->pool.releaseAll(env_.now());
+      order = e->pool.beginFetch(env_.now(), false);
     }
     if (order.returns.empty() || breaker_.state() != BreakerState::kClosed) continue;
-    if (clock_() >= deadline) break;
+    if (env_.now() >= deadline) break;
     LeaseCall call;
     call.key = e->key;
     call.limit = e->spec.amount;
     call.window = e->spec.window_ns;
     call.want = 0;
     call.returns = order.returns;
-    if (std::holds_alternative<BackendFailure>(backend_->call(call))) breaker_.onFailure(clock_());
+    if (std::holds_alternative<BackendFailure>(backend_->call(call))) breaker_.onFailure(env_.now());
   }
   backend_->disconnect();
   publish(false);

@@ -38,6 +38,7 @@
 #include "daemon/config/config.hpp"
 #include "daemon/core/fleet_gate.hpp"
 #include "daemon/core/sliding_window.hpp"
+#include "daemon/env.hpp"
 #include "daemon/fleet/circuit_breaker.hpp"
 #include "daemon/fleet/lease_backend.hpp"
 #include "daemon/fleet/lease_pool.hpp"
@@ -77,11 +78,10 @@ struct FleetStats {
 
 class FleetLimiter final : public core::FleetGate {
  public:
-  using Clock = std::function<TimeNs()>;  // monotonic, the same clock as the core's `now`
-  static TimeNs steadyNow();
-
+  // `env`: the clock (the core's `now`, read from the background thread too);
+  // it outlives the limiter.
   FleetLimiter(FleetOptions options, std::unique_ptr<LeaseBackend> backend,
-               Clock clock = &FleetLimiter::steadyNow);
+               const daemon::Env& env = daemon::Env::real());
   ~FleetLimiter() override;  // stop()
   FleetLimiter(const FleetLimiter&) = delete;
   FleetLimiter& operator=(const FleetLimiter&) = delete;
@@ -119,7 +119,7 @@ class FleetLimiter final : public core::FleetGate {
 
   FleetOptions options_;
   std::unique_ptr<LeaseBackend> backend_;  // background thread only (and stop() after the join)
-  Clock clock_;
+  const daemon::Env& env_;
   CircuitBreaker breaker_;  // background thread only
   TimeNs outage_since_ =
       kNever;  // background thread only: when the breaker last opened from closed

@@ -25,7 +25,7 @@ using testing::RedisServer;
 constexpr TimeNs kMinute = 60 * kNsPerSec;
 
 TimeNs now() {
-  return FleetLimiter::steadyNow();
+  return daemon::monotonicNow();
 }
 
 std::size_t threadCount() {
