@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/stats.hpp"
 #include "daemon/core/rate_limiter.hpp"
 #include "daemon/core/scheduler.hpp"
 
@@ -55,10 +56,8 @@ double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+double median(const std::vector<double>& v) {
+  return percentile(v, 50);
 }
 
 double best(const std::vector<double>& v) {

@@ -18,15 +18,20 @@
 #include "fairsched/client.hpp"
 #include "fairsched/worker.hpp"
 #include "tests/support/forked_daemon.hpp"
+#include "tests/support/process_group.hpp"
 #include "worker/reference_engine.hpp"
 
 namespace fairsched::bench {
+
+using testing::ProcessGroup;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr auto kConnectTime = 300ms;  // between fork and the common start
+constexpr auto kExitMargin = 30s;     // for a process to exit once it should have
 
 SubmitRequest submitRequest(Tenant t, const std::string& endpoint,
                             const std::vector<std::uint32_t>& prompt, std::uint32_t max_output) {
@@ -179,12 +184,11 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
   auto started = daemon::ForkedDaemon::start(cfg);
   if (!started) return started.error().message;
   daemon::ForkedDaemon& d = started.value();
+  ProcessGroup group;  // the workers and the clients; killed if anything is left
   std::vector<pid_t> workers;
   for (const config::EndpointConfig& ec : cfg.endpoints) {
     if (ec.executor != config::ExecutorKind::kWorker) continue;
-    const pid_t w = fork();
-    if (w == 0) _exit(referenceWorker(d.socket(), ec));
-    workers.push_back(w);
+    workers.push_back(group.spawn([&] { return referenceWorker(d.socket(), ec); }));
   }
   auto isWorkerEndpoint = [&](const std::string& name) {
     const config::EndpointConfig* ec = cfg.findEndpoint(name);
@@ -199,22 +203,20 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
   std::vector<Child> children;
   for (const TenantPlan& plan : plans) {
     const std::string path = dir + "/records-" + plan.tenant;
-    const pid_t pid = fork();
-    if (pid == 0) {
+    const pid_t pid = group.spawn([&] {
       TenantPlan own = plan;
       own.stream = isWorkerEndpoint(plan.endpoint);
-      _exit(tenantProcess(d.socket(), own, start, timeout, path));
-    }
+      return tenantProcess(d.socket(), own, start, timeout, path);
+    });
     children.push_back({&plan, pid, path});
   }
+  // Each client gives up `timeout` after the start by itself; past that and
+  // a margin, it is killed.
+  const auto deadline = start + timeout + kExitMargin;
   TenantRecords records;
   std::string failure;
   for (const Child& c : children) {
-    int status = 0;
-    waitpid(c.pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      failure = "client process " + c.plan->tenant + " failed";
-    }
+    if (group.wait(c.pid, deadline) != 0) failure = "client process " + c.plan->tenant + " failed";
     std::vector<RequestRecord> r(c.plan->requests.size());
     std::ifstream in(c.path, std::ios::binary);
     in.read(reinterpret_cast<char*>(r.data()),
@@ -223,10 +225,7 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
     records[c.plan->tenant] = std::move(r);
   }
   for (const pid_t w : workers) {
-    kill(w, SIGTERM);
-    int status = 0;
-    waitpid(w, &status, 0);
-    if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && failure.empty()) {
+    if (group.stop(w, ProcessGroup::in(kExitMargin)) != 0 && failure.empty()) {
       failure = "a reference worker failed";
     }
   }

@@ -216,6 +216,28 @@ std::string propertyTable(const nlohmann::json& report, const std::string& title
   return t.str();
 }
 
+ScenarioReport propertyReport(const std::string& scenario, const nlohmann::json& runs,
+                              const std::vector<PropertyCheck>& checks, const std::string& title,
+                              const nlohmann::json& extra) {
+  ScenarioReport report;
+  report.json = propertyJson(scenario, runs, checks);
+  for (const auto& [key, value] : extra.items()) report.json[key] = value;
+  report.table = propertyTable(report.json, title);
+  return report;
+}
+
+std::string paidTierToml() {
+  return R"(
+default_tier = "paid"
+[[tiers]]
+name = "paid"
+min_share = 0.0
+default_weight = 1.0
+default_queue_limit = 20000
+
+)";
+}
+
 std::string chatEndpointToml(const char* cost, std::uint32_t max_batch_tokens,
                              std::uint32_t max_output_tokens) {
   return std::string("[endpoints.chat]\nkind = \"streaming\"\ncost = \"") + cost +
