@@ -27,6 +27,7 @@
 #include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/prompts.hpp"
+#include "tests/support/requests.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace fairsched {
@@ -445,13 +446,7 @@ TEST_F(CApiWithDaemon, CancelEndsARunningRequestCancelledWithTheTokensStreamedSo
 TEST_F(CApiWithDaemon, SubmitAndWaitOnAStreamedRequestReturnsOnlyTheFinal) {
   const std::vector<std::uint32_t> prompt = promptFor(5);
   const std::string params = paramsFor(4);
-  fairsched_submit_request r;
-  fairsched_submit_request_init(&r);
-  r.tenant = tenant_;
-  r.endpoint = "chat";
-  r.prompt = prompt.data();
-  r.prompt_tokens = prompt.size();
-  r.max_output_tokens = 8;
+  fairsched_submit_request r = testing::makeCRequest(tenant_, prompt, 8);
   r.stream = 1;
   r.params = params.data();
   r.params_bytes = params.size();

@@ -27,6 +27,7 @@
 #include "kernels/workload_reference.hpp"
 #include "tests/support/process_group.hpp"
 #include "tests/support/prompts.hpp"
+#include "tests/support/requests.hpp"
 #include "tests/support/temp_dir_test.hpp"
 #include "tests/support/wait_until.hpp"
 
@@ -56,13 +57,7 @@ std::vector<std::uint32_t> promptFor(std::uint64_t salt) {
 }
 
 SubmitRequest request(Tenant tenant, std::span<const std::uint32_t> prompt, std::uint64_t tag = 0) {
-  SubmitRequest r;
-  r.tenant = tenant;
-  r.endpoint = "chat";
-  r.prompt = prompt;
-  r.max_output_tokens = 4;
-  r.tag = tag;
-  return r;
+  return testing::makeRequest(tenant, prompt, 4, tag);
 }
 
 ClientOptions options(const std::string& socket) {

@@ -28,6 +28,7 @@
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/process_group.hpp"
 #include "tests/support/prompts.hpp"
+#include "tests/support/requests.hpp"
 #include "tests/support/run_command.hpp"
 #include "tests/support/temp_dir_test.hpp"
 
@@ -139,13 +140,7 @@ std::vector<std::uint32_t> promptFor(std::uint64_t salt) {
 
 Result<RequestId> submitTo(Client& client, Tenant t, const std::vector<std::uint32_t>& prompt,
                            std::uint64_t tag) {
-  SubmitRequest r;
-  r.tenant = t;
-  r.endpoint = "chat";
-  r.prompt = prompt;
-  r.max_output_tokens = 4;
-  r.tag = tag;
-  return client.submit(r);
+  return client.submit(testing::makeRequest(t, prompt, 4, tag));
 }
 
 // Completions of `client` until `n` have arrived or `limit` passes.

@@ -27,6 +27,7 @@
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/prompts.hpp"
 #include "tests/support/raw_client.hpp"
+#include "tests/support/requests.hpp"
 #include "tests/support/run_command.hpp"
 #include "tests/support/seeded_rng.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -136,11 +137,7 @@ std::string paramsFor(std::uint32_t output_tokens) {
 SubmitRequest chatRequest(Tenant tenant, std::span<const std::uint32_t> prompt,
                           std::uint32_t max_output_tokens, const std::string* params = nullptr,
                           bool stream = false) {
-  SubmitRequest r;
-  r.tenant = tenant;
-  r.endpoint = "chat";
-  r.prompt = prompt;
-  r.max_output_tokens = max_output_tokens;
+  SubmitRequest r = testing::makeRequest(tenant, prompt, max_output_tokens);
   r.stream = stream;
   if (params != nullptr) {
     r.params = std::as_bytes(std::span<const char>(params->data(), params->size()));
