@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -222,6 +223,15 @@ EventCheck decodeChanged(WorkerEventKind kind, Change change) {
   return decodeWorkerEvent(s, out);
 }
 
+// Each of `kinds`, valid but for `change`, decodes as `want`.
+template <class Change>
+void expectEachDecodesAs(std::initializer_list<WorkerEventKind> kinds, Change change,
+                         EventCheck want) {
+  for (const WorkerEventKind kind : kinds) {
+    EXPECT_EQ(decodeChanged(kind, change), want) << "kind " << static_cast<int>(kind);
+  }
+}
+
 constexpr WorkerEventKind kAllKinds[] = {WorkerEventKind::kCapacity, WorkerEventKind::kTokens,
                                          WorkerEventKind::kFinish, WorkerEventKind::kPreempted};
 
@@ -246,11 +256,9 @@ TEST(WorkerEventRefused, AnySubmissionFlagOnAnyKind) {
 }
 
 TEST(WorkerEventRefused, ParametersOnCapacityAndTokens) {
-  for (const WorkerEventKind kind : {WorkerEventKind::kCapacity, WorkerEventKind::kTokens}) {
-    EXPECT_EQ(decodeChanged(kind, [](SubmissionSlot& s) { s.params_bytes = 1; }),
-              EventCheck::kBadFlags)
-        << static_cast<int>(kind);
-  }
+  expectEachDecodesAs(
+      {WorkerEventKind::kCapacity, WorkerEventKind::kTokens},
+      [](SubmissionSlot& s) { s.params_bytes = 1; }, EventCheck::kBadFlags);
 }
 
 TEST(WorkerEventRefused, TokensWithoutTokensOrWithTooMany) {
@@ -267,11 +275,9 @@ TEST(WorkerEventRefused, TokensWithoutTokensOrWithTooMany) {
 }
 
 TEST(WorkerEventRefused, TokenIdsOnFinishAndCapacity) {
-  for (const WorkerEventKind kind : {WorkerEventKind::kCapacity, WorkerEventKind::kFinish}) {
-    EXPECT_EQ(decodeChanged(kind, [](SubmissionSlot& s) { s.prompt_tokens = 1; }),
-              EventCheck::kStrayTokens)
-        << static_cast<int>(kind);
-  }
+  expectEachDecodesAs(
+      {WorkerEventKind::kCapacity, WorkerEventKind::kFinish},
+      [](SubmissionSlot& s) { s.prompt_tokens = 1; }, EventCheck::kStrayTokens);
 }
 
 TEST(WorkerEventRefused, FinishWithAStatusAWorkerMayNotReport) {
