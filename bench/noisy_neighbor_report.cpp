@@ -153,12 +153,6 @@ std::string noisyNeighborTable(const nlohmann::json& report, const std::string& 
 std::optional<std::string> plotNoisyNeighbor(const nlohmann::json& report,
                                              const std::string& path) {
   static constexpr std::string_view kScript = R"PY(
-import json, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-report = json.load(open(sys.argv[1]))
 series = report["series"]
 ttft = report.get("ttft_series", {})
 rates = report.get("tokens_per_s", {})

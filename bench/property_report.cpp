@@ -74,12 +74,6 @@ nlohmann::json servedSeries(const TenantRecords& records) {
 
 std::optional<std::string> plotPropertyRuns(const nlohmann::json& report, const std::string& path) {
   static constexpr std::string_view kScript = R"PY(
-import json, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-report = json.load(open(sys.argv[1]))
 runs = [r for r in report["runs"] if r.get("series")]
 fig, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 4.2), squeeze=False)
 for ax, run in zip(axes[0], runs):
@@ -108,12 +102,7 @@ fig.savefig(sys.argv[2], dpi=110)
 
 std::optional<std::string> plotRateLimit(const nlohmann::json& report, const std::string& path) {
   static constexpr std::string_view kScript = R"PY(
-import json, sys, bisect
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-report = json.load(open(sys.argv[1]))
+import bisect
 limits = report["limits"]
 tenants = sorted(limits)
 fig, axes = plt.subplots(1, len(tenants) + 1, figsize=(4.6 * (len(tenants) + 1), 4.2))

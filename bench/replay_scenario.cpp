@@ -598,12 +598,6 @@ ScenarioResult runReplay(const ScenarioOptions& options) {
 std::optional<std::string> plotReplay(const nlohmann::json& report, const std::string& path) {
   if (report.value("scenario", "") != "replay") return std::string("a comparison has no plot");
   static constexpr std::string_view kScript = R"PY(
-import json, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-report = json.load(open(sys.argv[1]))
 series = report["series"]
 window = report["window_s"]
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))

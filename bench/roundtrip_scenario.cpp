@@ -248,12 +248,7 @@ ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
 
 std::optional<std::string> plotRoundtrip(const nlohmann::json& report, const std::string& path) {
   static constexpr std::string_view kScript = R"PY(
-import json, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-r = json.load(open(sys.argv[1]))
+r = report
 cdf = r["cdf_us"]
 fig, ax = plt.subplots(figsize=(7, 4))
 for key, label, color in [("shm", "shared memory, busy-polling", "#1f77b4"),
