@@ -17,6 +17,7 @@
 
 #include "fairsched/client.hpp"
 #include "fairsched/worker.hpp"
+#include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/process_group.hpp"
 #include "worker/reference_engine.hpp"
@@ -149,20 +150,18 @@ int referenceWorker(const std::string& socket, const config::EndpointConfig& ec)
 
 std::variant<config::Config, std::string> echoDaemonConfig(const std::string& socket,
                                                            const std::string& daemon_extra) {
-  const std::string text =
-      "[daemon]\nsocket = \"" + socket + "\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\n" +
-      daemon_extra +
-      "[[tiers]]\nname = \"bench\"\n"
+  testing::DaemonConfigText c;
+  c.socket = socket;
+  c.daemon_extra = daemon_extra;
+  c.tiers = {"bench"};
+  c.body =
       "[endpoints.echo]\nmax_batch_requests = 32\nmax_batch_tokens = 65536\nmax_wait_us = 0\n"
       "max_output_tokens = 16\n"
       "[endpoints.echo.cpu]\nper_batch_us = 0.0\nper_token_us = 0.0\nthreads = 1\n"
       "workload = false\n"
-      "[tenants.bench]\ntier = \"bench\"\nqueue_limit = 100000\n"
-      "[[clients]]\nname = \"bench\"\nuids = [" +
-      std::to_string(getuid()) + "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\n";
-  auto parsed = config::parseConfig(text, "<bench>");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return err->toString();
-  return std::get<config::Config>(std::move(parsed));
+      "[tenants.bench]\ntier = \"bench\"\nqueue_limit = 100000\n";
+  c.client_name = "bench";
+  return c.parse("<bench>");
 }
 
 void prepareBenchConfig(config::Config& cfg, const std::string& dir) {

@@ -18,6 +18,7 @@
 #include "fairsched/client.hpp"
 #include "fairsched/worker.hpp"
 #include "shm/worker_protocol.hpp"
+#include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/process_group.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -53,14 +54,17 @@ struct ClientResult {
 };
 
 std::variant<config::Config, std::string> streamConfig(const std::string& dir) {
-  const std::string text =
-      "[daemon]\nlog_level = \"error\"\n[[tiers]]\nname = \"bench\"\n"
+  testing::DaemonConfigText c;  // the socket and the client rule are set below
+  c.socket_mode = "";
+  c.tiers = {"bench"};
+  c.body =
       "[endpoints.chat]\nexecutor = \"worker\"\nmax_batch_tokens = 65536\n"
       "max_output_tokens = 8192\nbatch_timeout_ms = 0\n"
       "[endpoints.chat.worker]\nmax_sequences = 256\nclient_buffer_chunks = 65536\n"
       "[tenants.bench]\ntier = \"bench\"\nqueue_limit = 100000\n";
-  auto parsed = config::parseConfig(text, "<stream>");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return err->toString();
+  c.client = false;
+  auto parsed = c.parse("<stream>");
+  if (auto* err = std::get_if<std::string>(&parsed)) return *err;
   config::Config cfg = std::get<config::Config>(std::move(parsed));
   cfg.daemon.socket = dir + "/fairsched.sock";
   config::ClientRule rule;  // this uid: the client and the worker
