@@ -20,6 +20,7 @@
 #include "daemon/server/server.hpp"
 #include "kernels/workload_reference.hpp"
 #include "tests/support/daemon_config.hpp"
+#include "tests/support/daemon_result.hpp"
 #include "tests/support/seeded_rng.hpp"
 
 #if FAIRSCHED_HAVE_CUDA
@@ -109,26 +110,20 @@ TEST(CudaExecutorServer, CudaEndpointWithoutADeviceFallsBackToCpu) {
 TEST(CudaExecutor, CreateRejectsInvalidOptionsBeforeTouchingTheDevice) {
   CudaExecutor::Options o;
   o.streams = 0;
-  auto ex = CudaExecutor::create(o);
-  ASSERT_FALSE(ex.ok());
-  EXPECT_EQ(ex.code(), Errc::kConfig);
-  EXPECT_EQ(ex.error().message, "cuda executor: streams must be >= 1");
+  EXPECT_TRUE(testing::failsWith(CudaExecutor::create(o), Errc::kConfig,
+                                 "cuda executor: streams must be >= 1"));
   o = {};
   o.staging_bytes = 16;
-  auto ex2 = CudaExecutor::create(o);
-  ASSERT_FALSE(ex2.ok());
-  EXPECT_EQ(
-      ex2.error().message,
-      "cuda executor: staging_bytes 16 too small for 32 requests per batch (double-buffered)");
+  EXPECT_TRUE(testing::failsWith(
+      CudaExecutor::create(o), Errc::kConfig,
+      "cuda executor: staging_bytes 16 too small for 32 requests per batch (double-buffered)"));
 }
 
 TEST(CudaExecutor, CreateFailsWithTheReasonWhenNoDeviceIsPresent) {
   const Result<> device = CudaExecutor::checkDevice(0);
   if (device) GTEST_SKIP() << "a CUDA device is present";
-  auto ex = CudaExecutor::create({});
-  ASSERT_FALSE(ex.ok());
-  EXPECT_EQ(ex.code(), Errc::kUnavailable);
-  EXPECT_EQ(ex.error().message, "cuda executor: no CUDA device: " + device.error().message);
+  EXPECT_TRUE(testing::failsWith(CudaExecutor::create({}), Errc::kUnavailable,
+                                 "cuda executor: no CUDA device: " + device.error().message));
 }
 
 TEST(CudaExecutor, CreateFailsForADeviceIdOutOfRange) {
