@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/stats.hpp"
 #include "daemon/core/rate_limiter.hpp"
 #include "daemon/core/scheduler.hpp"
 
@@ -55,10 +56,8 @@ double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+double median(const std::vector<double>& v) {
+  return percentile(v, 50);
 }
 
 double best(const std::vector<double>& v) {
@@ -399,11 +398,7 @@ ScenarioResult runCoreScenario(const ScenarioOptions& options) {
 
 std::optional<std::string> plotCoreScenario(const nlohmann::json& report, const std::string& path) {
   static constexpr std::string_view kScript = R"PY(
-import json, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-r = json.load(open(sys.argv[1]))
+r = report
 rows = r["results"]
 labels = [f'{x["tenants"]:,}' for x in rows]
 fair = [x["fair_decisions_per_s"] / 1e6 for x in rows]

@@ -27,6 +27,7 @@
 #include "bench/scenario.hpp"
 #include "bench/sim_noisy_neighbor.hpp"
 #include "bench/stream_scenario.hpp"
+#include "tests/support/seeded_rng.hpp"
 
 namespace {
 
@@ -116,7 +117,11 @@ int main(int argc, char** argv) {
   app.add_option("--plot", plot_path, "draw the result into FILE.png");
   app.add_option("--config", options.config_path, "daemon config for scenarios that start one");
   app.add_option("--socket", options.socket_path, "use the daemon at PATH instead of starting one");
-  app.add_option("--seed", options.seed, "seed of every random choice")->capture_default_str();
+  // FAIRSCHED_SEED, the tests' seed variable, sets the default; --seed wins.
+  if (const auto env = fairsched::testing::seedFromEnv()) options.seed = *env;
+  app.add_option("--seed", options.seed,
+                 "seed of every random choice (default: $FAIRSCHED_SEED or 1)")
+      ->capture_default_str();
   app.add_option("--rounds", options.rounds, "repetitions (0: the scenario's default)")
       ->check(CLI::Range(0, 1000));
   app.add_flag("--quick", options.quick, "smaller sizes, for smoke tests");

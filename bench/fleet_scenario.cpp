@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/fleet_hammer.hpp"
 #include "bench/stats.hpp"
 #include "daemon/core/rate_limiter.hpp"
 #include "daemon/fleet/fleet_limiter.hpp"
@@ -102,26 +103,8 @@ Overshoot measureOvershoot(const testing::RedisServer& redis, TimeNs run) {
   auto l2 = makeLimiter(redis, o.lease, "bench-overshoot");
   auto a1 = l1->open("acme", "chat", spec);
   auto a2 = l2->open("acme", "chat", spec);
-  std::vector<TimeNs> t1;
-  std::vector<TimeNs> t2;
-  auto hammer = [run](core::FleetAccount& a, std::vector<TimeNs>& out) {
-    const TimeNs end = now() + run;
-    for (std::uint64_t i = 0; i < 200'000'000; ++i) {
-      const TimeNs t = now();
-      if (t >= end) break;
-      if (a.take(1, t).admitted) {
-        out.push_back(t);
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(10));
-      }
-    }
-  };
-  std::thread th1(hammer, std::ref(*a1), std::ref(t1));
-  std::thread th2(hammer, std::ref(*a2), std::ref(t2));
-  th1.join();
-  th2.join();
-  std::vector<TimeNs> all(t1);
-  all.insert(all.end(), t2.begin(), t2.end());
+  const std::vector<TimeNs> all =
+      hammerAccounts({a1.get(), a2.get()}, run, std::chrono::microseconds(10), 200'000'000);
   o.most = maxCountInWindow(all, kWindow);
   o.admitted = all.size();
   return o;

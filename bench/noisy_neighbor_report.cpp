@@ -153,12 +153,6 @@ std::string noisyNeighborTable(const nlohmann::json& report, const std::string& 
 std::optional<std::string> plotNoisyNeighbor(const nlohmann::json& report,
                                              const std::string& path) {
   static constexpr std::string_view kScript = R"PY(
-import json, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-report = json.load(open(sys.argv[1]))
 series = report["series"]
 ttft = report.get("ttft_series", {})
 rates = report.get("tokens_per_s", {})
@@ -205,6 +199,35 @@ fig.tight_layout()
 fig.savefig(sys.argv[2], dpi=110)
 )PY";
   return plotWithPython(kScript, report, path);
+}
+
+std::variant<std::vector<NoisyRun>, std::string> runNoisyPlans(
+    const std::function<NoisyRunResult(Policy, const char*, bool)>& run_one) {
+  struct Plan {
+    Policy policy;
+    const char* label;
+    bool burst;
+  };
+  std::vector<NoisyRun> runs;
+  for (const Plan plan : {Plan{Policy::kFair, "burst", true}, Plan{Policy::kFifo, "burst", true},
+                          Plan{Policy::kFair, "alone", false}}) {
+    NoisyRunResult run = run_one(plan.policy, plan.label, plan.burst);
+    if (auto* err = std::get_if<std::string>(&run)) return *err;
+    runs.push_back(std::move(std::get<NoisyRun>(run)));
+  }
+  return runs;
+}
+
+ScenarioReport noisyNeighborReport(const std::vector<NoisyRun>& runs, const std::string& mode,
+                                   const std::string& tier, double weight,
+                                   const std::string& heading) {
+  ScenarioReport report;
+  report.json = noisyNeighborJson(runs, mode, tier, weight);
+  report.table = noisyNeighborTable(
+      report.json, heading +
+                       "A: burst of 10,000 requests; B: 5 requests spaced out during the burst; "
+                       "same tier and weight");
+  return report;
 }
 
 }  // namespace fairsched::bench

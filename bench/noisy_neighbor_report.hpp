@@ -4,9 +4,11 @@
 // JSON shape of docs/benchmarks.md; the table people read; the plot.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "bench/scenario.hpp"
@@ -37,6 +39,19 @@ nlohmann::json noisyNeighborJson(const std::vector<NoisyRun>& runs, const std::s
 
 // The table: one row per run and tenant, then B's p99 against the targets.
 std::string noisyNeighborTable(const nlohmann::json& report, const std::string& title);
+
+// The scenario's three runs, in the report's order: fair with A's burst,
+// fifo with it, and fair with B alone. `run_one(policy, label, burst)` makes
+// one (or says why it could not); the runs, or the first such reason.
+using NoisyRunResult = std::variant<NoisyRun, std::string>;
+std::variant<std::vector<NoisyRun>, std::string> runNoisyPlans(
+    const std::function<NoisyRunResult(Policy, const char*, bool)>& run_one);
+
+// The report of `runs`: noisyNeighborJson and the table under `heading`
+// (which says how the runs were made) and the load both scenarios offer.
+ScenarioReport noisyNeighborReport(const std::vector<NoisyRun>& runs, const std::string& mode,
+                                   const std::string& tier, double weight,
+                                   const std::string& heading);
 
 std::optional<std::string> plotNoisyNeighbor(const nlohmann::json& report, const std::string& path);
 

@@ -86,31 +86,18 @@ ScenarioResult runNoisyNeighbor(const ScenarioOptions& options) {
   const config::TierConfig* tier = setup.cfg.findTier(a->tier);
   const double weight = a->weight.value_or(tier->default_weight);
 
-  std::vector<NoisyRun> runs;
-  struct Plan {
-    Policy policy;
-    const char* label;
-    bool burst;
-  };
-  for (const Plan plan : {Plan{Policy::kFair, "burst", true}, Plan{Policy::kFifo, "burst", true},
-                          Plan{Policy::kFair, "alone", false}}) {
-    auto run = runOnce(setup, plan.policy, plan.label, plan.burst, dir);
-    if (auto* err = std::get_if<std::string>(&run)) return ScenarioError{*err};
-    runs.push_back(std::move(std::get<NoisyRun>(run)));
-  }
-  ScenarioReport report;
-  report.json = noisyNeighborJson(runs, "processes", tier->name, weight);
+  auto runs = runNoisyPlans([&](Policy policy, const char* label, bool burst) {
+    return runOnce(setup, policy, label, burst, dir);
+  });
+  if (auto* err = std::get_if<std::string>(&runs)) return ScenarioError{*err};
   const config::EndpointConfig* ep = setup.cfg.findEndpoint(setup.endpoint);
   const bool workers = ep != nullptr && ep->executor == config::ExecutorKind::kWorker;
-  report.table = noisyNeighborTable(
-      report.json,
+  return noisyNeighborReport(
+      std::get<std::vector<NoisyRun>>(runs), "processes", tier->name, weight,
       std::string("noisy-neighbor: a real fairschedd and client processes through libfairsched ") +
           (workers ? "(executor: a reference worker, continuous batching from the config's "
                      "engine model; tokens streamed)\n"
-                   : "(executor: the config's cpu model)\n") +
-          "A: burst of 10,000 requests; B: 5 requests spaced out during the burst; same tier and "
-          "weight");
-  return report;
+                   : "(executor: the config's cpu model)\n"));
 }
 
 }  // namespace fairsched::bench

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench/scenario.hpp"
@@ -24,6 +25,16 @@ std::string pythonPath() {
   return "python3";
 }
 
+// What every plot script begins with: matplotlib without a display, and
+// `report`, the data.
+constexpr std::string_view kPreamble = R"PY(import json, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+report = json.load(open(sys.argv[1]))
+)PY";
+
 }  // namespace
 
 std::optional<std::string> plotWithPython(std::string_view script, const nlohmann::json& data,
@@ -37,7 +48,7 @@ std::optional<std::string> plotWithPython(std::string_view script, const nlohman
   const fs::path data_path = dir / "data.json";
   {
     std::ofstream s(script_path);
-    s << script;
+    s << kPreamble << script;
     std::ofstream d(data_path);
     d << data.dump();
     if (!s || !d) {

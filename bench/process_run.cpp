@@ -17,16 +17,22 @@
 
 #include "fairsched/client.hpp"
 #include "fairsched/worker.hpp"
+#include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
+#include "tests/support/process_group.hpp"
 #include "worker/reference_engine.hpp"
 
 namespace fairsched::bench {
+
+using testing::ProcessGroup;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr auto kConnectTime = 300ms;  // between fork and the common start
+constexpr auto kExitMargin = 30s;     // for a process to exit once it should have
 
 SubmitRequest submitRequest(Tenant t, const std::string& endpoint,
                             const std::vector<std::uint32_t>& prompt, std::uint32_t max_output) {
@@ -144,20 +150,18 @@ int referenceWorker(const std::string& socket, const config::EndpointConfig& ec)
 
 std::variant<config::Config, std::string> echoDaemonConfig(const std::string& socket,
                                                            const std::string& daemon_extra) {
-  const std::string text =
-      "[daemon]\nsocket = \"" + socket + "\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\n" +
-      daemon_extra +
-      "[[tiers]]\nname = \"bench\"\n"
+  testing::DaemonConfigText c;
+  c.socket = socket;
+  c.daemon_extra = daemon_extra;
+  c.tiers = {"bench"};
+  c.body =
       "[endpoints.echo]\nmax_batch_requests = 32\nmax_batch_tokens = 65536\nmax_wait_us = 0\n"
       "max_output_tokens = 16\n"
       "[endpoints.echo.cpu]\nper_batch_us = 0.0\nper_token_us = 0.0\nthreads = 1\n"
       "workload = false\n"
-      "[tenants.bench]\ntier = \"bench\"\nqueue_limit = 100000\n"
-      "[[clients]]\nname = \"bench\"\nuids = [" +
-      std::to_string(getuid()) + "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\n";
-  auto parsed = config::parseConfig(text, "<bench>");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return err->toString();
-  return std::get<config::Config>(std::move(parsed));
+      "[tenants.bench]\ntier = \"bench\"\nqueue_limit = 100000\n";
+  c.client_name = "bench";
+  return c.parse("<bench>");
 }
 
 void prepareBenchConfig(config::Config& cfg, const std::string& dir) {
@@ -179,12 +183,11 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
   auto started = daemon::ForkedDaemon::start(cfg);
   if (!started) return started.error().message;
   daemon::ForkedDaemon& d = started.value();
+  ProcessGroup group;  // the workers and the clients; killed if anything is left
   std::vector<pid_t> workers;
   for (const config::EndpointConfig& ec : cfg.endpoints) {
     if (ec.executor != config::ExecutorKind::kWorker) continue;
-    const pid_t w = fork();
-    if (w == 0) _exit(referenceWorker(d.socket(), ec));
-    workers.push_back(w);
+    workers.push_back(group.spawn([&] { return referenceWorker(d.socket(), ec); }));
   }
   auto isWorkerEndpoint = [&](const std::string& name) {
     const config::EndpointConfig* ec = cfg.findEndpoint(name);
@@ -199,22 +202,20 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
   std::vector<Child> children;
   for (const TenantPlan& plan : plans) {
     const std::string path = dir + "/records-" + plan.tenant;
-    const pid_t pid = fork();
-    if (pid == 0) {
+    const pid_t pid = group.spawn([&] {
       TenantPlan own = plan;
       own.stream = isWorkerEndpoint(plan.endpoint);
-      _exit(tenantProcess(d.socket(), own, start, timeout, path));
-    }
+      return tenantProcess(d.socket(), own, start, timeout, path);
+    });
     children.push_back({&plan, pid, path});
   }
+  // Each client gives up `timeout` after the start by itself; past that and
+  // a margin, it is killed.
+  const auto deadline = start + timeout + kExitMargin;
   TenantRecords records;
   std::string failure;
   for (const Child& c : children) {
-    int status = 0;
-    waitpid(c.pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      failure = "client process " + c.plan->tenant + " failed";
-    }
+    if (group.wait(c.pid, deadline) != 0) failure = "client process " + c.plan->tenant + " failed";
     std::vector<RequestRecord> r(c.plan->requests.size());
     std::ifstream in(c.path, std::ios::binary);
     in.read(reinterpret_cast<char*>(r.data()),
@@ -223,10 +224,7 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
     records[c.plan->tenant] = std::move(r);
   }
   for (const pid_t w : workers) {
-    kill(w, SIGTERM);
-    int status = 0;
-    waitpid(w, &status, 0);
-    if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && failure.empty()) {
+    if (group.stop(w, ProcessGroup::in(kExitMargin)) != 0 && failure.empty()) {
       failure = "a reference worker failed";
     }
   }

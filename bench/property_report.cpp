@@ -74,12 +74,6 @@ nlohmann::json servedSeries(const TenantRecords& records) {
 
 std::optional<std::string> plotPropertyRuns(const nlohmann::json& report, const std::string& path) {
   static constexpr std::string_view kScript = R"PY(
-import json, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-report = json.load(open(sys.argv[1]))
 runs = [r for r in report["runs"] if r.get("series")]
 fig, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 4.2), squeeze=False)
 for ax, run in zip(axes[0], runs):
@@ -108,12 +102,7 @@ fig.savefig(sys.argv[2], dpi=110)
 
 std::optional<std::string> plotRateLimit(const nlohmann::json& report, const std::string& path) {
   static constexpr std::string_view kScript = R"PY(
-import json, sys, bisect
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-report = json.load(open(sys.argv[1]))
+import bisect
 limits = report["limits"]
 tenants = sorted(limits)
 fig, axes = plt.subplots(1, len(tenants) + 1, figsize=(4.6 * (len(tenants) + 1), 4.2))
@@ -214,6 +203,28 @@ std::string propertyTable(const nlohmann::json& report, const std::string& title
     t << line;
   }
   return t.str();
+}
+
+ScenarioReport propertyReport(const std::string& scenario, const nlohmann::json& runs,
+                              const std::vector<PropertyCheck>& checks, const std::string& title,
+                              const nlohmann::json& extra) {
+  ScenarioReport report;
+  report.json = propertyJson(scenario, runs, checks);
+  for (const auto& [key, value] : extra.items()) report.json[key] = value;
+  report.table = propertyTable(report.json, title);
+  return report;
+}
+
+std::string paidTierToml() {
+  return R"(
+default_tier = "paid"
+[[tiers]]
+name = "paid"
+min_share = 0.0
+default_weight = 1.0
+default_queue_limit = 20000
+
+)";
 }
 
 std::string chatEndpointToml(const char* cost, std::uint32_t max_batch_tokens,

@@ -9,6 +9,7 @@
 
 #include "bench/noisy_neighbor_report.hpp"
 #include "bench/process_run.hpp"
+#include "bench/scenario.hpp"
 
 namespace fairsched::bench {
 
@@ -57,5 +58,11 @@ nlohmann::json propertyJson(const std::string& scenario, const nlohmann::json& r
 
 // Title, one row per run and tenant, then one PASS/MISS line per check.
 std::string propertyTable(const nlohmann::json& report, const std::string& title);
+
+// The report of a property scenario: propertyJson with the fields of
+// `extra` added, and its propertyTable under `title`.
+ScenarioReport propertyReport(const std::string& scenario, const nlohmann::json& runs,
+                              const std::vector<PropertyCheck>& checks, const std::string& title,
+                              const nlohmann::json& extra = nlohmann::json::object());
 
 }  // namespace fairsched::bench

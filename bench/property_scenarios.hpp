@@ -24,6 +24,9 @@ namespace fairsched::bench {
 // latency target.
 std::string chatEndpointToml(const char* cost, std::uint32_t max_batch_tokens,
                              std::uint32_t max_output_tokens);
+// The tier every tenant of weighted, token-cost and rate-limit is in, as
+// TOML: "paid", the default, no min_share, weight 1, 20,000 queued.
+std::string paidTierToml();
 
 ScenarioResult runWeighted(const ScenarioOptions& options);
 ScenarioResult runTiers(const ScenarioOptions& options);

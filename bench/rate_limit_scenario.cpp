@@ -31,8 +31,12 @@
 #include "fairsched/client.hpp"
 #include "fairsched/retry.hpp"
 #include "tests/support/forked_daemon.hpp"
+#include "tests/support/process_group.hpp"
 
 namespace fairsched::bench {
+
+using testing::ProcessGroup;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -70,15 +74,7 @@ const std::vector<LimitSetup>& setups(bool quick) {
 }
 
 std::string configText(const std::vector<LimitSetup>& s) {
-  std::string t = R"(
-default_tier = "paid"
-[[tiers]]
-name = "paid"
-min_share = 0.0
-default_weight = 1.0
-default_queue_limit = 20000
-
-)" + chatEndpointToml("tokens", 8192, 1024);
+  std::string t = paidTierToml() + chatEndpointToml("tokens", 8192, 1024);
   for (const LimitSetup& l : s) {
     t += "\n[tenants." + l.tenant + "]\ntier = \"paid\"\n[tenants." + l.tenant +
          ".limits]\nchat = [\"" + l.limit + "\"]\n";
@@ -197,19 +193,19 @@ ScenarioResult runRateLimit(const ScenarioOptions& options) {
   if (!started) return ScenarioError{started.error().message};
   daemon::ForkedDaemon& d = started.value();
   const auto start = Clock::now() + 300ms;
+  ProcessGroup group;
   std::vector<std::pair<pid_t, std::string>> children;
   for (std::size_t i = 0; i < s.size(); ++i) {
     const std::string path = tmp.path() + "/rl-" + s[i].tenant + ".json";
-    const pid_t pid = fork();
-    if (pid == 0) _exit(tenantProcess(d.socket(), s[i], start, options.seed * 1000 + i, path));
+    const pid_t pid = group.spawn(
+        [&] { return tenantProcess(d.socket(), s[i], start, options.seed * 1000 + i, path); });
     children.push_back({pid, path});
   }
   std::string failure;
   std::vector<nlohmann::json> docs;
   for (std::size_t i = 0; i < children.size(); ++i) {
-    int status = 0;
-    waitpid(children[i].first, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    // Its last requests may still retry (each attempt bounded) after the run.
+    if (group.wait(children[i].first, start + s[i].duration + 300s) != 0)
       failure = "client process " + s[i].tenant + " failed";
     std::ifstream in(children[i].second);
     nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
@@ -361,12 +357,6 @@ ScenarioResult runRateLimit(const ScenarioOptions& options) {
 
   nlohmann::json runs = nlohmann::json::array();
   runs.push_back(runJson(Policy::kFair, "limited", records, info));
-  ScenarioReport report;
-  report.json = propertyJson("rate-limit", runs, checks);
-  report.json["limits"] = limits;
-  report.json["retry"] = retry;
-  report.json["series"] = series;
-
   std::string title =
       "rate-limit: a real fairschedd and 3 client processes (8, 8, 16 threads), retrying with "
       "runWithRetry.\n"
@@ -374,7 +364,9 @@ ScenarioResult runRateLimit(const ScenarioOptions& options) {
       "C: 1 requests/1s flooded by 16 threads (max 2 attempts).\n"
       "Admissions = successful attempts by submit time; rejected = RATE_LIMITED after the "
       "last attempt.";
-  report.table = propertyTable(report.json, title);
+  ScenarioReport report =
+      propertyReport("rate-limit", runs, checks, title,
+                     {{"limits", limits}, {"retry", retry}, {"series", series}});
   char line[400];
   report.table +=
       "\nlimit       tenant  admitted  max_in_any_window  first_att  retries  "

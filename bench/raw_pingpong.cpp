@@ -10,7 +10,12 @@
 #include <cstdint>
 #include <thread>
 
+#include "tests/support/process_group.hpp"
+
 namespace fairsched::bench {
+
+using testing::ProcessGroup;
+
 namespace {
 
 // Ping and pong on separate cache lines, so each side spins on a line only
@@ -40,12 +45,8 @@ std::vector<double> rawPingPong(int iterations, int parent_cpu, int child_cpu) {
   auto* pp = new (mem) PingPong;
   const int warmup = iterations / 10;
   const auto total = static_cast<std::uint64_t>(warmup + iterations);
-  const pid_t child = fork();
-  if (child < 0) {
-    munmap(mem, sizeof(PingPong));
-    return {};
-  }
-  if (child == 0) {
+  ProcessGroup group;
+  const pid_t child = group.spawn([&] {
     pinTo(child_cpu);
     // Answers ping i with pong i (release), having seen it (acquire).
     for (std::uint64_t i = 1; i <= total; ++i) {
@@ -53,7 +54,11 @@ std::vector<double> rawPingPong(int iterations, int parent_cpu, int child_cpu) {
       }
       pp->pong.store(i, std::memory_order_release);
     }
-    _exit(0);
+    return 0;
+  });
+  if (child < 0) {
+    munmap(mem, sizeof(PingPong));
+    return {};
   }
   pinTo(parent_cpu);
   std::vector<double> rtt;
@@ -67,7 +72,7 @@ std::vector<double> rawPingPong(int iterations, int parent_cpu, int child_cpu) {
     if (i > static_cast<std::uint64_t>(warmup))
       rtt.push_back(static_cast<double>((t1 - t0).count()));
   }
-  waitpid(child, nullptr, 0);
+  group.wait(child, ProcessGroup::in(std::chrono::seconds(10)));
   munmap(mem, sizeof(PingPong));
   return rtt;
 }

@@ -10,6 +10,7 @@
 
 #include "bench/process_run.hpp"
 #include "bench/simulator.hpp"
+#include "bench/stats.hpp"
 #include "daemon/config/embedded_config.hpp"
 #include "daemon/config/scheduler_setup.hpp"
 
@@ -18,14 +19,6 @@ namespace {
 
 constexpr int kWindows = 100;    // served-tokens series: about this many windows
 constexpr int kCdfPoints = 101;  // latency CDF: the 0th..100th percentiles
-
-double percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0.0;
-  const double rank = p / 100.0 * static_cast<double>(sorted.size() - 1);
-  const auto lo = static_cast<std::size_t>(rank);
-  const std::size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - static_cast<double>(lo));
-}
 
 double seconds(TimeNs t) {
   return static_cast<double>(t) / kNsPerSec;
@@ -238,8 +231,8 @@ ReplaySummary summarize(const ReplayRun& run, const CostWeights& cost, TimeNs wi
   for (const RequestEvent& e : run.events) {
     if (demand[e.tenant] < light_below) light.push_back(&e);
   }
-  s.ttft_p50_ms = percentile(ttftsOf(all), 50);
-  s.light_ttft_p50_ms = percentile(ttftsOf(light), 50);
+  s.ttft_p50_ms = percentileOfSorted(ttftsOf(all), 50);
+  s.light_ttft_p50_ms = percentileOfSorted(ttftsOf(light), 50);
   s.makespan_s = first == kNever ? 0 : seconds(last - first);
   return s;
 }
@@ -286,19 +279,19 @@ nlohmann::json replayJson(const ReplayRun& run, const CostWeights& cost, TimeNs 
                      {"completed", a.completed},
                      {"rejected", a.rejected},
                      {"rejected_by_status", a.statuses},
-                     {"p50_ms", percentile(a.latencies, 50)},
-                     {"p99_ms", percentile(a.latencies, 99)},
+                     {"p50_ms", percentileOfSorted(a.latencies, 50)},
+                     {"p99_ms", percentileOfSorted(a.latencies, 99)},
                      {"max_ms", a.latencies.empty() ? 0.0 : a.latencies.back()},
                      {"tokens_served", a.tokens},
                      {"weight", w != run.weights.end() ? w->second : 1.0},
                      {"ttft_p50_ms", ttft.empty() ? nlohmann::json(nullptr)
-                                                  : nlohmann::json(percentile(ttft, 50))},
+                                                  : nlohmann::json(percentileOfSorted(ttft, 50))},
                      {"ttft_p99_ms", ttft.empty() ? nlohmann::json(nullptr)
-                                                  : nlohmann::json(percentile(ttft, 99))},
+                                                  : nlohmann::json(percentileOfSorted(ttft, 99))},
                      {"preemptions", a.preemptions}};
     nlohmann::json cdf = nlohmann::json::array();
     if (!a.latencies.empty()) {
-      for (int p = 0; p < kCdfPoints; ++p) cdf.push_back(percentile(a.latencies, p));
+      for (int p = 0; p < kCdfPoints; ++p) cdf.push_back(percentileOfSorted(a.latencies, p));
     }
     series[name] = {{"tokens_per_window", a.windows}, {"latency_percentiles_ms", cdf}};
   }
@@ -415,7 +408,7 @@ Spread spreadOf(std::vector<double> v) {
   Spread s;
   if (v.empty()) return s;
   std::sort(v.begin(), v.end());
-  s.median = percentile(v, 50);
+  s.median = percentileOfSorted(v, 50);
   s.min = v.front();
   s.max = v.back();
   return s;
@@ -605,12 +598,6 @@ ScenarioResult runReplay(const ScenarioOptions& options) {
 std::optional<std::string> plotReplay(const nlohmann::json& report, const std::string& path) {
   if (report.value("scenario", "") != "replay") return std::string("a comparison has no plot");
   static constexpr std::string_view kScript = R"PY(
-import json, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-report = json.load(open(sys.argv[1]))
 series = report["series"]
 window = report["window_s"]
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))

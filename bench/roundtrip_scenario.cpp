@@ -2,6 +2,8 @@
 
 #include "bench/process_run.hpp"
 #include "bench/raw_pingpong.hpp"
+#include "bench/stats.hpp"
+#include "tests/support/process_group.hpp"
 
 #include <sched.h>
 #include <sys/socket.h>
@@ -20,6 +22,9 @@
 #include "tests/support/forked_daemon.hpp"
 
 namespace fairsched::bench {
+
+using testing::ProcessGroup;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -33,11 +38,8 @@ Percentiles percentiles(std::vector<double> ns) {
   Percentiles p;
   if (ns.empty()) return p;
   std::sort(ns.begin(), ns.end());
-  auto at = [&](double q) {
-    return ns[static_cast<std::size_t>(q * static_cast<double>(ns.size() - 1))] / 1000.0;
-  };
-  p.p50_us = at(0.50);
-  p.p99_us = at(0.99);
+  p.p50_us = percentileOfSorted(ns, 50) / 1000.0;
+  p.p99_us = percentileOfSorted(ns, 99) / 1000.0;
   p.max_us = ns.back() / 1000.0;
   return p;
 }
@@ -47,10 +49,7 @@ nlohmann::json cdf(std::vector<double> ns) {
   nlohmann::json out = nlohmann::json::array();
   if (ns.empty()) return out;
   std::sort(ns.begin(), ns.end());
-  for (int q = 0; q <= 100; ++q) {
-    out.push_back(ns[static_cast<std::size_t>(q / 100.0 * static_cast<double>(ns.size() - 1))] /
-                  1000.0);
-  }
+  for (int q = 0; q <= 100; ++q) out.push_back(percentileOfSorted(ns, q) / 1000.0);
   return out;
 }
 
@@ -62,16 +61,16 @@ nlohmann::json toJson(const Percentiles& p) {
 std::vector<double> socketEcho(int iterations) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return {};
-  const pid_t child = fork();
-  if (child == 0) {
+  ProcessGroup group;
+  const pid_t child = group.spawn([&] {
     pinTo(1);
     close(sv[0]);
     char buf[64];
     for (;;) {
       const ssize_t n = recv(sv[1], buf, sizeof buf, 0);
-      if (n <= 0 || send(sv[1], buf, static_cast<std::size_t>(n), 0) != n) _exit(0);
+      if (n <= 0 || send(sv[1], buf, static_cast<std::size_t>(n), 0) != n) return 0;
     }
-  }
+  });
   close(sv[1]);
   char msg[56] = {1};
   std::vector<double> rtt;
@@ -82,8 +81,8 @@ std::vector<double> socketEcho(int iterations) {
     if (recv(sv[0], msg, sizeof msg, 0) <= 0) break;
     rtt.push_back(static_cast<double>((Clock::now() - t0).count()));
   }
-  close(sv[0]);
-  waitpid(child, nullptr, 0);
+  close(sv[0]);  // the child sees the end and exits
+  group.wait(child, ProcessGroup::in(10s));
   return rtt;
 }
 
@@ -249,12 +248,7 @@ ScenarioResult runRoundtripScenario(const ScenarioOptions& options) {
 
 std::optional<std::string> plotRoundtrip(const nlohmann::json& report, const std::string& path) {
   static constexpr std::string_view kScript = R"PY(
-import json, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-r = json.load(open(sys.argv[1]))
+r = report
 cdf = r["cdf_us"]
 fig, ax = plt.subplots(figsize=(7, 4))
 for key, label, color in [("shm", "shared memory, busy-polling", "#1f77b4"),

@@ -27,9 +27,13 @@
 #include "fairsched/client.hpp"
 #include "shm/ready_bitmap.hpp"
 #include "tests/support/forked_daemon.hpp"
+#include "tests/support/process_group.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace fairsched::bench {
+
+using testing::ProcessGroup;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -376,44 +380,6 @@ std::optional<std::string> raiseFdLimit(std::uint64_t need) {
   if (setrlimit(RLIMIT_NOFILE, &r) != 0) return std::string("setrlimit failed");
   return std::nullopt;
 }
-
-// The client processes of one cell; any still running when this goes are killed.
-class ProcessGroup {
- public:
-  ~ProcessGroup() {
-    for (const pid_t p : pids_) kill(p, SIGKILL);
-    for (const pid_t p : pids_) waitpid(p, nullptr, 0);
-  }
-  void add(pid_t p) { pids_.push_back(p); }
-  // Reaps every process by `deadline`, SIGKILLing those still running then.
-  // True when every one exited with status 0.
-  bool waitAll(Clock::time_point deadline) {
-    bool ok = true;
-    while (!pids_.empty()) {
-      for (std::size_t i = 0; i < pids_.size();) {
-        int status = 0;
-        const pid_t r = waitpid(pids_[i], &status, WNOHANG);
-        if (r == 0) {
-          ++i;
-          continue;
-        }
-        ok = ok && r == pids_[i] && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        pids_[i] = pids_.back();
-        pids_.pop_back();
-      }
-      if (pids_.empty()) break;
-      if (Clock::now() >= deadline) {
-        for (const pid_t p : pids_) kill(p, SIGKILL);
-        ok = false;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    return ok;
-  }
-
- private:
-  std::vector<pid_t> pids_;
-};
 
 struct Cell {
   int processes = 0, tenants = 0;

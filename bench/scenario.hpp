@@ -54,7 +54,9 @@ struct ScenarioInfo {
 };
 
 // Runs /usr/bin/python3 (or $FAIRSCHED_PYTHON) on `script` with two
-// arguments: a file holding `data` as JSON, and `png_path`. nullopt on
+// arguments: a file holding `data` as JSON, and `png_path`. The script
+// starts with json, sys, matplotlib (Agg) and matplotlib.pyplot as plt
+// imported, and `report` loaded from the file. nullopt on
 // success, else the reason (python or matplotlib missing, script failed).
 std::optional<std::string> plotWithPython(std::string_view script, const nlohmann::json& data,
                                           const std::string& png_path);

@@ -92,18 +92,11 @@ ScenarioResult runSimNoisyNeighbor(const ScenarioOptions& options) {
   const std::string tier = setup.spec.tiers[a_spec->tier].name;
   const double weight = a_spec->weight;
 
-  std::vector<NoisyRun> runs;
-  struct Plan {
-    Policy policy;
-    const char* label;
-    bool burst;
-  };
-  for (const Plan plan : {Plan{Policy::kFair, "burst", true}, Plan{Policy::kFifo, "burst", true},
-                          Plan{Policy::kFair, "alone", false}}) {
-    setup.spec.policy = plan.policy;
-    const auto arrivals = makeArrivals(setup, options.seed, plan.burst);
+  auto runs = runNoisyPlans([&](Policy policy, const char* label, bool burst) -> NoisyRunResult {
+    setup.spec.policy = policy;
+    const auto arrivals = makeArrivals(setup, options.seed, burst);
     const auto outcomes = simulate(setup.spec, setup.executors, arrivals);
-    NoisyRun run{plan.policy, plan.label, {}};
+    NoisyRun run{policy, label, {}};
     for (std::size_t i = 0; i < arrivals.size(); ++i) {
       const SimOutcome& o = outcomes[i];
       RequestRecord r;
@@ -113,16 +106,11 @@ ScenarioResult runSimNoisyNeighbor(const ScenarioOptions& options) {
       r.tokens = arrivals[i].input_tokens + arrivals[i].output_tokens;
       run.tenants[arrivals[i].tenant].push_back(r);
     }
-    runs.push_back(std::move(run));
-  }
-  ScenarioReport report;
-  report.json = noisyNeighborJson(runs, "virtual-time", tier, weight);
-  report.table = noisyNeighborTable(
-      report.json,
-      "noisy-neighbor (virtual time, real scheduling core, executor modelled from the config)\n"
-      "A: burst of 10,000 requests; B: 5 requests spaced out during the burst; same tier and "
-      "weight");
-  return report;
+    return run;
+  });
+  return noisyNeighborReport(
+      std::get<std::vector<NoisyRun>>(runs), "virtual-time", tier, weight,
+      "noisy-neighbor (virtual time, real scheduling core, executor modelled from the config)\n");
 }
 
 }  // namespace fairsched::bench

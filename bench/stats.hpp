@@ -8,14 +8,20 @@
 
 namespace fairsched::bench {
 
-// The p-th percentile (0..100) of `v`, interpolated between ranks; 0 when empty.
-inline double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
+// The p-th percentile (0..100) of `sorted` (ascending), interpolated between
+// ranks; 0 when empty. The one percentile every scenario reports.
+inline double percentileOfSorted(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0.0;
+  const double rank = p / 100.0 * static_cast<double>(sorted.size() - 1);
   const auto lo = static_cast<std::size_t>(rank);
-  const std::size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
+  const std::size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - static_cast<double>(lo));
+}
+
+// The same of `v` in any order.
+inline double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return percentileOfSorted(v, p);
 }
 
 // The most cost admitted in any window [t, t + window) of admissions given

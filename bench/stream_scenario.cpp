@@ -14,14 +14,20 @@
 #include <vector>
 
 #include "bench/raw_pingpong.hpp"
+#include "bench/stats.hpp"
 #include "fairsched/client.hpp"
 #include "fairsched/worker.hpp"
 #include "shm/worker_protocol.hpp"
+#include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
+#include "tests/support/process_group.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "worker/reference_engine.hpp"
 
 namespace fairsched::bench {
+
+using testing::ProcessGroup;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -48,14 +54,17 @@ struct ClientResult {
 };
 
 std::variant<config::Config, std::string> streamConfig(const std::string& dir) {
-  const std::string text =
-      "[daemon]\nlog_level = \"error\"\n[[tiers]]\nname = \"bench\"\n"
+  testing::DaemonConfigText c;  // the socket and the client rule are set below
+  c.socket_mode = "";
+  c.tiers = {"bench"};
+  c.body =
       "[endpoints.chat]\nexecutor = \"worker\"\nmax_batch_tokens = 65536\n"
       "max_output_tokens = 8192\nbatch_timeout_ms = 0\n"
       "[endpoints.chat.worker]\nmax_sequences = 256\nclient_buffer_chunks = 65536\n"
       "[tenants.bench]\ntier = \"bench\"\nqueue_limit = 100000\n";
-  auto parsed = config::parseConfig(text, "<stream>");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return err->toString();
+  c.client = false;
+  auto parsed = c.parse("<stream>");
+  if (auto* err = std::get_if<std::string>(&parsed)) return *err;
   config::Config cfg = std::get<config::Config>(std::move(parsed));
   cfg.daemon.socket = dir + "/fairsched.sock";
   config::ClientRule rule;  // this uid: the client and the worker
@@ -183,13 +192,13 @@ struct Measured {
 std::variant<Measured, std::string> measure(const std::string& socket, const Plan& plan) {
   int fds[2];
   if (pipe(fds) != 0) return std::string("pipe failed");
-  const pid_t child = fork();
-  if (child < 0) return std::string("fork failed");
-  if (child == 0) {
+  ProcessGroup group;
+  const pid_t child = group.spawn([&] {
     close(fds[0]);
     pinTo(0);
-    _exit(runClient(socket, plan, fds[1]));
-  }
+    return runClient(socket, plan, fds[1]);
+  });
+  if (child < 0) return std::string("fork failed");
   close(fds[1]);
   Measured m;
   const bool ok = readAll(fds[0], &m.result, sizeof m.result);
@@ -198,18 +207,15 @@ std::variant<Measured, std::string> measure(const std::string& socket, const Pla
     readAll(fds[0], m.samples.data(), m.samples.size() * sizeof(double));
   }
   close(fds[0]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  if (!ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return std::string("the client process failed");
-  }
+  // It has sent everything (or failed): what is left is its exit.
+  const bool exited_ok = group.wait(child, ProcessGroup::in(30s)) == 0;
+  if (!ok || !exited_ok) return std::string("the client process failed");
   return m;
 }
 
-double percentileUs(std::vector<double> ns, double q) {
-  if (ns.empty()) return 0;
-  std::sort(ns.begin(), ns.end());
-  return ns[static_cast<std::size_t>(q * static_cast<double>(ns.size() - 1))] / 1000.0;
+// The q-quantile (0..1) of `ns` in microseconds.
+double percentileUs(const std::vector<double>& ns, double q) {
+  return percentile(ns, q * 100) / 1000.0;
 }
 
 nlohmann::json latencyJson(const std::vector<double>& ns) {
@@ -218,28 +224,27 @@ nlohmann::json latencyJson(const std::vector<double>& ns) {
           {"samples", ns.size()}};
 }
 
-// A reference worker process on `cpu` with `model`; SIGTERM stops it.
-pid_t startWorker(const std::string& socket, const reference::EngineModel& model, int cpu) {
-  const pid_t worker = fork();
-  if (worker != 0) return worker;
-  pinTo(cpu);
-  WorkerOptions wo;
-  wo.socket_path = socket;
-  wo.endpoint = "chat";
-  wo.worker_name = "reference";
-  auto w = Worker::connect(wo);
-  if (!w) _exit(1);
-  static std::atomic<bool> stop{false};
-  signal(SIGTERM, [](int) { stop.store(true); });
-  reference::ReferenceEngine engine(*w, model);
-  const Result<void> r = engine.run(stop);
-  _exit(r ? 0 : 1);
+// A reference worker process on `cpu` with `model` in `group`; SIGTERM stops it.
+pid_t startWorker(ProcessGroup& group, const std::string& socket,
+                  const reference::EngineModel& model, int cpu) {
+  return group.spawn([&] {
+    pinTo(cpu);
+    WorkerOptions wo;
+    wo.socket_path = socket;
+    wo.endpoint = "chat";
+    wo.worker_name = "reference";
+    auto w = Worker::connect(wo);
+    if (!w) return 1;
+    static std::atomic<bool> stop{false};
+    signal(SIGTERM, [](int) { stop.store(true); });
+    reference::ReferenceEngine engine(*w, model);
+    const Result<void> r = engine.run(stop);
+    return r ? 0 : 1;
+  });
 }
 
-void stopWorker(pid_t worker) {
-  if (worker <= 0) return;
-  kill(worker, SIGTERM);
-  waitpid(worker, nullptr, 0);
+void stopWorker(ProcessGroup& group, pid_t worker) {
+  group.stop(worker, ProcessGroup::in(30s));
 }
 
 }  // namespace
@@ -258,6 +263,7 @@ ScenarioResult runStreamScenario(const ScenarioOptions& options) {
     return ScenarioError{started.error().message};
   }
   daemon::ForkedDaemon& d = started.value();
+  ProcessGroup workers;
   // 1. Throughput: a zero-cost engine of 64 sequences (every step decodes
   // one token of each) on the daemon's CPU; the client keeps 64 requests in
   // flight on the other.
@@ -267,21 +273,21 @@ ScenarioResult runStreamScenario(const ScenarioOptions& options) {
   saturating.step_us = 0;
   saturating.prefill_token_us = 0;
   saturating.decode_token_us = 0;
-  pid_t worker = startWorker(d.socket(), saturating, 1);
+  pid_t worker = startWorker(workers, d.socket(), saturating, 1);
   pinTo(0);
   auto busy = measure(d.socket(), Plan{requests, output_tokens, false, kSequences});
-  stopWorker(worker);
+  stopWorker(workers, worker);
   // 2. Latency of one token at a time: one sequence, a step of 100 µs (the
   // engine sleeps between steps), one request in flight — the pipeline is
   // idle when each token is emitted, so nothing queues in front of it.
   reference::EngineModel paced = saturating;
   paced.max_sequences = 1;
   paced.step_us = 100;
-  worker = startWorker(d.socket(), paced, 0);
+  worker = startWorker(workers, d.socket(), paced, 0);
   const std::uint32_t paced_requests = options.quick ? 8 : 64;
   auto latency = measure(d.socket(), Plan{paced_requests, 256, false, 1});
   auto sleeping = measure(d.socket(), Plan{paced_requests / 4, 256, true, 1});
-  stopWorker(worker);
+  stopWorker(workers, worker);
   const int daemon_status = d.terminate();
   for (const auto* m : {&busy, &latency, &sleeping}) {
     if (auto* err = std::get_if<std::string>(m)) return ScenarioError{*err};

@@ -118,8 +118,6 @@ ScenarioResult runTiers(const ScenarioOptions& options) {
   checks.push_back({"trial share of tokens (%) with both tiers backlogged", target, 100 * t_share,
                     "%", t_share >= kMinShare - slack});
 
-  ScenarioReport report;
-  report.json = propertyJson("tiers", runs, checks);
   char title[400];
   std::snprintf(title, sizeof title,
                 "tiers: a real fairschedd and client processes; tier paid (P) above tier trial "
@@ -130,8 +128,7 @@ ScenarioResult runTiers(const ScenarioOptions& options) {
                 "time until one drained).",
                 kMinShare, kInput, kOutput, paid_steady.size(), trial_backlog.size(),
                 paid_backlog.size(), trial_backlog.size());
-  report.table = propertyTable(report.json, title);
-  return report;
+  return propertyReport("tiers", runs, checks, title);
 }
 
 }  // namespace fairsched::bench

@@ -26,15 +26,7 @@ constexpr double kTargetShare = 0.45;
 // `cost`: "tokens" or "requests". max_batch_tokens admits one 32k request
 // (input + output) with room for small ones beside it.
 std::string configText(const char* cost) {
-  return std::string(R"(
-default_tier = "paid"
-[[tiers]]
-name = "paid"
-min_share = 0.0
-default_weight = 1.0
-default_queue_limit = 20000
-
-)") + chatEndpointToml(cost, 36864, 32768) +
+  return paidTierToml() + chatEndpointToml(cost, 36864, 32768) +
          R"(
 [tenants.A]
 tier = "paid"
@@ -82,8 +74,6 @@ ScenarioResult runTokenCost(const ScenarioOptions& options) {
                         "none: shows what token budgets prevent", 100 * share, "%", true});
     }
   }
-  ScenarioReport report;
-  report.json = propertyJson("token-cost", runs, checks);
   char title[320];
   std::snprintf(title, sizeof title,
                 "token-cost: a real fairschedd and 2 client processes, same tier and weight.\n"
@@ -92,8 +82,7 @@ ScenarioResult runTokenCost(const ScenarioOptions& options) {
                 "Shares are of tokens completed in the first 90%% of the time until one tenant "
                 "drained.",
                 large, kLargeInput, kLargeOutput, small, kSmallInput, kSmallOutput);
-  report.table = propertyTable(report.json, title);
-  return report;
+  return propertyReport("token-cost", runs, checks, title);
 }
 
 }  // namespace fairsched::bench

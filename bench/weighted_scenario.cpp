@@ -18,15 +18,7 @@ constexpr std::uint32_t kOutput = 128;
 constexpr double kTolerance = 0.02;  // relative to the weight share
 
 std::string configText() {
-  return std::string(R"(
-default_tier = "paid"
-[[tiers]]
-name = "paid"
-min_share = 0.0
-default_weight = 1.0
-default_queue_limit = 20000
-
-)") + chatEndpointToml("tokens", 4096, 4096) +
+  return paidTierToml() + chatEndpointToml("tokens", 4096, 4096) +
          R"(
 [tenants.W1]
 tier = "paid"
@@ -76,11 +68,8 @@ ScenarioResult runWeighted(const ScenarioOptions& options) {
     checks.push_back({"share of tokens of " + name + " (%) while all backlogged", t, 100 * share,
                       "%", std::abs(share - target) <= target * kTolerance});
   }
-  ScenarioReport report;
   nlohmann::json runs =
       nlohmann::json::array({runJson(Policy::kFair, "backlogged", records, info)});
-  report.json = propertyJson("weighted", runs, checks);
-  report.json["measured_until_ms"] = static_cast<double>(until) / kNsPerMs;
   char title[256];
   std::snprintf(title, sizeof title,
                 "weighted: a real fairschedd and 3 client processes; W1, W2, W4 (weights 1:2:4) "
@@ -88,8 +77,8 @@ ScenarioResult runWeighted(const ScenarioOptions& options) {
                 "Shares are of tokens completed in the first %.0f ms (90%% of the time until the "
                 "first tenant drained).",
                 n, kInput, kOutput, static_cast<double>(until) / kNsPerMs);
-  report.table = propertyTable(report.json, title);
-  return report;
+  return propertyReport("weighted", runs, checks, title,
+                        {{"measured_until_ms", static_cast<double>(until) / kNsPerMs}});
 }
 
 }  // namespace fairsched::bench

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "client_test_util.hpp"
+#include "tests/support/requests.hpp"
 
 namespace fairsched::testing {
 namespace {
@@ -62,13 +63,7 @@ TEST(CApi, RoundTripThroughTheCAbi) {
   EXPECT_EQ(tenant, 0u);
 
   const uint32_t prompt[3] = {5, 6, 7};
-  fairsched_submit_request r;
-  fairsched_submit_request_init(&r);
-  r.tenant = tenant;
-  r.endpoint = "chat";
-  r.prompt = prompt;
-  r.prompt_tokens = 3;
-  r.max_output_tokens = 8;
+  fairsched_submit_request r = makeCRequest(tenant, prompt, 8);
   r.tag = 4242;
   uint64_t id = 0;
   ASSERT_EQ(fairsched_submit(c, &r, &id), FAIRSCHED_OK) << fairsched_last_error_message();
@@ -113,13 +108,7 @@ TEST(CApi, ASubmitRequestFromBeforeTheWorkerFieldsIsReadUpToItsSize) {
   uint32_t tenant = 0;
   ASSERT_EQ(fairsched_open_tenant(c, "acme", nullptr, &tenant), FAIRSCHED_OK);
   const uint32_t prompt[2] = {1, 2};
-  fairsched_submit_request r;
-  fairsched_submit_request_init(&r);
-  r.tenant = tenant;
-  r.endpoint = "chat";
-  r.prompt = prompt;
-  r.prompt_tokens = 2;
-  r.max_output_tokens = 4;
+  fairsched_submit_request r = makeCRequest(tenant, prompt, 4);
   // Garbage where an old caller's struct has ended: read, each is refused.
   r.stream = -1;
   r.counts_only = 1;  // with a prompt

@@ -17,8 +17,7 @@ namespace {
 
 TEST(ClientConnect, SaysHelloMapsTheSegmentAndListsEndpoints) {
   FakeDaemon fake;
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake);
   EXPECT_TRUE(client.connected());
   EXPECT_EQ(client.clientId(), 42u);
   const std::vector<EndpointDescription> eps = client.endpoints();
@@ -61,13 +60,22 @@ TEST(ClientConnect, RejectsAClientNameThatDoesNotFitTheMessage) {
   EXPECT_EQ(fake.hellos(), 0u);
 }
 
-TEST(ClientConnect, RefusedHelloSurfacesUnauthorizedWithTheDaemonsReason) {
+// What connect() says to a fake daemon that answers Hello with `status`
+// and `message`, in protocol version `version`.
+Result<Client> connectRefused(shm::ControlStatus status, const std::string& message = "",
+                              std::uint16_t version = shm::kControlVersion) {
   FakeDaemonOptions fo;
-  fo.hello_status = shm::ControlStatus::kUnauthorized;
-  fo.hello_message = "no client rule admits uid 1000";
+  fo.hello_status = status;
+  fo.hello_message = message;
+  fo.reply_version = version;
   FakeDaemon fake(fo);
   fake.start();
-  Result<Client> c = Client::connect(optionsFor(fake));
+  return Client::connect(optionsFor(fake));
+}
+
+TEST(ClientConnect, RefusedHelloSurfacesUnauthorizedWithTheDaemonsReason) {
+  Result<Client> c =
+      connectRefused(shm::ControlStatus::kUnauthorized, "no client rule admits uid 1000");
   ASSERT_FALSE(c);
   EXPECT_EQ(c.code(), ErrorCode::kUnauthorized);
   EXPECT_NE(c.error().message.find("no client rule admits uid 1000"), std::string::npos)
@@ -76,23 +84,15 @@ TEST(ClientConnect, RefusedHelloSurfacesUnauthorizedWithTheDaemonsReason) {
 }
 
 TEST(ClientConnect, VersionMismatchStatusIsVersionMismatch) {
-  FakeDaemonOptions fo;
-  fo.hello_status = shm::ControlStatus::kVersionMismatch;
-  fo.hello_message = "layout version 2 required";
-  FakeDaemon fake(fo);
-  fake.start();
-  Result<Client> c = Client::connect(optionsFor(fake));
+  Result<Client> c =
+      connectRefused(shm::ControlStatus::kVersionMismatch, "layout version 2 required");
   ASSERT_FALSE(c);
   EXPECT_EQ(c.code(), ErrorCode::kVersionMismatch);
   EXPECT_NE(c.error().message.find("layout version 2 required"), std::string::npos);
 }
 
 TEST(ClientConnect, ReplyInAnotherProtocolVersionIsVersionMismatch) {
-  FakeDaemonOptions fo;
-  fo.reply_version = shm::kControlVersion + 1;
-  FakeDaemon fake(fo);
-  fake.start();
-  Result<Client> c = Client::connect(optionsFor(fake));
+  Result<Client> c = connectRefused(shm::ControlStatus::kOk, "", shm::kControlVersion + 1);
   ASSERT_FALSE(c);
   EXPECT_EQ(c.code(), ErrorCode::kVersionMismatch);
   EXPECT_NE(c.error().message.find("version " + std::to_string(shm::kControlVersion + 1)),
@@ -101,11 +101,7 @@ TEST(ClientConnect, ReplyInAnotherProtocolVersionIsVersionMismatch) {
 }
 
 TEST(ClientConnect, DaemonShuttingDownIsShuttingDown) {
-  FakeDaemonOptions fo;
-  fo.hello_status = shm::ControlStatus::kShuttingDown;
-  FakeDaemon fake(fo);
-  fake.start();
-  Result<Client> c = Client::connect(optionsFor(fake));
+  Result<Client> c = connectRefused(shm::ControlStatus::kShuttingDown);
   ASSERT_FALSE(c);
   EXPECT_EQ(c.code(), ErrorCode::kShuttingDown);
 }
@@ -138,8 +134,7 @@ TEST(ClientConnect, HelloTimesOutWhenTheDaemonNeverAnswers) {
 
 TEST(ClientTenants, OpenReturnsAHandleAndReusesItForTheSameName) {
   FakeDaemon fake;
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake);
   Result<Tenant> a = client.openTenant("acme", "gold");
   ASSERT_TRUE(a) << a.error().toString();
   Result<Tenant> b = client.openTenant("beta");
@@ -182,8 +177,7 @@ TEST(ClientTenants, MoreTenantsThanRingsIsNoCapacity) {
 
 TEST(ClientTenants, NamesThatDoNotFitAreRejectedLocally) {
   FakeDaemon fake;
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake);
   EXPECT_EQ(client.openTenant("").code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(client.openTenant(std::string(64, 't')).code(), ErrorCode::kInvalidArgument);
   EXPECT_TRUE(client.openTenant(std::string(63, 't')));

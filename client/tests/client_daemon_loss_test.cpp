@@ -16,17 +16,33 @@
 #include <thread>
 
 #include "client_test_util.hpp"
+#include "tests/support/requests.hpp"
 
 namespace fairsched::testing {
 namespace {
 
 SubmitRequest request(Tenant t, std::uint64_t tag) {
-  SubmitRequest r;
-  r.tenant = t;
-  r.endpoint = "chat";
-  r.max_output_tokens = 1;
-  r.tag = tag;
-  return r;
+  return makeRequest(t, {}, 1, tag);
+}
+
+// Submits `n` requests for `t` (tags first_tag, first_tag + 1, ...) and
+// waits until `fake` holds them all.
+::testing::AssertionResult submitHeld(Client& client, FakeDaemon& fake, Tenant t, std::uint64_t n,
+                                      std::uint64_t first_tag = 0) {
+  for (std::uint64_t i = 0; i < n; ++i) {
+    if (!client.submit(request(t, first_tag + i))) {
+      return ::testing::AssertionFailure() << "submit " << i << " failed";
+    }
+  }
+  if (!fake.waitHeld(n)) return ::testing::AssertionFailure() << "the fake never held " << n;
+  return ::testing::AssertionSuccess();
+}
+
+// The completions poll() has now.
+std::vector<Completion> pollNow(Client& client) {
+  std::vector<Completion> got;
+  client.poll(got);
+  return got;
 }
 
 void expectAllShuttingDown(const std::vector<Completion>& got, std::size_t n) {
@@ -45,12 +61,9 @@ void expectAllShuttingDown(const std::vector<Completion>& got, std::size_t n) {
 
 TEST(ClientDaemonLoss, OutstandingRequestsCompleteShuttingDownAndWaitSaysDaemonLost) {
   FakeDaemon fake;
-  fake.setResponder(holdAll);
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake, holdAll);
   const Tenant t = mustOpen(client, "acme");
-  for (std::uint64_t i = 0; i < 10; ++i) ASSERT_TRUE(client.submit(request(t, i)));
-  ASSERT_TRUE(fake.waitFor([&] { return fake.held() == 10; }, 5000ms));
+  ASSERT_TRUE(submitHeld(client, fake, t, 10));
 
   fake.dropClients();
   const auto before = Clock::now();
@@ -60,16 +73,13 @@ TEST(ClientDaemonLoss, OutstandingRequestsCompleteShuttingDownAndWaitSaysDaemonL
   EXPECT_EQ(w.code(), ErrorCode::kDaemonLost);
   EXPECT_FALSE(client.connected());
 
-  std::vector<Completion> got;
-  client.poll(got);
-  expectAllShuttingDown(got, 10);
+  expectAllShuttingDown(pollNow(client), 10);
   EXPECT_EQ(client.outstanding(), 0u);
   EXPECT_EQ(client.stats().local_completions, 10u);
   EXPECT_EQ(client.stats().connections_lost, 1u);
 
   // Nothing more comes, and the connection stays gone without a policy.
-  got.clear();
-  EXPECT_EQ(client.poll(got), 0u);
+  EXPECT_TRUE(pollNow(client).empty());
   EXPECT_EQ(client.wait(10ms).code(), ErrorCode::kNotConnected);
   EXPECT_EQ(client.submit(request(t, 99)).code(), ErrorCode::kNotConnected);
   EXPECT_EQ(client.prepareToBlock().code(), ErrorCode::kNotConnected);
@@ -85,7 +95,7 @@ TEST(ClientDaemonLoss, CompletionsPublishedBeforeTheLossAreDeliveredAsSent) {
   Client client = mustConnect(o);
   const Tenant t = mustOpen(client, "acme");
   for (std::uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(client.submit(request(t, i)));
-  ASSERT_TRUE(fake.waitFor([&] { return fake.held() == 3; }, 5000ms));
+  ASSERT_TRUE(fake.waitHeld(3));
   fake.dropClients();
 
   const std::vector<Completion> got = collect(client, 6);
@@ -103,11 +113,7 @@ TEST(ClientDaemonLoss, CompletionsPublishedBeforeTheLossAreDeliveredAsSent) {
 
 TEST(ClientDaemonLoss, BlockedWaitReturnsPromptly) {
   FakeDaemon fake;
-  fake.setResponder(holdAll);
-  fake.start();
-  ClientOptions o = optionsFor(fake);
-  o.spin = 0ns;
-  Client client = mustConnect(o);
+  Client client = startAndConnect(fake, holdAll, [](ClientOptions& o) { o.spin = 0ns; });
   const Tenant t = mustOpen(client, "acme");
   ASSERT_TRUE(client.submit(request(t, 1)));
 
@@ -138,19 +144,14 @@ TEST(ClientDaemonLoss, BlockedWaitReturnsPromptly) {
   EXPECT_EQ(result.code(), ErrorCode::kDaemonLost);
   ASSERT_FALSE(second);
   EXPECT_EQ(second.code(), ErrorCode::kDaemonLost);
-  std::vector<Completion> got;
-  client.poll(got);
-  expectAllShuttingDown(got, 1);
+  expectAllShuttingDown(pollNow(client), 1);
 }
 
 TEST(ClientDaemonLoss, PollAloneNoticesTheLoss) {
   FakeDaemon fake;
-  fake.setResponder(holdAll);
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake, holdAll);
   const Tenant t = mustOpen(client, "acme");
-  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(client.submit(request(t, i)));
-  ASSERT_TRUE(fake.waitFor([&] { return fake.held() == 3; }, 5000ms));
+  ASSERT_TRUE(submitHeld(client, fake, t, 3));
   fake.dropClients();
   std::vector<Completion> got;
   const auto deadline = Clock::now() + 5s;
@@ -163,30 +164,23 @@ TEST(ClientDaemonLoss, PollAloneNoticesTheLoss) {
 
 TEST(ClientDaemonLoss, CompletionFdBecomesReadableOnTheLoss) {
   FakeDaemon fake;
-  fake.setResponder(holdAll);
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake, holdAll);
   const Tenant t = mustOpen(client, "acme");
-  ASSERT_TRUE(client.submit(request(t, 1)));
-  ASSERT_TRUE(fake.waitFor([&] { return fake.held() == 1; }, 5000ms));
+  ASSERT_TRUE(submitHeld(client, fake, t, 1, 1));
   ASSERT_EQ(client.prepareToBlock().value(), true);
   fake.dropClients();
   pollfd p{client.completionFd(), POLLIN, 0};
   ASSERT_EQ(::poll(&p, 1, 5000), 1);
-  std::vector<Completion> got;
-  client.poll(got);
-  expectAllShuttingDown(got, 1);
+  expectAllShuttingDown(pollNow(client), 1);
 }
 
 TEST(ClientDaemonLoss, SubmitAndWaitGetsShuttingDown) {
   FakeDaemon fake;
-  fake.setResponder(holdAll);
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake, holdAll);
   const Tenant t = mustOpen(client, "acme");
   Result<Completion> r = Error{ErrorCode::kSystem, 0, "not run"};
   std::thread waiter([&] { r = client.submitAndWait(request(t, 8), 60s); });
-  ASSERT_TRUE(fake.waitFor([&] { return fake.held() == 1; }, 5000ms));
+  ASSERT_TRUE(fake.waitHeld(1));
   fake.dropClients();
   waiter.join();
   ASSERT_TRUE(r) << r.error().toString();
@@ -242,9 +236,7 @@ TEST(ClientDaemonLoss, KilledDaemonProcessIsNoticed) {
   EXPECT_LT(Clock::now() - before, 5s);
   ASSERT_FALSE(w);
   EXPECT_EQ(w.code(), ErrorCode::kDaemonLost);
-  std::vector<Completion> got;
-  client.poll(got);
-  expectAllShuttingDown(got, 5);
+  expectAllShuttingDown(pollNow(client), 5);
   ::unlink(path.c_str());
   ::rmdir(dir);
 }
@@ -263,7 +255,7 @@ TEST(ClientReconnect, ComesBackAndReopensTenantsWithoutResubmitting) {
 
   fake.setResponder(holdAll);
   ASSERT_TRUE(client.submit(request(*t, 2)));
-  ASSERT_TRUE(fake.waitFor([&] { return fake.held() == 1; }, 5000ms));
+  ASSERT_TRUE(fake.waitHeld(1));
   fake.dropClients();
   fake.setResponder(okCompletion);
   EXPECT_EQ(client.wait(30s).code(), ErrorCode::kDaemonLost);
@@ -326,8 +318,7 @@ TEST(ClientReconnect, BacksOffWhileTheDaemonIsAway) {
 
 TEST(ClientReconnect, WithoutAPolicyOnlyAnExplicitReconnectComesBack) {
   FakeDaemon fake;
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake);
   const Tenant t = mustOpen(client, "acme");
   fake.dropClients();
   EXPECT_EQ(client.wait(30s).code(), ErrorCode::kDaemonLost);

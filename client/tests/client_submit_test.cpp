@@ -14,18 +14,13 @@
 #include <vector>
 
 #include "client_test_util.hpp"
+#include "tests/support/requests.hpp"
 
 namespace fairsched::testing {
 namespace {
 
 SubmitRequest chatRequest(Tenant t, std::span<const std::uint32_t> prompt, std::uint64_t tag) {
-  SubmitRequest r;
-  r.tenant = t;
-  r.endpoint = "chat";
-  r.prompt = prompt;
-  r.max_output_tokens = 5;
-  r.tag = tag;
-  return r;
+  return makeRequest(t, prompt, 5, tag);
 }
 
 bool fdReadable(int fd, int timeout_ms) {
@@ -108,8 +103,7 @@ TEST(ClientSubmit, TimeoutBecomesAnAbsoluteDeadlineAndTheEarlierOneWins) {
 
 TEST(ClientSubmit, UnknownEndpointIsAnErrorAndNothingIsSent) {
   FakeDaemon fake;
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake);
   const Tenant t = mustOpen(client, "acme");
   SubmitRequest req = chatRequest(t, {}, 1);
   req.endpoint = "completions";
@@ -121,8 +115,7 @@ TEST(ClientSubmit, UnknownEndpointIsAnErrorAndNothingIsSent) {
 
 TEST(ClientSubmit, HandlesNotFromOpenTenantAreUnknownTenant) {
   FakeDaemon fake;
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake);
   EXPECT_EQ(client.submit(chatRequest(Tenant{}, {}, 1)).code(), ErrorCode::kUnknownTenant);
   EXPECT_EQ(client.submit(chatRequest(Tenant{0}, {}, 1)).code(), ErrorCode::kUnknownTenant);
   mustOpen(client, "acme");
@@ -255,10 +248,7 @@ TEST(ClientSubmit, ManyThreadsSubmitAndEveryRequestCompletesExactlyOnce) {
 
 TEST(ClientWait, TimesOutWhenNothingIsOutstanding) {
   FakeDaemon fake;
-  fake.start();
-  ClientOptions o = optionsFor(fake);
-  o.spin = 0ns;
-  Client client = mustConnect(o);
+  Client client = startAndConnect(fake, {}, [](ClientOptions& o) { o.spin = 0ns; });
   const auto before = Clock::now();
   Result<void> w = client.wait(20ms);
   ASSERT_FALSE(w);
@@ -269,8 +259,7 @@ TEST(ClientWait, TimesOutWhenNothingIsOutstanding) {
 
 TEST(ClientWait, ZeroTimeoutReturnsAtOnce) {
   FakeDaemon fake;
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake);
   EXPECT_EQ(client.wait(0ns).code(), ErrorCode::kTimedOut);
 }
 
@@ -304,14 +293,10 @@ TEST(ClientDoorbell, BusyDaemonIsNeverRung) {
 
 TEST(ClientDoorbell, SleepingClientIsWokenThroughTheCompletionEventfd) {
   FakeDaemon fake;
-  fake.setResponder(holdAll);
-  fake.start();
-  ClientOptions o = optionsFor(fake);
-  o.spin = 0ns;
-  Client client = mustConnect(o);
+  Client client = startAndConnect(fake, holdAll, [](ClientOptions& o) { o.spin = 0ns; });
   const Tenant t = mustOpen(client, "acme");
   ASSERT_TRUE(client.submit(chatRequest(t, {}, 5)));
-  ASSERT_TRUE(fake.waitFor([&] { return fake.held() == 1; }, 5000ms));
+  ASSERT_TRUE(fake.waitHeld(1));
 
   std::atomic<bool> returned{false};
   Result<void> result = Error{ErrorCode::kSystem, 0, "not run"};
@@ -335,8 +320,7 @@ TEST(ClientDoorbell, SleepingClientIsWokenThroughTheCompletionEventfd) {
 
 TEST(ClientDoorbell, PollingClientIsNotRung) {
   FakeDaemon fake;
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake);
   const Tenant t = mustOpen(client, "acme");
   for (std::uint64_t i = 0; i < 20; ++i) {
     ASSERT_TRUE(client.submit(chatRequest(t, {}, i)));
@@ -350,13 +334,11 @@ TEST(ClientDoorbell, PollingClientIsNotRung) {
 
 TEST(ClientCompletionFd, ReadableWhenACompletionArrivesAfterPrepareToBlock) {
   FakeDaemon fake;
-  fake.setResponder(holdAll);
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake, holdAll);
   const Tenant t = mustOpen(client, "acme");
   const int fd = client.completionFd();
   ASSERT_TRUE(client.submit(chatRequest(t, {}, 9)));
-  ASSERT_TRUE(fake.waitFor([&] { return fake.held() == 1; }, 5000ms));
+  ASSERT_TRUE(fake.waitHeld(1));
 
   Result<bool> block = client.prepareToBlock();
   ASSERT_TRUE(block);
@@ -382,8 +364,7 @@ TEST(ClientCompletionFd, ReadableWhenACompletionArrivesAfterPrepareToBlock) {
 
 TEST(ClientSubmitAndWait, ReturnsItsOwnCompletionAndLeavesOthersToPoll) {
   FakeDaemon fake;
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake);
   const Tenant t = mustOpen(client, "acme");
   ASSERT_TRUE(client.submit(chatRequest(t, {}, 1)));
   Result<Completion> mine = client.submitAndWait(chatRequest(t, {}, 2), 5s);
@@ -398,9 +379,7 @@ TEST(ClientSubmitAndWait, ReturnsItsOwnCompletionAndLeavesOthersToPoll) {
 
 TEST(ClientSubmitAndWait, GetsItsCompletionWhileAnotherThreadPolls) {
   FakeDaemon fake;
-  fake.setResponder(holdAll);
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake, holdAll);
   const Tenant t = mustOpen(client, "acme");
   std::atomic<bool> stop{false};
   std::atomic<int> polled{0};
@@ -414,7 +393,7 @@ TEST(ClientSubmitAndWait, GetsItsCompletionWhileAnotherThreadPolls) {
   });
   Result<Completion> mine = Error{ErrorCode::kSystem, 0, "not run"};
   std::thread waiter([&] { mine = client.submitAndWait(chatRequest(t, {}, 3), 30s); });
-  ASSERT_TRUE(fake.waitFor([&] { return fake.held() == 1; }, 5000ms));
+  ASSERT_TRUE(fake.waitHeld(1));
   fake.releaseHeld();
   waiter.join();
   stop = true;
@@ -426,14 +405,12 @@ TEST(ClientSubmitAndWait, GetsItsCompletionWhileAnotherThreadPolls) {
 
 TEST(ClientSubmitAndWait, TimeoutAbandonsTheRequestsCompletion) {
   FakeDaemon fake;
-  fake.setResponder(holdAll);
-  fake.start();
-  Client client = mustConnect(optionsFor(fake));
+  Client client = startAndConnect(fake, holdAll);
   const Tenant t = mustOpen(client, "acme");
   Result<Completion> r = client.submitAndWait(chatRequest(t, {}, 4), 20ms);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.code(), ErrorCode::kTimedOut);
-  ASSERT_TRUE(fake.waitFor([&] { return fake.held() == 1; }, 5000ms));
+  ASSERT_TRUE(fake.waitHeld(1));
   fake.releaseHeld();
   ASSERT_TRUE(fake.waitFor(
       [&] {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <string>
@@ -36,6 +37,17 @@ inline Client mustConnect(const ClientOptions& options) {
     std::abort();
   }
   return std::move(c).value();
+}
+
+// Starts `fake`, answering with `responder` when one is given, and connects
+// a client with optionsFor(fake) as `tweak` (when given) changes them.
+inline Client startAndConnect(FakeDaemon& fake, Responder responder = {},
+                              const std::function<void(ClientOptions&)>& tweak = {}) {
+  if (responder) fake.setResponder(std::move(responder));
+  fake.start();
+  ClientOptions o = optionsFor(fake);
+  if (tweak) tweak(o);
+  return mustConnect(o);
 }
 
 inline Tenant mustOpen(Client& client, std::string_view name) {

@@ -107,6 +107,10 @@ class FakeDaemon {
   // Blocks until pred() holds (checked under the fake's mutex after each
   // serving iteration) or `timeout`; returns pred().
   bool waitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+  // waitFor() until exactly `n` submissions are held.
+  bool waitHeld(std::size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    return waitFor([this, n] { return held() == n; }, timeout);
+  }
 
  private:
   struct Conn;

@@ -8,12 +8,11 @@
 
 #include "daemon/config/config.hpp"
 #include "daemon/core/limit_spec.hpp"
+#include "fuzz_input.hpp"
 
 namespace {
 
-void require(bool ok) {
-  if (!ok) std::abort();
-}
+using fairsched::fuzz::require;
 
 void checkConfig(std::string_view text) {
   using namespace fairsched::config;

@@ -11,32 +11,15 @@
 #include <variant>
 #include <vector>
 
+#include "fuzz_input.hpp"
 #include "shm/layout.hpp"
 #include "shm/submission_ring.hpp"
 
 namespace {
 
 using namespace fairsched::shm;
-
-void require(bool ok) {
-  if (!ok) std::abort();
-}
-
-// Reads from the input, zero past its end.
-struct Bytes {
-  const std::uint8_t* data;
-  std::size_t size;
-  std::size_t pos = 0;
-
-  std::uint64_t take(std::size_t n) {
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      v |= std::uint64_t{pos < size ? data[pos] : std::uint8_t{0}} << (8 * i);
-      ++pos;
-    }
-    return v;
-  }
-};
+using fairsched::fuzz::Bytes;
+using fairsched::fuzz::require;
 
 void fuzzRing(Bytes& in) {
   const auto capacity = std::uint32_t{1} << (1 + in.take(1) % 5);  // 2..32

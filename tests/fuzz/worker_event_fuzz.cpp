@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 
+#include "fuzz_input.hpp"
 #include "shm/layout.hpp"
 #include "shm/submission_ring.hpp"
 #include "shm/worker_protocol.hpp"
@@ -19,34 +20,8 @@ namespace {
 
 using namespace fairsched::shm;
 using fairsched::Status;
-
-void require(bool ok) {
-  if (!ok) std::abort();
-}
-
-// Reads from the input, zero past its end.
-struct Bytes {
-  const std::uint8_t* data;
-  std::size_t size;
-  std::size_t pos = 0;
-
-  std::uint64_t take(std::size_t n) {
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      v |= std::uint64_t{pos < size ? data[pos] : std::uint8_t{0}} << (8 * i);
-      ++pos;
-    }
-    return v;
-  }
-  template <class T>
-  T record() {
-    std::uint8_t raw[sizeof(T)];
-    for (std::uint8_t& b : raw) b = static_cast<std::uint8_t>(take(1));
-    T out;
-    std::memcpy(&out, raw, sizeof(T));
-    return out;
-  }
-};
+using fairsched::fuzz::Bytes;
+using fairsched::fuzz::require;
 
 bool sameEvent(const WorkerEvent& a, const WorkerEvent& b) {
   return a.kind == b.kind && a.assignment == b.assignment && a.free_sequences == b.free_sequences &&

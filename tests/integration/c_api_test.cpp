@@ -24,7 +24,10 @@
 #include "daemon/config/config.hpp"
 #include "fairsched/fairsched.h"
 #include "shm/worker_protocol.hpp"
+#include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
+#include "tests/support/prompts.hpp"
+#include "tests/support/requests.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace fairsched {
@@ -38,19 +41,17 @@ constexpr std::uint32_t kWorkerSequences = 8;
 constexpr std::uint64_t kWorkerKvTokens = 1 << 20;
 
 std::optional<config::Config> makeConfig(const std::string& socket) {
-  const std::string text =
-      "[daemon]\nsocket = \"" + socket + "\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\n" +
-      testing::testEventLoopLine() +
-      "[[tiers]]\nname = \"paid\"\n"
+  testing::DaemonConfigText c;
+  c.socket = socket;
+  c.test_event_loop = true;
+  c.body =
       "[endpoints.chat]\nexecutor = \"worker\"\nmax_batch_tokens = 65536\n"
       "max_output_tokens = 32768\nbatch_timeout_ms = 60000\n"
-      "[endpoints.chat.worker]\nmax_sequences = 256\nclient_buffer_chunks = 1024\n"
-      "[[clients]]\nname = \"tests\"\nuids = [" +
-      std::to_string(getuid()) +
-      "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\nworkers = [\"chat\"]\n";
-  auto parsed = config::parseConfig(text, "test");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) {
-    ADD_FAILURE() << err->toString();
+      "[endpoints.chat.worker]\nmax_sequences = 256\nclient_buffer_chunks = 1024\n";
+  c.client_extra = "workers = [\"chat\"]\n";
+  auto parsed = c.parse();
+  if (auto* err = std::get_if<std::string>(&parsed)) {
+    ADD_FAILURE() << *err;
     return std::nullopt;
   }
   return std::get<config::Config>(std::move(parsed));
@@ -59,10 +60,7 @@ std::optional<config::Config> makeConfig(const std::string& socket) {
 using shm::referenceToken;
 
 std::vector<std::uint32_t> promptFor(std::uint64_t salt) {
-  std::vector<std::uint32_t> p(1 + salt % 23);
-  for (std::size_t i = 0; i < p.size(); ++i)
-    p[i] = static_cast<std::uint32_t>(salt * 2654435761u + i * 7919u);
-  return p;
+  return testing::promptFor(salt, testing::kMixedPrompts);
 }
 
 std::string paramsFor(std::uint32_t output_tokens) {
@@ -448,13 +446,7 @@ TEST_F(CApiWithDaemon, CancelEndsARunningRequestCancelledWithTheTokensStreamedSo
 TEST_F(CApiWithDaemon, SubmitAndWaitOnAStreamedRequestReturnsOnlyTheFinal) {
   const std::vector<std::uint32_t> prompt = promptFor(5);
   const std::string params = paramsFor(4);
-  fairsched_submit_request r;
-  fairsched_submit_request_init(&r);
-  r.tenant = tenant_;
-  r.endpoint = "chat";
-  r.prompt = prompt.data();
-  r.prompt_tokens = prompt.size();
-  r.max_output_tokens = 8;
+  fairsched_submit_request r = testing::makeCRequest(tenant_, prompt, 8);
   r.stream = 1;
   r.params = params.data();
   r.params_bytes = params.size();

@@ -18,13 +18,18 @@
 #include <vector>
 
 #include "daemon/config/config.hpp"
+#include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
 #if FAIRSCHED_HAVE_CUDA
 #include "daemon/exec/cuda_executor.hpp"
 #endif
 #include "fairsched/client.hpp"
 #include "kernels/workload_reference.hpp"
-#include "tests/support/temp_dir.hpp"
+#include "tests/support/process_group.hpp"
+#include "tests/support/prompts.hpp"
+#include "tests/support/requests.hpp"
+#include "tests/support/temp_dir_test.hpp"
+#include "tests/support/wait_until.hpp"
 
 namespace fairsched {
 namespace {
@@ -33,10 +38,9 @@ using namespace std::chrono_literals;
 
 config::Config makeConfig(const std::string& socket, double per_batch_us,
                           const std::string& executor = "cpu") {
-  const std::string text =
-      "[daemon]\nsocket = \"" + socket +
-      "\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\n"
-      "[[tiers]]\nname = \"paid\"\n"
+  testing::DaemonConfigText c;
+  c.socket = socket;
+  c.body =
       "[endpoints.chat]\nmax_batch_requests = 16\nmax_batch_tokens = 8192\nmax_wait_us = 100\n"
       "max_output_tokens = 64\nexecutor = \"" +
       executor +
@@ -44,31 +48,16 @@ config::Config makeConfig(const std::string& socket, double per_batch_us,
       "[endpoints.chat.cpu]\nper_batch_us = " +
       std::to_string(per_batch_us) +
       "\nper_token_us = 0.0\nthreads = 1\n"
-      "[endpoints.chat.cuda]\ndevice = 0\nstreams = 2\nstaging_bytes = 8388608\n"
-      "[[clients]]\nname = \"tests\"\nuids = [" +
-      std::to_string(getuid()) +
-      "]\n"
-      "tenants = [\"*\"]\nendpoints = [\"*\"]\n";
-  auto parsed = config::parseConfig(text, "test");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) ADD_FAILURE() << err->toString();
-  return std::get<config::Config>(parsed);
+      "[endpoints.chat.cuda]\ndevice = 0\nstreams = 2\nstaging_bytes = 8388608\n";
+  return c.parsed();
 }
 
 std::vector<std::uint32_t> promptFor(std::uint64_t salt) {
-  std::vector<std::uint32_t> p(1 + salt % 40);
-  for (std::size_t i = 0; i < p.size(); ++i)
-    p[i] = static_cast<std::uint32_t>(salt * 2654435761u + i);
-  return p;
+  return testing::promptFor(salt, testing::kLongPrompts);
 }
 
 SubmitRequest request(Tenant tenant, std::span<const std::uint32_t> prompt, std::uint64_t tag = 0) {
-  SubmitRequest r;
-  r.tenant = tenant;
-  r.endpoint = "chat";
-  r.prompt = prompt;
-  r.max_output_tokens = 4;
-  r.tag = tag;
-  return r;
+  return testing::makeRequest(tenant, prompt, 4, tag);
 }
 
 ClientOptions options(const std::string& socket) {
@@ -78,15 +67,9 @@ ClientOptions options(const std::string& socket) {
   return o;
 }
 
-class ClientDaemon : public ::testing::Test {
+class ClientDaemon : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = tmp_.path();
-    ASSERT_FALSE(dir_.empty()) << "no temporary directory";
-  }
-  std::string socket() const { return dir_ + "/fairsched.sock"; }
-  testing::TempDir tmp_{"fairsched-it"};
-  std::string dir_;
+  ClientDaemon() : TempDirTest("fairsched-it") {}
 };
 
 // Submits `n` requests for each of `tenants` and checks every completion;
@@ -143,22 +126,15 @@ std::string runClient(const std::string& socket, const std::vector<std::string>&
 // Three client processes with two tenants each ("<prefix><p>a", "<prefix><p>b"),
 // `n` requests per tenant, all checked by runClient.
 void runClientProcesses(const std::string& socket, const std::string& prefix, int n) {
-  std::vector<pid_t> children;
+  testing::ProcessGroup clients;
   for (int p = 0; p < 3; ++p) {
-    const pid_t child = fork();
-    if (child == 0) {
-      const std::string base = prefix + std::to_string(p);
-      const std::string err = runClient(socket, {base + "a", base + "b"}, n);
-      if (!err.empty()) std::fprintf(stderr, "client %d: %s\n", p, err.c_str());
-      _exit(err.empty() ? 0 : 1);
-    }
-    children.push_back(child);
+    const std::string base = prefix + std::to_string(p);
+    clients.spawnChecked("client " + std::to_string(p), [&] {
+      return runClient(socket, {base + "a", base + "b"}, n);
+    });
   }
-  for (pid_t c : children) {
-    int status = 0;
-    waitpid(c, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a client process failed";
-  }
+  EXPECT_TRUE(clients.waitAll(testing::ProcessGroup::in(120s)))
+      << "a client process failed or did not end within 120 s";
 }
 
 TEST_F(ClientDaemon, StressManyProcessesAndTenantsEachRequestCompletesOnce) {
@@ -210,7 +186,14 @@ TEST_F(ClientDaemon, AQuietClientIsHeardAgainWhileAnotherKeepsTheDaemonBusy) {
     if (got.empty()) return std::nullopt;
     return got[0];
   };
-  while (busy_done.load() < 100) std::this_thread::yield();  // the daemon is busy now
+  const ::testing::AssertionResult busy_now =
+      testing::waitUntil([&] { return busy_done.load() >= 100; }, 10s,
+                         "100 completions for the busy client (the daemon busy)", 50us);
+  if (!busy_now) {
+    stop = true;
+    load.join();
+  }
+  ASSERT_TRUE(busy_now);
   auto first = one();
   ASSERT_TRUE(first);
   EXPECT_EQ(first->status, Status::kOk);

@@ -24,7 +24,9 @@
 #include "daemon/config/config.hpp"
 #include "daemon/ctl/admin_client.hpp"
 #include "fairsched/client.hpp"
+#include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
+#include "tests/support/process_group.hpp"
 #include "tests/support/redis_server.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -39,27 +41,21 @@ constexpr std::uint64_t kLease = 5;
 constexpr int kDaemons = 2;
 
 config::Config makeConfig(const std::string& socket, const std::string& redis_url) {
-  const std::string text =
-      "[daemon]\nsocket = \"" + socket +
-      "\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\n"
-      "[fleet]\nurl = \"" +
-      redis_url + "\"\nlease = " + std::to_string(kLease) +
-      "\nhosts = " + std::to_string(kDaemons) +
-      "\non_backend_error = \"fail_closed\"\n"
-      "[[tiers]]\nname = \"paid\"\n"
+  testing::DaemonConfigText c;
+  c.socket = socket;
+  c.before_tiers = "[fleet]\nurl = \"" + redis_url + "\"\nlease = " + std::to_string(kLease) +
+                   "\nhosts = " + std::to_string(kDaemons) +
+                   "\non_backend_error = \"fail_closed\"\n";
+  c.body =
       "[endpoints.chat]\nmax_batch_requests = 16\nmax_batch_tokens = 8192\nmax_wait_us = 100\n"
       "max_output_tokens = 8\nexecutor = \"cpu\"\n"
       "limits = [{ limit = \"" +
       std::to_string(kLimit) +
       " requests/2s\", scope = \"fleet\" }]\n"
-      "[endpoints.chat.cpu]\nper_batch_us = 20.0\nper_token_us = 0.0\nthreads = 1\n"
-      "[[clients]]\nname = \"tests\"\nuids = [" +
-      std::to_string(getuid()) +
-      "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\nadmin = true\n"
-      "[metrics]\nlisten = \"127.0.0.1:0\"\n";
-  auto parsed = config::parseConfig(text, "test");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) ADD_FAILURE() << err->toString();
-  return std::get<config::Config>(parsed);
+      "[endpoints.chat.cpu]\nper_batch_us = 20.0\nper_token_us = 0.0\nthreads = 1\n";
+  c.client_extra = "admin = true\n";
+  c.after = "[metrics]\nlisten = \"127.0.0.1:0\"\n";
+  return c.parsed();
 }
 
 std::int64_t monotonicNs() {
@@ -154,22 +150,14 @@ TEST(FleetDaemons, StressTwoDaemonsSharingRedisStayWithinTheFleetBound) {
   }
 
   const auto run = std::chrono::milliseconds(5000);
-  std::vector<pid_t> children;
+  testing::ProcessGroup clients;
   for (int d = 0; d < kDaemons; ++d) {
-    const pid_t child = fork();
-    if (child == 0) {
-      const std::string err =
-          hammer(daemons[d].socket(), dir + "/c" + std::to_string(d) + ".txt", run);
-      if (!err.empty()) std::fprintf(stderr, "client %d: %s\n", d, err.c_str());
-      _exit(err.empty() ? 0 : 1);
-    }
-    children.push_back(child);
+    clients.spawnChecked("client " + std::to_string(d), [&] {
+      return hammer(daemons[d].socket(), dir + "/c" + std::to_string(d) + ".txt", run);
+    });
   }
-  for (pid_t c : children) {
-    int status = 0;
-    waitpid(c, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a client process failed";
-  }
+  EXPECT_TRUE(clients.waitAll(testing::ProcessGroup::in(run + 60s)))
+      << "a client process failed or did not end within a minute of its run";
   // Operators see the fleet through fairschedctl status: breaker closed,
   // leases fetched with far fewer round trips than admissions.
   for (auto& d : daemons) {

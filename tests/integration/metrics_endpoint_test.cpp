@@ -19,8 +19,9 @@
 
 #include "daemon/config/config.hpp"
 #include "fairsched/client.hpp"
+#include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
-#include "tests/support/temp_dir.hpp"
+#include "tests/support/temp_dir_test.hpp"
 
 namespace fairsched {
 namespace {
@@ -122,33 +123,22 @@ double metric(const std::map<std::string, double>& m, const std::string& key) {
 }
 
 config::Config makeConfig(const std::string& socket, int port) {
-  const std::string text =
-      "[daemon]\nsocket = \"" + socket +
-      "\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\n"
-      "[metrics]\nlisten = \"127.0.0.1:" +
-      std::to_string(port) +
-      "\"\n"
-      "[[tiers]]\nname = \"paid\"\n"
+  testing::DaemonConfigText c;
+  c.socket = socket;
+  c.before_tiers = "[metrics]\nlisten = \"127.0.0.1:" + std::to_string(port) + "\"\n";
+  c.body =
       "[endpoints.chat]\nmax_batch_requests = 8\nmax_wait_us = 100\nmax_output_tokens = 16\n"
       "[endpoints.chat.cpu]\nper_batch_us = 10.0\nper_token_us = 0.0\n"
       "[tenants.acme]\ntier = \"paid\"\n[tenants.acme.limits]\nchat = [\"unlimited\"]\n"
       "[tenants.capped]\ntier = \"paid\"\n[tenants.capped.limits]\n"
-      "chat = [\"5 requests/minute\"]\n"
-      "[[clients]]\nname = \"tests\"\nuids = [" +
-      std::to_string(getuid()) + "]\ntenants = [\"*\"]\n";
-  auto parsed = config::parseConfig(text, "test");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) ADD_FAILURE() << err->toString();
-  return std::get<config::Config>(parsed);
+      "chat = [\"5 requests/minute\"]\n";
+  c.client_endpoints = "";
+  return c.parsed();
 }
 
-class MetricsEndpoint : public ::testing::Test {
+class MetricsEndpoint : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = tmp_.path();
-    ASSERT_FALSE(dir_.empty()) << "no temporary directory";
-  }
-  testing::TempDir tmp_{"fairsched-metrics"};
-  std::string dir_;
+  MetricsEndpoint() : TempDirTest("fairsched-metrics") {}
 };
 
 // Submits `n` requests for `tenant` and waits for every completion; returns
@@ -266,7 +256,7 @@ TEST_F(MetricsEndpoint, ScrapeCountsWhatTheClientSent) {
 }
 
 TEST_F(MetricsEndpoint, DaemonRefusesToStartWhenThePortIsTaken) {
-  const int taken = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int taken = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(taken, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;

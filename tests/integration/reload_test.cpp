@@ -24,9 +24,13 @@
 #include "daemon/ctl/admin_client.hpp"
 #include "fairsched/client.hpp"
 #include "kernels/workload_reference.hpp"
+#include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
+#include "tests/support/process_group.hpp"
+#include "tests/support/prompts.hpp"
+#include "tests/support/requests.hpp"
 #include "tests/support/run_command.hpp"
-#include "tests/support/temp_dir.hpp"
+#include "tests/support/temp_dir_test.hpp"
 
 namespace fairsched {
 namespace {
@@ -51,35 +55,38 @@ struct Variant {
 };
 
 std::string configText(const std::string& socket, const Variant& v) {
-  std::string tiers = v.trial_first ? "[[tiers]]\nname = \"trial\"\n[[tiers]]\nname = \"paid\"\n"
-                                    : "[[tiers]]\nname = \"paid\"\n[[tiers]]\nname = \"trial\"\n";
+  testing::DaemonConfigText c;
+  c.top = "default_tier = \"trial\"\n";
+  c.socket = socket;
+  c.socket_mode = v.socket_mode;
+  c.test_event_loop = true;
   // Metrics on an ephemeral loopback port: reloads remap its tenant labels too.
-  std::string t = "default_tier = \"trial\"\n[daemon]\nsocket = \"" + socket +
-                  "\"\nsocket_mode = \"" + v.socket_mode + "\"\nlog_level = \"error\"\n" +
-                  testing::testEventLoopLine() +
-                  "[metrics]\nlisten = \"127.0.0.1:0\"\nmax_tenant_series = 1\n" + tiers +
-                  "[endpoints.chat]\nmax_batch_requests = " + std::to_string(v.max_batch_requests) +
-                  "\nmax_batch_tokens = 8192\nmax_wait_us = 100\nmax_output_tokens = 64\n";
-  if (v.quantum) t += "quantum = " + std::to_string(v.quantum) + "\n";
-  t += "limits = [\"" + v.chat_limit + "\"]\n";
-  t += "[endpoints.chat.cpu]\nper_batch_us = " + std::to_string(v.per_batch_us) +
-       "\nper_token_us = 0.0\nthreads = 1\n";
-  t += "[tenants.acme]\ntier = \"paid\"\nweight = " + std::to_string(v.acme_weight) + "\n";
-  if (v.broken) t += "[tenants.broken\n";
-  t += "[[clients]]\nname = \"tests\"\nuids = [" + std::to_string(getuid()) +
-       "]\ntenants = " + v.tenants +
-       "\nendpoints = [\"*\"]\nadmin = " + (v.admin ? "true" : "false") + "\n";
-  return t;
+  c.before_tiers = "[metrics]\nlisten = \"127.0.0.1:0\"\nmax_tenant_series = 1\n";
+  c.tiers = v.trial_first ? std::vector<std::string>{"trial", "paid"}
+                          : std::vector<std::string>{"paid", "trial"};
+  c.body = "[endpoints.chat]\nmax_batch_requests = " + std::to_string(v.max_batch_requests) +
+           "\nmax_batch_tokens = 8192\nmax_wait_us = 100\nmax_output_tokens = 64\n";
+  if (v.quantum) c.body += "quantum = " + std::to_string(v.quantum) + "\n";
+  c.body += "limits = [\"" + v.chat_limit + "\"]\n";
+  c.body += "[endpoints.chat.cpu]\nper_batch_us = " + std::to_string(v.per_batch_us) +
+            "\nper_token_us = 0.0\nthreads = 1\n";
+  c.body += "[tenants.acme]\ntier = \"paid\"\nweight = " + std::to_string(v.acme_weight) + "\n";
+  if (v.broken) c.body += "[tenants.broken\n";
+  c.client_tenants = v.tenants;
+  c.client_extra = std::string("admin = ") + (v.admin ? "true" : "false") + "\n";
+  return c.text();
 }
 
-class Reload : public ::testing::Test {
+class Reload : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = tmp_.path();
-    ASSERT_FALSE(dir_.empty()) << "no temporary directory";
-  }
-  std::string socket() const { return dir_ + "/fairsched.sock"; }
+  Reload() : TempDirTest("fairsched-reload") {}
   std::string path() const { return dir_ + "/fairsched.toml"; }
+  // A client of the daemon on socket().
+  Result<Client> connect() const {
+    ClientOptions o;
+    o.socket_path = socket();
+    return Client::connect(o);
+  }
 
   // Replaces the file atomically, as an operator's config management would.
   void write(const Variant& v) {
@@ -125,25 +132,15 @@ class Reload : public ::testing::Test {
     }
     return false;
   }
-  testing::TempDir tmp_{"fairsched-reload"};
-  std::string dir_;
 };
 
 std::vector<std::uint32_t> promptFor(std::uint64_t salt) {
-  std::vector<std::uint32_t> p(1 + salt % 30);
-  for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<std::uint32_t>(salt * 40503u + i);
-  return p;
+  return testing::promptFor(salt, testing::kReloadPrompts);
 }
 
 Result<RequestId> submitTo(Client& client, Tenant t, const std::vector<std::uint32_t>& prompt,
                            std::uint64_t tag) {
-  SubmitRequest r;
-  r.tenant = t;
-  r.endpoint = "chat";
-  r.prompt = prompt;
-  r.max_output_tokens = 4;
-  r.tag = tag;
-  return client.submit(r);
+  return client.submit(testing::makeRequest(t, prompt, 4, tag));
 }
 
 // Completions of `client` until `n` have arrived or `limit` passes.
@@ -158,15 +155,24 @@ std::vector<Completion> collect(Client& client, std::size_t n,
   return out;
 }
 
+// How many of the next `n` completions (collect()) ended with each status.
+std::map<Status, int> countStatuses(Client& client, std::size_t n) {
+  std::map<Status, int> statuses;
+  for (const Completion& c : collect(client, n)) statuses[c.status]++;
+  return statuses;
+}
+
 std::optional<Status> nextStatus(Client& client) {
   const std::vector<Completion> c = collect(client, 1);
   return c.empty() ? std::nullopt : std::optional<Status>(c.front().status);
 }
 
-// One client process: `n` requests over tenants acme and "u<p>", paced so the
-// run spans the reloads. Exit 0 when every request got exactly one
-// completion, OK ones with their own checksum.
-int clientProcess(const std::string& socket, int p, int n) {
+// One client process: at least `n` requests over tenants acme and "u<p>",
+// and more until the file `stop` exists, so the load spans the reloads
+// however fast they go. Exit 0 when every request got exactly one
+// completion, OK ones with their own checksum; 16 when `stop` did not
+// appear within 120 s.
+int clientProcess(const std::string& socket, int p, int n, const std::string& stop) {
   ClientOptions o;
   o.socket_path = socket;
   auto client = Client::connect(o);
@@ -188,7 +194,9 @@ int clientProcess(const std::string& socket, int p, int n) {
     }
   };
   std::uint64_t salt = static_cast<std::uint64_t>(p) << 32;
-  for (int i = 0; i < n; ++i, ++salt) {
+  const auto give_up = std::chrono::steady_clock::now() + 120s;
+  bool stopped = false;
+  for (int i = 0; i < n || !stopped; ++i, ++salt) {
     const auto prompt = promptFor(salt);
     for (;;) {
       auto id = submitTo(*client, i % 2 ? *acme : *mine, prompt, salt);
@@ -200,9 +208,11 @@ int clientProcess(const std::string& socket, int p, int n) {
       (void)client->wait(5ms);
       drain();
     }
-    if (i % 4 == 0) {  // paced: the run lasts longer than the reloads
+    if (i % 4 == 0) {  // paced
       drain();
       std::this_thread::sleep_for(1ms);
+      stopped = std::filesystem::exists(stop);
+      if (!stopped && std::chrono::steady_clock::now() > give_up) return 16;
     }
   }
   const auto until = std::chrono::steady_clock::now() + 60s;
@@ -220,11 +230,11 @@ int clientProcess(const std::string& socket, int p, int n) {
 TEST_F(Reload, StressHundredReloadsUnderLoadEveryRequestAccountedFor) {
   auto d = start(Variant{});
   ASSERT_TRUE(d);
+  const std::string stop = dir_ + "/stop";  // the clients' signal that the reloads are done
+  testing::ProcessGroup clients;            // killed if the test ends early
   std::vector<pid_t> children;
   for (int p = 0; p < 2; ++p) {
-    const pid_t child = fork();
-    if (child == 0) _exit(clientProcess(socket(), p, 6000));
-    children.push_back(child);
+    children.push_back(clients.spawn([&] { return clientProcess(socket(), p, 6000, stop); }));
   }
   int ok = 0, failed = 0;
   for (int i = 0; i < 100; ++i) {
@@ -253,14 +263,11 @@ TEST_F(Reload, StressHundredReloadsUnderLoadEveryRequestAccountedFor) {
     }
     std::this_thread::sleep_for(5ms);
   }
-  const json during = status();
-  EXPECT_LT(during["counters"]["submissions"].get<int>(), 12000)
-      << "the load should still be running when the last reload is done";
+  // The load ran through every reload: the clients stop only now.
+  std::ofstream(stop) << "stop\n";
   for (pid_t c : children) {
-    int st = 0;
-    waitpid(c, &st, 0);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
-        << "client process exit " << (WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    // Each drains its completions for at most 60 s once it stops submitting.
+    EXPECT_EQ(clients.wait(c, testing::ProcessGroup::in(90s)), 0) << "client process exit";
   }
   const json s = status();
   EXPECT_EQ(s["reloads"]["ok"].get<int>() + s["reloads"]["failed"].get<int>(), ok + failed);
@@ -277,9 +284,7 @@ TEST_F(Reload, ATenantTakenFromAClientEndsItsQueuedRequestsUnauthorized) {
   v.max_batch_requests = 1;
   auto d = start(v);
   ASSERT_TRUE(d);
-  ClientOptions o;
-  o.socket_path = socket();
-  auto client = Client::connect(o);
+  auto client = connect();
   ASSERT_TRUE(client) << client.error().message;
   auto keep = client->openTenant("keep");
   auto gone = client->openTenant("gone");
@@ -342,15 +347,12 @@ TEST_F(Reload, InvalidFilesAndRestartOnlyChangesKeepTheRunningConfig) {
   EXPECT_NE(r.json.find("cannot open"), std::string::npos) << r.json;
 
   // Still the old limit: two admitted, the third rate limited.
-  ClientOptions o;
-  o.socket_path = socket();
-  auto client = Client::connect(o);
+  auto client = connect();
   ASSERT_TRUE(client);
   auto t = client->openTenant("x");
   ASSERT_TRUE(t);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(submitTo(*client, *t, promptFor(i), i));
-  std::map<Status, int> statuses;
-  for (const Completion& c : collect(*client, 3)) statuses[c.status]++;
+  std::map<Status, int> statuses = countStatuses(*client, 3);
   EXPECT_EQ(statuses[Status::kOk], 2);
   EXPECT_EQ(statuses[Status::kRateLimited], 1);
   const json s = status();
@@ -365,9 +367,7 @@ TEST_F(Reload, DrainFinishesTheQueueAndRefusesNewWorkUntilResumed) {
   v.max_batch_requests = 1;
   auto d = start(v);
   ASSERT_TRUE(d);
-  ClientOptions o;
-  o.socket_path = socket();
-  auto client = Client::connect(o);
+  auto client = connect();
   ASSERT_TRUE(client);
   auto t = client->openTenant("acme");
   ASSERT_TRUE(t);
@@ -377,12 +377,10 @@ TEST_F(Reload, DrainFinishesTheQueueAndRefusesNewWorkUntilResumed) {
   ASSERT_EQ(r.status, ControlStatus::kOk);
   EXPECT_EQ(json::parse(r.json)["state"], "draining");
   ASSERT_TRUE(submitTo(*client, *t, promptFor(50), 50));  // submitted while draining
-  std::map<Status, int> statuses;
-  for (const Completion& c : collect(*client, 11)) statuses[c.status]++;
+  std::map<Status, int> statuses = countStatuses(*client, 11);
   EXPECT_EQ(statuses[Status::kOk], 10) << "what was queued before the drain runs";
   EXPECT_EQ(statuses[Status::kShuttingDown], 1);
-  ClientOptions o2 = o;
-  EXPECT_FALSE(Client::connect(o2)) << "new clients are refused while draining";
+  EXPECT_FALSE(connect()) << "new clients are refused while draining";
   EXPECT_EQ(status()["queued"].get<int>(), 0);
 
   ASSERT_EQ(admin(AdminCommand::kResume).status, ControlStatus::kOk);

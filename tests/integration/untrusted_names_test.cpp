@@ -25,6 +25,7 @@
 #include "fairsched/fairsched.h"
 #include "fairsched/name.hpp"
 #include "kernels/workload_reference.hpp"
+#include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/raw_client.hpp"
 #include "tests/support/run_command.hpp"
@@ -55,19 +56,16 @@ const std::vector<std::string> kBadNames = {
 class UntrustedNames : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string text =
-        "[daemon]\nsocket = \"" + tmp_.file("fairsched.sock") +
-        "\"\nsocket_mode = \"0600\"\nlog_level = \"warn\"\n"
-        "[[tiers]]\nname = \"paid\"\n"
+    testing::DaemonConfigText c;
+    c.socket = tmp_.file("fairsched.sock");
+    c.log_level = "warn";
+    c.body =
         "[endpoints.chat]\nmax_batch_requests = 8\nmax_batch_tokens = 4096\nmax_wait_us = 100\n"
         "max_output_tokens = 64\n"
-        "[endpoints.chat.cpu]\nper_batch_us = 10.0\nper_token_us = 0.0\nthreads = 1\n"
-        "[[clients]]\nname = \"tests\"\nuids = [" +
-        std::to_string(getuid()) +
-        "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\nassign_tiers = [\"*\"]\nadmin = true\n";
-    auto parsed = config::parseConfig(text, "test");
-    ASSERT_TRUE(std::holds_alternative<config::Config>(parsed))
-        << std::get<config::ConfigError>(parsed).toString();
+        "[endpoints.chat.cpu]\nper_batch_us = 10.0\nper_token_us = 0.0\nthreads = 1\n";
+    c.client_extra = "assign_tiers = [\"*\"]\nadmin = true\n";
+    auto parsed = c.parse();
+    ASSERT_TRUE(std::holds_alternative<config::Config>(parsed)) << std::get<std::string>(parsed);
     auto started = daemon::ForkedDaemon::start(std::get<config::Config>(parsed));
     ASSERT_TRUE(started.ok()) << started.error().message;
     daemon_.emplace(std::move(started).value());
@@ -247,13 +245,14 @@ TEST(UntrustedNamesLog, NothingAPeerSendsForgesALogLine) {
   {
     std::FILE* f = std::fopen(cfg.c_str(), "w");
     ASSERT_NE(f, nullptr);
-    std::fprintf(f,
-                 "[daemon]\nsocket = \"%s\"\nsocket_mode = \"0600\"\nlog_level = \"info\"\n"
-                 "[[tiers]]\nname = \"paid\"\n[endpoints.chat]\n"
-                 "[endpoints.chat.cpu]\nper_batch_us = 10.0\nper_token_us = 0.0\n"
-                 "[[clients]]\nname = \"tests\"\nuids = [%u]\ntenants = [\"*\"]\n"
-                 "endpoints = [\"*\"]\nassign_tiers = [\"*\"]\nadmin = true\n",
-                 sock.c_str(), static_cast<unsigned>(getuid()));
+    testing::DaemonConfigText c;
+    c.socket = sock;
+    c.log_level = "info";
+    c.body =
+        "[endpoints.chat]\n"
+        "[endpoints.chat.cpu]\nper_batch_us = 10.0\nper_token_us = 0.0\n";
+    c.client_extra = "assign_tiers = [\"*\"]\nadmin = true\n";
+    std::fputs(c.text().c_str(), f);
     std::fclose(f);
   }
   const pid_t pid = fork();

@@ -23,8 +23,11 @@
 #include "fairsched/client.hpp"
 #include "fairsched/worker.hpp"
 
+#include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
+#include "tests/support/prompts.hpp"
 #include "tests/support/raw_client.hpp"
+#include "tests/support/requests.hpp"
 #include "tests/support/run_command.hpp"
 #include "tests/support/seeded_rng.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -47,10 +50,10 @@ struct EndpointSetup {
 };
 
 config::Config makeConfig(const std::string& socket, const EndpointSetup& s = {}) {
-  const std::string text =
-      "[daemon]\nsocket = \"" + socket + "\"\nsocket_mode = \"0600\"\nlog_level = \"error\"\n" +
-      testing::testEventLoopLine() +
-      "[[tiers]]\nname = \"paid\"\n"
+  testing::DaemonConfigText c;
+  c.socket = socket;
+  c.test_event_loop = true;
+  c.body =
       "[endpoints.chat]\nexecutor = \"worker\"\nmax_batch_tokens = 65536\n"
       "max_output_tokens = " +
       std::to_string(s.max_output_tokens) + "\nbatch_timeout_ms = 60000\n" +
@@ -61,13 +64,10 @@ config::Config makeConfig(const std::string& socket, const EndpointSetup& s = {}
       "\nclient_buffer_chunks = " + std::to_string(s.client_buffer_chunks) +
       "\nrequeue_on_loss = " + (s.requeue_on_loss ? "true" : "false") +
       "\n"
-      "[endpoints.embed]\nmax_wait_us = 100\n"
-      "[[clients]]\nname = \"tests\"\nuids = [" +
-      std::to_string(getuid()) +
-      "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\nworkers = [\"chat\"]\nadmin = true\n" + s.extra;
-  auto parsed = config::parseConfig(text, "test");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) ADD_FAILURE() << err->toString();
-  return std::get<config::Config>(parsed);
+      "[endpoints.embed]\nmax_wait_us = 100\n";
+  c.client_extra = "workers = [\"chat\"]\nadmin = true\n";
+  c.after = s.extra;
+  return c.parsed();
 }
 
 // A forked reference worker; SIGKILLed by the destructor if still running.
@@ -125,10 +125,7 @@ reference::EngineModel slowModel() {
 }
 
 std::vector<std::uint32_t> promptFor(std::uint64_t salt) {
-  std::vector<std::uint32_t> p(1 + salt % 23);
-  for (std::size_t i = 0; i < p.size(); ++i)
-    p[i] = static_cast<std::uint32_t>(salt * 2654435761u + i * 7919u);
-  return p;
+  return testing::promptFor(salt, testing::kMixedPrompts);
 }
 
 std::string paramsFor(std::uint32_t output_tokens) {
@@ -140,11 +137,7 @@ std::string paramsFor(std::uint32_t output_tokens) {
 SubmitRequest chatRequest(Tenant tenant, std::span<const std::uint32_t> prompt,
                           std::uint32_t max_output_tokens, const std::string* params = nullptr,
                           bool stream = false) {
-  SubmitRequest r;
-  r.tenant = tenant;
-  r.endpoint = "chat";
-  r.prompt = prompt;
-  r.max_output_tokens = max_output_tokens;
+  SubmitRequest r = testing::makeRequest(tenant, prompt, max_output_tokens);
   r.stream = stream;
   if (params != nullptr) {
     r.params = std::as_bytes(std::span<const char>(params->data(), params->size()));

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "kernels/workload_reference.hpp"
+#include "tests/support/daemon_result.hpp"
 
 namespace fairsched::daemon {
 namespace {
@@ -46,10 +47,8 @@ ExecBatch batchOf(std::vector<std::vector<std::uint32_t>> prompts, std::uint32_t
 TEST(CpuExecutor, InvalidOptionsAreRejected) {
   CpuExecutor::Options o;
   o.threads = 0;
-  auto created = CpuExecutor::create(o);
-  ASSERT_FALSE(created.ok());
-  EXPECT_EQ(created.code(), Errc::kConfig);
-  EXPECT_EQ(created.error().message, "cpu executor: threads must be >= 1");
+  EXPECT_TRUE(testing::failsWith(CpuExecutor::create(o), Errc::kConfig,
+                                 "cpu executor: threads must be >= 1"));
 }
 
 TEST(CpuExecutor, EachResultCarriesTheChecksumOfItsOwnPrompt) {

@@ -19,6 +19,9 @@
 #include "daemon/config/config.hpp"
 #include "daemon/server/server.hpp"
 #include "kernels/workload_reference.hpp"
+#include "tests/support/daemon_config.hpp"
+#include "tests/support/daemon_result.hpp"
+#include "tests/support/seeded_rng.hpp"
 
 #if FAIRSCHED_HAVE_CUDA
 #include "daemon/exec/cuda_executor.hpp"
@@ -28,13 +31,14 @@ namespace fairsched::daemon {
 namespace {
 
 std::string serverConfig(const std::string& socket, const std::string& cuda_section) {
-  return "[daemon]\nsocket = \"" + socket +
-         "\"\nlog_level = \"warn\"\n"
-         "[[tiers]]\nname = \"paid\"\n"
-         "[endpoints.chat]\nexecutor = \"cuda\"\n"
-         "[endpoints.chat.cuda]\n" +
-         cuda_section + "[[clients]]\nname = \"tests\"\nuids = [" + std::to_string(getuid()) +
-         "]\ntenants = [\"acme\"]\nendpoints = [\"*\"]\nassign_tiers = [\"*\"]\n";
+  testing::DaemonConfigText c;
+  c.socket = socket;
+  c.socket_mode = "";
+  c.log_level = "warn";
+  c.body = "[endpoints.chat]\nexecutor = \"cuda\"\n[endpoints.chat.cuda]\n" + cuda_section;
+  c.client_tenants = "[\"acme\"]";
+  c.client_extra = "assign_tiers = [\"*\"]\n";
+  return c.text();
 }
 
 std::string testDir() {
@@ -106,26 +110,20 @@ TEST(CudaExecutorServer, CudaEndpointWithoutADeviceFallsBackToCpu) {
 TEST(CudaExecutor, CreateRejectsInvalidOptionsBeforeTouchingTheDevice) {
   CudaExecutor::Options o;
   o.streams = 0;
-  auto ex = CudaExecutor::create(o);
-  ASSERT_FALSE(ex.ok());
-  EXPECT_EQ(ex.code(), Errc::kConfig);
-  EXPECT_EQ(ex.error().message, "cuda executor: streams must be >= 1");
+  EXPECT_TRUE(testing::failsWith(CudaExecutor::create(o), Errc::kConfig,
+                                 "cuda executor: streams must be >= 1"));
   o = {};
   o.staging_bytes = 16;
-  auto ex2 = CudaExecutor::create(o);
-  ASSERT_FALSE(ex2.ok());
-  EXPECT_EQ(
-      ex2.error().message,
-      "cuda executor: staging_bytes 16 too small for 32 requests per batch (double-buffered)");
+  EXPECT_TRUE(testing::failsWith(
+      CudaExecutor::create(o), Errc::kConfig,
+      "cuda executor: staging_bytes 16 too small for 32 requests per batch (double-buffered)"));
 }
 
 TEST(CudaExecutor, CreateFailsWithTheReasonWhenNoDeviceIsPresent) {
   const Result<> device = CudaExecutor::checkDevice(0);
   if (device) GTEST_SKIP() << "a CUDA device is present";
-  auto ex = CudaExecutor::create({});
-  ASSERT_FALSE(ex.ok());
-  EXPECT_EQ(ex.code(), Errc::kUnavailable);
-  EXPECT_EQ(ex.error().message, "cuda executor: no CUDA device: " + device.error().message);
+  EXPECT_TRUE(testing::failsWith(CudaExecutor::create({}), Errc::kUnavailable,
+                                 "cuda executor: no CUDA device: " + device.error().message));
 }
 
 TEST(CudaExecutor, CreateFailsForADeviceIdOutOfRange) {
@@ -216,9 +214,7 @@ TEST(CudaExecutor, ManyBatchesInFlightOnAllSlotsKeepTheirOwnResults) {
   o.max_batch_requests = 64;
   auto ex = makeExecutor(o);
   ASSERT_TRUE(ex);
-  const unsigned seed = std::random_device{}();
-  std::printf("seed %u\n", seed);
-  std::mt19937 rng(seed);
+  std::mt19937 rng(static_cast<unsigned>(testing::testSeed()));
   std::map<std::uint64_t, ExecBatch> sent;
   std::vector<BatchDone> done;
   std::uint64_t next = 1, finished = 0;

@@ -25,10 +25,13 @@
 #include "kernels/workload_reference.hpp"
 #include "shm/control_protocol.hpp"
 #include "shm/segment.hpp"
+#include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
+#include "tests/support/prompts.hpp"
 #include "tests/support/raw_client.hpp"
 #include "tests/support/seeded_rng.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/support/wait_until.hpp"
 
 namespace fairsched {
 namespace {
@@ -36,19 +39,19 @@ namespace {
 using namespace std::chrono_literals;
 
 std::string configText(const std::string& socket, const std::string& extra_rules = "") {
-  return "[daemon]\nsocket = \"" + socket +
-         "\"\nsocket_mode = \"0666\"\nlog_level = \"warn\"\n"
-         "shutdown_grace_ms = 2000\n"
-         "[[tiers]]\nname = \"paid\"\n"
-         "[endpoints.chat]\nmax_batch_requests = 8\nmax_batch_tokens = 4096\nmax_wait_us = 200\n"
-         "max_output_tokens = 64\n"
-         "[endpoints.chat.cpu]\nper_batch_us = 50.0\nper_token_us = 0.1\nthreads = 2\n"
-         "[[clients]]\nname = \"tests\"\nuids = [" +
-         std::to_string(getuid()) +
-         "]\n"
-         "tenants = [\"acme\", \"globex\", \"victim\", \"crasher\"]\nendpoints = [\"*\"]\n"
-         "assign_tiers = [\"*\"]\n" +
-         extra_rules;
+  testing::DaemonConfigText c;
+  c.socket = socket;
+  c.socket_mode = "0666";
+  c.log_level = "warn";
+  c.daemon_extra = "shutdown_grace_ms = 2000\n";
+  c.body =
+      "[endpoints.chat]\nmax_batch_requests = 8\nmax_batch_tokens = 4096\nmax_wait_us = 200\n"
+      "max_output_tokens = 64\n"
+      "[endpoints.chat.cpu]\nper_batch_us = 50.0\nper_token_us = 0.1\nthreads = 2\n";
+  c.client_tenants = "[\"acme\", \"globex\", \"victim\", \"crasher\"]";
+  c.client_extra = "assign_tiers = [\"*\"]\n";
+  c.after = extra_rules;
+  return c.text();
 }
 
 // A daemon in a child process for the duration of a test.
@@ -83,9 +86,7 @@ class DaemonServer : public ::testing::Test {
 };
 
 std::vector<std::uint32_t> promptFor(std::uint64_t id) {
-  std::vector<std::uint32_t> p(1 + id % 50);
-  for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<std::uint32_t>(id * 131 + i);
-  return p;
+  return testing::promptFor(id, testing::kRawClientPrompts);
 }
 
 TEST_F(DaemonServer, EveryRequestCompletesOnceWithItsOwnChecksum) {
@@ -196,9 +197,10 @@ TEST_F(DaemonServer, KilledClientDoesNotDisturbOthers) {
   RawClient c;
   ASSERT_EQ(c.connect(d.socket()), shm::ControlStatus::kOk);
   const auto ring = c.open("victim").second;
-  for (std::uint64_t id = 1; id <= 200; ++id)
-    ASSERT_TRUE(c.submit(ring, id, promptFor(id)) ||
-                (std::this_thread::sleep_for(1ms), c.submit(ring, id, promptFor(id))));
+  for (std::uint64_t id = 1; id <= 200; ++id) {
+    ASSERT_TRUE(testing::waitUntil([&] { return c.submit(ring, id, promptFor(id)); }, 10s,
+                                   "room on the ring for request " + std::to_string(id)));
+  }
   const auto got = c.collect(200);
   ASSERT_EQ(got.size(), 200u);
   for (const auto& s : got) EXPECT_EQ(s.status, shm::encodeStatus(Status::kOk));
@@ -223,7 +225,11 @@ TEST_F(DaemonServer, StressHostileClientScribblingOverItsSegmentHurtsOnlyItself)
   const auto ring = c.open("victim").second;
   std::map<std::uint64_t, std::uint64_t> expected;
   for (std::uint64_t id = 1; id <= 300; ++id) {
-    while (!c.submit(ring, id, promptFor(id))) std::this_thread::sleep_for(100us);
+    const ::testing::AssertionResult room =
+        testing::waitUntil([&] { return c.submit(ring, id, promptFor(id)); }, 10s,
+                           "room on the ring for request " + std::to_string(id), 100us);
+    if (!room) waitpid(hostile, nullptr, 0);  // it ends by itself after 400 ms
+    ASSERT_TRUE(room);
     expected[id] = kernels::workloadChecksum(promptFor(id));
     if (id % 50 == 0) std::this_thread::sleep_for(20ms);
   }

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/temp_dir.hpp"
+
 namespace fairsched::daemon {
 namespace {
 
@@ -133,9 +135,10 @@ TEST_P(EventLoopTest, AcceptsAndReceivesOnAUnixSocket) {
   ASSERT_GE(lfd, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  const std::string path = "/tmp/fairsched-el-" + std::to_string(getpid()) + ".sock";
+  const testing::TempDir tmp("fairsched-el");
+  ASSERT_FALSE(tmp.path().empty()) << "no temporary directory";
+  const std::string path = tmp.file("loop.sock");
   std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  unlink(path.c_str());
   ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   ASSERT_EQ(listen(lfd, 4), 0);
 
@@ -166,7 +169,6 @@ TEST_P(EventLoopTest, AcceptsAndReceivesOnAUnixSocket) {
   EXPECT_EQ(std::string(buf, 5), "hello");
   close(conn);
   close(lfd);
-  unlink(path.c_str());
 }
 
 TEST_P(EventLoopTest, ManyOperationsInFlightAllComplete) {

@@ -11,6 +11,7 @@
 
 #include "kernels/pack_reference.hpp"
 #include "kernels/workload_reference.hpp"
+#include "tests/support/seeded_rng.hpp"
 
 #if FAIRSCHED_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -119,8 +120,7 @@ TEST(KernelsCuda, FillTableMatchesTableValue) {
 
 TEST(KernelsCuda, PackAndWorkloadMatchTheReferenceForManyShapes) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const unsigned seed = std::random_device{}();
-  std::printf("seed %u\n", seed);
+  const auto seed = static_cast<unsigned>(testing::testSeed());
   for (const WorkloadShape shape :
        {WorkloadShape{}, WorkloadShape{1, 1}, WorkloadShape{50000, 300}}) {
     Table table(shape);

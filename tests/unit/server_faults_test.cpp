@@ -22,7 +22,9 @@
 #include "daemon/server/server.hpp"
 #include "fairsched/client.hpp"
 #include "kernels/workload_reference.hpp"
+#include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
+#include "tests/support/prompts.hpp"
 #include "tests/support/raw_client.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -105,18 +107,14 @@ class LostDeviceExecutor final : public Executor {
 };
 
 config::Config makeConfig(const std::string& socket) {
-  const std::string text =
-      "[daemon]\nsocket = \"" + socket +
-      "\"\nsocket_mode = \"0600\"\nlog_level = \"critical\"\n"
-      "[[tiers]]\nname = \"paid\"\n"
+  testing::DaemonConfigText c;
+  c.socket = socket;
+  c.log_level = "critical";
+  c.body =
       "[endpoints.chat]\nmax_batch_requests = 4\nmax_batch_tokens = 4096\nmax_wait_us = 50\n"
       "max_output_tokens = 64\n"
-      "[endpoints.chat.cpu]\nper_batch_us = 20.0\nper_token_us = 0.0\nthreads = 2\n"
-      "[[clients]]\nname = \"tests\"\nuids = [" +
-      std::to_string(getuid()) + "]\ntenants = [\"*\"]\nendpoints = [\"*\"]\n";
-  auto parsed = config::parseConfig(text, "test");
-  EXPECT_TRUE(std::holds_alternative<config::Config>(parsed));
-  return std::get<config::Config>(parsed);
+      "[endpoints.chat.cpu]\nper_batch_us = 20.0\nper_token_us = 0.0\nthreads = 2\n";
+  return c.parsed();
 }
 
 daemon::MakeExecutors faulty(std::uint64_t throw_every, std::uint64_t fail_every) {
@@ -132,9 +130,7 @@ daemon::MakeExecutors faulty(std::uint64_t throw_every, std::uint64_t fail_every
 }
 
 std::vector<std::uint32_t> promptFor(std::uint64_t id) {
-  std::vector<std::uint32_t> p(1 + id % 13);
-  for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<std::uint32_t>(id * 7919 + i);
-  return p;
+  return testing::promptFor(id, testing::kShortPrompts);
 }
 
 struct Outcome {

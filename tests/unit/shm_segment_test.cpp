@@ -75,6 +75,19 @@ int inChild(Body&& body) {
   return WEXITSTATUS(status);
 }
 
+// Forks a client process that attaches the segment behind `fd` (exit 10
+// when it cannot) and runs `body(segment)`, leaving with what it returns.
+// The parent gets the pid (or -1).
+template <class Body>
+pid_t forkClient(int fd, Body&& body) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  Result<Segment> r = Segment::attach(fd);
+  if (!std::holds_alternative<Segment>(r)) ::_exit(10);
+  Segment seg = std::move(std::get<Segment>(r));
+  ::_exit(body(seg));
+}
+
 // Kills and reaps a forked child when a test returns early.
 struct ChildGuard {
   pid_t pid = -1;
@@ -195,13 +208,8 @@ TEST(Segment, ForkedClientRoundTrip) {
   EventFd& completion_bell = std::get<EventFd>(completion_r);
   const int fd = daemon.fd();
 
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  const pid_t child = forkClient(fd, [&](Segment& seg) {
     // ---- the client -------------------------------------------------------
-    Result<Segment> r = Segment::attach(fd);
-    if (!std::holds_alternative<Segment>(r)) ::_exit(10);
-    Segment seg = std::move(std::get<Segment>(r));
     // The completion part is read-only here: a write must fault.
     const int fault = inChild([&] {
       defaultSegv();
@@ -264,8 +272,9 @@ TEST(Segment, ForkedClientRoundTrip) {
       }
     }
     if (completions.broken()) ::_exit(26);
-    ::_exit(0);
-  }
+    return 0;
+  });
+  ASSERT_GE(child, 0);
 
   // ---- the daemon ---------------------------------------------------------
   ChildGuard guard{child};
@@ -338,12 +347,7 @@ TEST(Segment, ClientKilledMidPushLeavesTheDaemonConsistent) {
   for (int trial = 0; trial < 5; ++trial) {
     Segment daemon = mustCreate();
     const int fd = daemon.fd();
-    const pid_t child = ::fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-      Result<Segment> r = Segment::attach(fd);
-      if (!std::holds_alternative<Segment>(r)) ::_exit(10);
-      Segment seg = std::move(std::get<Segment>(r));
+    const pid_t child = forkClient(fd, [&](Segment& seg) -> int {
       SubmissionProducer producer(seg.submissionRing(0));
       std::vector<std::uint32_t> prompt(kSmall.prompt_tokens_per_slot);
       for (std::uint64_t id = 0;; ++id) {
@@ -352,7 +356,8 @@ TEST(Segment, ClientKilledMidPushLeavesTheDaemonConsistent) {
         s.request_id = id;
         while (producer.tryPushPrompt(s, prompt) == PushResult::kFull) cpuRelax();
       }
-    }
+    });
+    ASSERT_GE(child, 0);
     ChildGuard guard{child};
     SubmissionConsumer consumer(daemon.submissionRing(0), 0);
     SubmissionSlot out;
@@ -388,12 +393,7 @@ TEST(Segment, StressDaemonSurvivesAClientScribblingOverItsWritablePart) {
   const std::uint64_t seed = testSeed();
   Segment daemon = mustCreate();
   const int fd = daemon.fd();
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    Result<Segment> r = Segment::attach(fd);
-    if (!std::holds_alternative<Segment>(r)) ::_exit(10);
-    Segment seg = std::move(std::get<Segment>(r));
+  const pid_t child = forkClient(fd, [&](Segment& seg) -> int {
     auto* words = reinterpret_cast<std::uint64_t*>(seg.writablePart());
     const std::uint64_t nwords = seg.layout().writable_size / 8;
     const std::uint64_t ring_words = seg.layout().arena_offset / 8;
@@ -403,7 +403,8 @@ TEST(Segment, StressDaemonSurvivesAClientScribblingOverItsWritablePart) {
       const std::uint64_t i = rng() % 4 == 0 ? rng() % nwords : rng() % ring_words;
       words[i] = rng() % 3 == 0 ? rng() % 64 : rng();
     }
-  }
+  });
+  ASSERT_GE(child, 0);
   ChildGuard guard{child};
   ReadyBitmap bitmap = daemon.readyBitmap();
   std::vector<SubmissionConsumer> consumers;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "daemon/config/config.hpp"
+#include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -72,11 +73,13 @@ std::size_t count(const std::vector<std::string>& msgs, const std::string& needl
 }
 
 TEST_F(SystemdNotify, ReadyWatchdogStatusThenStopping) {
-  const std::string text = "[daemon]\nsocket = \"" + dir_ +
-                           "/fairsched.sock\"\nlog_level = \"error\"\n"
-                           "[[tiers]]\nname = \"paid\"\n[endpoints.chat]\n"
-                           "[[clients]]\nname = \"t\"\nuids = [" +
-                           std::to_string(getuid()) + "]\ntenants = [\"*\"]\n";
+  testing::DaemonConfigText c;
+  c.socket = dir_ + "/fairsched.sock";
+  c.socket_mode = "";
+  c.body = "[endpoints.chat]\n";
+  c.client_name = "t";
+  c.client_endpoints = "";
+  const std::string text = c.text();
   const std::string file = dir_ + "/fairsched.toml";
   std::ofstream(file) << text;
   auto parsed = config::loadConfigFile(file);

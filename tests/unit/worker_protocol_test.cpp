@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -213,38 +214,51 @@ SubmissionSlot validSlotOf(WorkerEventKind kind) {
   return s;
 }
 
+// What decodeWorkerEvent says of a valid `kind` event with `change` made.
+template <class Change>
+EventCheck decodeChanged(WorkerEventKind kind, Change change) {
+  SubmissionSlot s = validSlotOf(kind);
+  change(s);
+  WorkerEvent out;
+  return decodeWorkerEvent(s, out);
+}
+
+// Each of `kinds`, valid but for `change`, decodes as `want`.
+template <class Change>
+void expectEachDecodesAs(std::initializer_list<WorkerEventKind> kinds, Change change,
+                         EventCheck want) {
+  for (const WorkerEventKind kind : kinds) {
+    EXPECT_EQ(decodeChanged(kind, change), want) << "kind " << static_cast<int>(kind);
+  }
+}
+
 constexpr WorkerEventKind kAllKinds[] = {WorkerEventKind::kCapacity, WorkerEventKind::kTokens,
                                          WorkerEventKind::kFinish, WorkerEventKind::kPreempted};
 
 TEST(WorkerEventRefused, UnknownKind) {
-  WorkerEvent out;
   for (const std::uint16_t kind : {0, 5, 6, 0x100, 0xffff}) {
-    SubmissionSlot s = validSlotOf(WorkerEventKind::kCapacity);
-    s.endpoint = kind;
-    EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kUnknownKind) << kind;
+    EXPECT_EQ(
+        decodeChanged(WorkerEventKind::kCapacity, [&](SubmissionSlot& s) { s.endpoint = kind; }),
+        EventCheck::kUnknownKind)
+        << kind;
   }
 }
 
 TEST(WorkerEventRefused, AnySubmissionFlagOnAnyKind) {
-  WorkerEvent out;
   for (const WorkerEventKind kind : kAllKinds) {
     for (const std::uint16_t flag :
          {kSlotStream, kSlotCountsOnly, kSlotCancel, std::uint16_t{0x8000}}) {
-      SubmissionSlot s = validSlotOf(kind);
-      s.flags = flag;
-      EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kBadFlags)
+      EXPECT_EQ(decodeChanged(kind, [&](SubmissionSlot& s) { s.flags = flag; }),
+                EventCheck::kBadFlags)
           << "kind " << static_cast<int>(kind) << " flag " << flag;
     }
   }
 }
 
 TEST(WorkerEventRefused, ParametersOnCapacityAndTokens) {
-  WorkerEvent out;
-  for (const WorkerEventKind kind : {WorkerEventKind::kCapacity, WorkerEventKind::kTokens}) {
-    SubmissionSlot s = validSlotOf(kind);
-    s.params_bytes = 1;
-    EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kBadFlags) << static_cast<int>(kind);
-  }
+  expectEachDecodesAs(
+      {WorkerEventKind::kCapacity, WorkerEventKind::kTokens},
+      [](SubmissionSlot& s) { s.params_bytes = 1; }, EventCheck::kBadFlags);
 }
 
 TEST(WorkerEventRefused, TokensWithoutTokensOrWithTooMany) {
@@ -261,12 +275,9 @@ TEST(WorkerEventRefused, TokensWithoutTokensOrWithTooMany) {
 }
 
 TEST(WorkerEventRefused, TokenIdsOnFinishAndCapacity) {
-  WorkerEvent out;
-  for (const WorkerEventKind kind : {WorkerEventKind::kCapacity, WorkerEventKind::kFinish}) {
-    SubmissionSlot s = validSlotOf(kind);
-    s.prompt_tokens = 1;
-    EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kStrayTokens) << static_cast<int>(kind);
-  }
+  expectEachDecodesAs(
+      {WorkerEventKind::kCapacity, WorkerEventKind::kFinish},
+      [](SubmissionSlot& s) { s.prompt_tokens = 1; }, EventCheck::kStrayTokens);
 }
 
 TEST(WorkerEventRefused, FinishWithAStatusAWorkerMayNotReport) {
@@ -286,20 +297,20 @@ TEST(WorkerEventRefused, FinishWithAStatusAWorkerMayNotReport) {
 }
 
 TEST(WorkerEventRefused, FinishWithANegativeStatus) {
-  WorkerEvent out;
   for (const std::int32_t prio : {-1, std::numeric_limits<std::int32_t>::min()}) {
-    SubmissionSlot s = validSlotOf(WorkerEventKind::kFinish);
-    s.priority = prio;
-    EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kBadStatus) << prio;
+    EXPECT_EQ(
+        decodeChanged(WorkerEventKind::kFinish, [&](SubmissionSlot& s) { s.priority = prio; }),
+        EventCheck::kBadStatus)
+        << prio;
   }
 }
 
 TEST(WorkerEventRefused, TokensWithANegativeEmitTime) {
-  WorkerEvent out;
   for (const std::int64_t t : {std::int64_t{-1}, std::numeric_limits<std::int64_t>::min()}) {
-    SubmissionSlot s = validSlotOf(WorkerEventKind::kTokens);
-    s.deadline_ns = t;
-    EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kNegativeTime) << t;
+    EXPECT_EQ(
+        decodeChanged(WorkerEventKind::kTokens, [&](SubmissionSlot& s) { s.deadline_ns = t; }),
+        EventCheck::kNegativeTime)
+        << t;
   }
 }
 
