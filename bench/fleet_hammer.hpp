@@ -26,9 +26,9 @@ inline std::vector<TimeNs> hammerAccounts(const std::vector<core::FleetAccount*>
   std::vector<std::thread> threads;
   for (std::size_t k = 0; k < accounts.size(); ++k) {
     threads.emplace_back([&, k] {
-      const TimeNs end = fleet::FleetLimiter::steadyNow() + run;
+      const TimeNs end = daemon::monotonicNow() + run;
       for (std::uint64_t i = 0; i < max_tries; ++i) {
-        const TimeNs t = fleet::FleetLimiter::steadyNow();
+        const TimeNs t = daemon::monotonicNow();
         if (t >= end) break;
         if (accounts[k]->take(1, t).admitted) {
           times[k].push_back(t);
