@@ -8,6 +8,8 @@
 #include <string_view>
 #include <variant>
 
+#include "fairsched/error.hpp"
+
 namespace fairsched::shm {
 
 enum class ErrorCode : std::uint8_t {
@@ -33,8 +35,10 @@ struct Error {
   std::string toString() const;
 };
 
+// A value or a shm::Error: the project's one Result type (fairsched/error.hpp)
+// with this layer's error.
 template <class T>
-using Result = std::variant<T, Error>;
+using Result = fairsched::Result<T, Error>;
 
 // "<what>: <message> (<strerror(sys_errno)>)", leaving out the empty parts:
 // the one format of every error value in shm/ and the client library.

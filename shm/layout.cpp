@@ -133,11 +133,12 @@ Result<Layout> checkHeader(const SegmentHeader& h, std::uint64_t file_size,
   Geometry g{h.ring_count, h.ring_capacity, h.prompt_tokens_per_slot, h.completion_capacity,
              h.reply_tokens_per_slot};
   Result<Layout> computed = computeLayout(g, page_size);
-  if (auto* err = std::get_if<Error>(&computed)) {
-    err->message = "header geometry: " + err->message;
-    return computed;
+  if (!computed.ok()) {
+    Error err = std::move(computed).error();
+    err.message = "header geometry: " + err.message;
+    return err;
   }
-  const Layout& l = std::get<Layout>(computed);
+  const Layout& l = computed.value();
   const SegmentHeader expected = makeHeader(l);
   struct Field {
     const char* name;

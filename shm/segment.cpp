@@ -80,8 +80,8 @@ Segment::~Segment() = default;
 
 Result<Segment> Segment::create(const Geometry& geometry) {
   Result<Layout> computed = computeLayout(geometry, pageSize());
-  if (auto* err = std::get_if<Error>(&computed)) return std::move(*err);
-  const Layout& layout = std::get<Layout>(computed);
+  if (!computed.ok()) return std::move(computed).error();
+  const Layout& layout = computed.value();
 
   UniqueFd fd(::memfd_create("fairsched-client", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) return systemError("memfd_create");
@@ -92,10 +92,9 @@ Result<Segment> Segment::create(const Geometry& geometry) {
     return systemError("sealing the segment's size");
   }
   Result<std::unique_ptr<Mappings>> mapped = mapParts(fd.get(), layout, true);
-  if (auto* err = std::get_if<Error>(&mapped)) return std::move(*err);
+  if (!mapped.ok()) return std::move(mapped).error();
 
-  Segment seg(Side::kDaemon, layout, std::move(fd),
-              std::move(std::get<std::unique_ptr<Mappings>>(mapped)));
+  Segment seg(Side::kDaemon, layout, std::move(fd), std::move(mapped).value());
   // A new memfd reads as zeros; only what is not zero is written. Nothing
   // else can see the segment yet.
   const SegmentHeader header = makeHeader(layout);
@@ -134,13 +133,12 @@ Result<Segment> Segment::attach(int fd) {
     return Error{ErrorCode::kTooSmall, 0, "short read of the segment header"};
   }
   Result<Layout> checked = checkHeader(header, file_size, pageSize());
-  if (auto* err = std::get_if<Error>(&checked)) return std::move(*err);
-  const Layout& layout = std::get<Layout>(checked);
+  if (!checked.ok()) return std::move(checked).error();
+  const Layout& layout = checked.value();
 
   Result<std::unique_ptr<Mappings>> mapped = mapParts(fd, layout, false);
-  if (auto* err = std::get_if<Error>(&mapped)) return std::move(*err);
-  return Segment(Side::kClient, layout, UniqueFd(),
-                 std::move(std::get<std::unique_ptr<Mappings>>(mapped)));
+  if (!mapped.ok()) return std::move(mapped).error();
+  return Segment(Side::kClient, layout, UniqueFd(), std::move(mapped).value());
 }
 
 SubmissionRingMemory Segment::submissionRing(std::uint32_t ring) const {

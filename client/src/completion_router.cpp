@@ -11,18 +11,18 @@ namespace fairsched::client_detail {
 
 Result<CompletionFds> openCompletionFds() {
   shm::Result<shm::EventFd> notify = shm::EventFd::create();
-  if (auto* err = std::get_if<shm::Error>(&notify)) {
-    return Error{ErrorCode::kSystem, err->sys_errno, "eventfd"};
+  if (!notify.ok()) {
+    return Error{ErrorCode::kSystem, notify.error().sys_errno, "eventfd"};
   }
   shm::UniqueFd ep(::epoll_create1(EPOLL_CLOEXEC));
   if (!ep) return Error{ErrorCode::kSystem, errno, "epoll_create1"};
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = std::get<shm::EventFd>(notify).fd();
-  if (::epoll_ctl(ep.get(), EPOLL_CTL_ADD, std::get<shm::EventFd>(notify).fd(), &ev) != 0) {
+  ev.data.fd = notify.value().fd();
+  if (::epoll_ctl(ep.get(), EPOLL_CTL_ADD, notify.value().fd(), &ev) != 0) {
     return Error{ErrorCode::kSystem, errno, "epoll_ctl"};
   }
-  return CompletionFds{std::move(std::get<shm::EventFd>(notify)), std::move(ep)};
+  return CompletionFds{std::move(notify).value(), std::move(ep)};
 }
 
 void CompletionRouter::watchSession(int bell_fd, int sock) {

@@ -86,8 +86,8 @@ shm::EventFd* threadEventFd() {
   thread_local std::optional<shm::EventFd> efd;
   if (!efd) {
     shm::Result<shm::EventFd> made = shm::EventFd::create();
-    if (std::holds_alternative<shm::Error>(made)) return nullptr;
-    efd.emplace(std::move(std::get<shm::EventFd>(made)));
+    if (!made.ok()) return nullptr;
+    efd.emplace(std::move(made).value());
   }
   return &*efd;
 }

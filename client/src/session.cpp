@@ -107,7 +107,8 @@ Result<std::shared_ptr<Session>> Session::open(const ClientOptions& options,
                      std::to_string(shm::kHelloReplyFds)};
   }
   shm::Result<shm::Segment> attached = shm::Segment::attach(fds[shm::kFdSegment].get());
-  if (auto* err = std::get_if<shm::Error>(&attached)) {
+  if (!attached.ok()) {
+    const shm::Error* err = &attached.error();
     const ErrorCode code = err->code == shm::ErrorCode::kBadVersion ? ErrorCode::kVersionMismatch
                                                                     : ErrorCode::kProtocol;
     return Error{code, err->sys_errno, "the daemon's segment: " + err->toString()};
@@ -118,7 +119,7 @@ Result<std::shared_ptr<Session>> Session::open(const ClientOptions& options,
     }
   }
   std::shared_ptr<Session> s(
-      new Session(generation, std::move(sock).value(), std::move(std::get<shm::Segment>(attached)),
+      new Session(generation, std::move(sock).value(), std::move(attached).value(),
                   shm::EventFd::adopt(std::move(fds[shm::kFdDaemonDoorbell])),
                   shm::EventFd::adopt(std::move(fds[shm::kFdCompletionBell]))));
   s->client_id = reply.client_id;

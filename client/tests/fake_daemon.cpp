@@ -50,10 +50,10 @@ namespace {
 
 template <class T>
 T must(shm::Result<T> r, const char* what) {
-  if (auto* e = std::get_if<shm::Error>(&r)) {
-    throw std::runtime_error(std::string(what) + ": " + e->toString());
+  if (!r.ok()) {
+    throw std::runtime_error(std::string(what) + ": " + r.error().toString());
   }
-  return std::move(std::get<T>(r));
+  return std::move(r).value();
 }
 
 }  // namespace

@@ -47,7 +47,8 @@ bool checkWorkerSegment(ParseContext& ctx, const toml::node& table, const std::s
                         WorkerEndpointConfig& w) {
   const shm::Result<shm::Layout> layout =
       shm::computeLayout(shm::workerGeometry(w.max_sequences, w.max_prompt_tokens), 65536);
-  if (const auto* err = std::get_if<shm::Error>(&layout)) {
+  if (!layout.ok()) {
+    const shm::Error* err = &layout.error();
     return ctx.fail(
         table, path,
         std::to_string(w.max_sequences) + " sequences of " + std::to_string(w.max_prompt_tokens) +

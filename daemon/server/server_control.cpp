@@ -201,17 +201,18 @@ bool Server::openSegment(Connection& c, const shm::Geometry& geometry) {
   auto seg = shm::Segment::create(geometry);
   auto bell_in = shm::EventFd::create();
   auto bell_out = shm::EventFd::create();
-  for (const shm::Error* err : {std::get_if<shm::Error>(&seg), std::get_if<shm::Error>(&bell_in),
-                                std::get_if<shm::Error>(&bell_out)}) {
+  for (const shm::Error* err :
+       {seg.ok() ? nullptr : &seg.error(), bell_in.ok() ? nullptr : &bell_in.error(),
+        bell_out.ok() ? nullptr : &bell_out.error()}) {
     if (err) {
       spdlog::error("connection {}: {}", c.id, err->toString());
       return false;
     }
   }
-  c.segment.emplace(std::move(std::get<shm::Segment>(seg)));
+  c.segment.emplace(std::move(seg).value());
   ++clients_;  // dropConnection counts it down for every connection with a segment
-  c.doorbell.emplace(std::move(std::get<shm::EventFd>(bell_in)));
-  c.completion_bell.emplace(std::move(std::get<shm::EventFd>(bell_out)));
+  c.doorbell.emplace(std::move(bell_in).value());
+  c.completion_bell.emplace(std::move(bell_out).value());
   c.producer.emplace(c.segment->completionRing(), 0);
   conns_.attach(c, env_.now());
   return true;

@@ -79,8 +79,8 @@ shm::ControlStatus RawClient::connect(const std::string& path, std::string* why,
   close(fds[shm::kFdSegment]);
   doorbell_ = fds[shm::kFdDaemonDoorbell];
   bell_ = fds[shm::kFdCompletionBell];
-  if (!std::holds_alternative<shm::Segment>(seg)) return shm::ControlStatus::kInternal;
-  segment_.emplace(std::move(std::get<shm::Segment>(seg)));
+  if (!seg.ok()) return shm::ControlStatus::kInternal;
+  segment_.emplace(std::move(seg).value());
   consumer_.emplace(segment_->completionRing());
   endpoint_ = reply.endpoints[0].id;
   return status;

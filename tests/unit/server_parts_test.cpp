@@ -197,8 +197,8 @@ TEST(ConnectionSet, IdleConnectionIsDemotedAndBusyOneStaysActive) {
   for (int i = 0; i < 3; ++i) {
     Connection& c = set.add(-1);
     auto seg = shm::Segment::create(shm::Geometry{});
-    ASSERT_TRUE(std::holds_alternative<shm::Segment>(seg));
-    c.segment.emplace(std::move(std::get<shm::Segment>(seg)));
+    ASSERT_TRUE(seg.ok());
+    c.segment.emplace(std::move(seg).value());
     set.attach(c, 0);
     conns.push_back(&c);
   }
@@ -227,8 +227,8 @@ TEST(ConnectionSet, IdleConnectionIsDemotedAndBusyOneStaysActive) {
 Connection& addWorker(ConnectionSet& set, EndpointId e, std::uint32_t seqs, std::uint64_t kv) {
   Connection& c = set.add(-1);
   auto seg = shm::Segment::create(shm::workerGeometry(8, 64));
-  EXPECT_TRUE(std::holds_alternative<shm::Segment>(seg));
-  c.segment.emplace(std::move(std::get<shm::Segment>(seg)));
+  EXPECT_TRUE(seg.ok());
+  c.segment.emplace(std::move(seg).value());
   c.producer.emplace(c.segment->completionRing(), 0);
   WorkerState& w = c.worker.emplace();
   w.endpoint = e;

@@ -23,8 +23,8 @@ using testing::testSeed;
 
 EventFd makeEventFd() {
   Result<EventFd> r = EventFd::create();
-  if (auto* err = std::get_if<Error>(&r)) ADD_FAILURE() << err->toString();
-  return std::move(std::get<EventFd>(r));
+  if (!r.ok()) ADD_FAILURE() << r.error().toString();
+  return std::move(r).value();
 }
 
 TEST(EventFd, CountsSignalsAndDrainsThemAtOnce) {

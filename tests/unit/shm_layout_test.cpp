@@ -16,14 +16,14 @@ constexpr std::uint64_t kPage = 4096;
 
 Layout layoutOf(const Geometry& g, std::uint64_t page = kPage) {
   Result<Layout> r = computeLayout(g, page);
-  if (auto* err = std::get_if<Error>(&r)) ADD_FAILURE() << err->toString();
-  return std::get<Layout>(r);
+  if (!r.ok()) ADD_FAILURE() << r.error().toString();
+  return r.value();
 }
 
 ErrorCode errorOf(const Geometry& g, std::uint64_t page = kPage) {
   Result<Layout> r = computeLayout(g, page);
-  EXPECT_TRUE(std::holds_alternative<Error>(r));
-  return std::holds_alternative<Error>(r) ? std::get<Error>(r).code : ErrorCode::kSystem;
+  EXPECT_TRUE(!r.ok());
+  return !r.ok() ? r.error().code : ErrorCode::kSystem;
 }
 
 // The invariants the rest of shm/ relies on.
@@ -112,8 +112,8 @@ TEST(Layout, EveryLimitIsEnforced) {
 
 TEST(Layout, ErrorSaysWhichLimit) {
   Result<Layout> r = computeLayout(Geometry{1, 3, 8, 64}, kPage);
-  ASSERT_TRUE(std::holds_alternative<Error>(r));
-  EXPECT_EQ(std::get<Error>(r).message, "ring_capacity 3 is not a power of two in [2, 65536]");
+  ASSERT_TRUE(!r.ok());
+  EXPECT_EQ(r.error().message, "ring_capacity 3 is not a power of two in [2, 65536]");
 }
 
 RC_GTEST_PROP(Layout, AnyAcceptedGeometryIsSound, ()) {
@@ -125,16 +125,16 @@ RC_GTEST_PROP(Layout, AnyAcceptedGeometryIsSound, ()) {
   g.prompt_tokens_per_slot = *rc::gen::inRange<std::uint32_t>(0, 20000);
   g.completion_capacity = *rc::gen::map(rc::gen::inRange(0, 22), [](int s) { return 1u << s; });
   Result<Layout> r = computeLayout(g, kPage);
-  if (std::holds_alternative<Layout>(r)) {
-    const Layout& l = std::get<Layout>(r);
+  if (r.ok()) {
+    const Layout& l = r.value();
     RC_ASSERT(l.total_size <= kMaxSegmentBytes);
     RC_ASSERT(l.arena_offset >= l.rings_offset + g.ring_count * l.ring_stride);
     RC_ASSERT(l.writable_size >= l.arena_offset + g.ring_count * l.arena_ring_bytes);
     RC_ASSERT(l.writable_size % kPage == 0 && l.daemon_size % kPage == 0);
     // The header of an accepted layout passes the client's check.
-    RC_ASSERT(std::holds_alternative<Layout>(checkHeader(makeHeader(l), l.total_size, kPage)));
+    RC_ASSERT((checkHeader(makeHeader(l), l.total_size, kPage)).ok());
   } else {
-    RC_ASSERT(std::get<Error>(r).code == ErrorCode::kInvalidGeometry);
+    RC_ASSERT(r.error().code == ErrorCode::kInvalidGeometry);
   }
 }
 
@@ -147,18 +147,18 @@ class HeaderCheck : public ::testing::Test {
 
   ErrorCode check(const SegmentHeader& h, std::uint64_t file_size) {
     Result<Layout> r = checkHeader(h, file_size, kPage);
-    if (std::holds_alternative<Layout>(r)) {
+    if (r.ok()) {
       ADD_FAILURE() << "accepted";
       return ErrorCode::kSystem;
     }
-    return std::get<Error>(r).code;
+    return r.error().code;
   }
 };
 
 TEST_F(HeaderCheck, AcceptsTheDaemonsHeaderAndRecomputesTheSameLayout) {
   Result<Layout> r = checkHeader(header_, layout_.total_size, kPage);
-  ASSERT_TRUE(std::holds_alternative<Layout>(r));
-  const Layout& l = std::get<Layout>(r);
+  ASSERT_TRUE(r.ok());
+  const Layout& l = r.value();
   EXPECT_EQ(l.geometry, layout_.geometry);
   EXPECT_EQ(l.rings_offset, layout_.rings_offset);
   EXPECT_EQ(l.completion_cells_offset, layout_.completion_cells_offset);
@@ -234,9 +234,8 @@ TEST_F(HeaderCheck, EveryDerivedFieldIsCompared) {
 TEST_F(HeaderCheck, MismatchMessageNamesTheField) {
   header_.ring_stride += 64;
   Result<Layout> r = checkHeader(header_, layout_.total_size, kPage);
-  ASSERT_TRUE(std::holds_alternative<Error>(r));
-  EXPECT_EQ(std::get<Error>(r).message.rfind("ring_stride is ", 0), 0u)
-      << std::get<Error>(r).message;
+  ASSERT_TRUE(!r.ok());
+  EXPECT_EQ(r.error().message.rfind("ring_stride is ", 0), 0u) << r.error().message;
 }
 
 }  // namespace

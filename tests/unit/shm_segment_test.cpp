@@ -46,20 +46,21 @@ const Geometry kSmall{3, 16, 32, 64};
 
 Segment mustCreate(const Geometry& g = kSmall) {
   Result<Segment> r = Segment::create(g);
-  if (auto* err = std::get_if<Error>(&r)) {
+  if (!r.ok()) {
+    const Error* err = &r.error();
     ADD_FAILURE() << err->toString();
     std::abort();
   }
-  return std::move(std::get<Segment>(r));
+  return std::move(r).value();
 }
 
 ErrorCode attachError(int fd) {
   Result<Segment> r = Segment::attach(fd);
-  if (std::holds_alternative<Segment>(r)) {
+  if (r.ok()) {
     ADD_FAILURE() << "attach succeeded";
     return ErrorCode::kSystem;
   }
-  return std::get<Error>(r).code;
+  return r.error().code;
 }
 
 // Runs `body` in a forked child and returns its exit status (or 128 + signal).
@@ -83,8 +84,8 @@ pid_t forkClient(int fd, Body&& body) {
   const pid_t pid = ::fork();
   if (pid != 0) return pid;
   Result<Segment> r = Segment::attach(fd);
-  if (!std::holds_alternative<Segment>(r)) ::_exit(10);
-  Segment seg = std::move(std::get<Segment>(r));
+  if (!r.ok()) ::_exit(10);
+  Segment seg = std::move(r).value();
   ::_exit(body(seg));
 }
 
@@ -143,15 +144,15 @@ TEST(Segment, CreateGivesASealedMemfdOfTheLayoutsSize) {
 
 TEST(Segment, CreateRejectsAnInvalidGeometry) {
   Result<Segment> r = Segment::create(Geometry{0, 16, 32, 64});
-  ASSERT_TRUE(std::holds_alternative<Error>(r));
-  EXPECT_EQ(std::get<Error>(r).code, ErrorCode::kInvalidGeometry);
+  ASSERT_TRUE(!r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidGeometry);
 }
 
 TEST(Segment, AttachInTheSameProcessSeesTheSameRings) {
   Segment daemon = mustCreate();
   Result<Segment> r = Segment::attach(daemon.fd());
-  ASSERT_TRUE(std::holds_alternative<Segment>(r)) << std::get<Error>(r).toString();
-  Segment client = std::move(std::get<Segment>(r));
+  ASSERT_TRUE(r.ok()) << r.error().toString();
+  Segment client = std::move(r).value();
   EXPECT_EQ(client.side(), Segment::Side::kClient);
   EXPECT_EQ(client.fd(), -1);
   EXPECT_EQ(client.layout().geometry, kSmall);
@@ -177,11 +178,11 @@ TEST(Segment, AttachInTheSameProcessSeesTheSameRings) {
 TEST(Segment, ClosingTheDaemonsFdKeepsTheMappings) {
   Segment daemon = mustCreate();
   Result<Segment> r = Segment::attach(daemon.fd());
-  ASSERT_TRUE(std::holds_alternative<Segment>(r));
+  ASSERT_TRUE(r.ok());
   daemon.closeFd();
   EXPECT_EQ(daemon.fd(), -1);
   CompletionProducer producer(daemon.completionRing(), 0);
-  CompletionConsumer consumer(std::get<Segment>(r).completionRing());
+  CompletionConsumer consumer(r.value().completionRing());
   CompletionSlot c;
   c.request_id = 77;
   ASSERT_TRUE(producer.tryPush(c));
@@ -202,10 +203,10 @@ TEST(Segment, ForkedClientRoundTrip) {
   Segment daemon = mustCreate();
   Result<EventFd> doorbell_r = EventFd::create();    // client -> daemon
   Result<EventFd> completion_r = EventFd::create();  // daemon -> client
-  ASSERT_TRUE(std::holds_alternative<EventFd>(doorbell_r));
-  ASSERT_TRUE(std::holds_alternative<EventFd>(completion_r));
-  EventFd& doorbell = std::get<EventFd>(doorbell_r);
-  EventFd& completion_bell = std::get<EventFd>(completion_r);
+  ASSERT_TRUE(doorbell_r.ok());
+  ASSERT_TRUE(completion_r.ok());
+  EventFd& doorbell = doorbell_r.value();
+  EventFd& completion_bell = completion_r.value();
   const int fd = daemon.fd();
 
   const pid_t child = forkClient(fd, [&](Segment& seg) {
@@ -533,12 +534,12 @@ TEST(SegmentAttach, ErrorsAreValuesWithAMessage) {
   Segment daemon = mustCreate();
   std::memset(daemon.writablePart(), 0, 8);
   Result<Segment> r = Segment::attach(daemon.fd());
-  ASSERT_TRUE(std::holds_alternative<Error>(r));
-  EXPECT_EQ(std::get<Error>(r).toString(), "bad magic: not a fairsched segment");
+  ASSERT_TRUE(!r.ok());
+  EXPECT_EQ(r.error().toString(), "bad magic: not a fairsched segment");
   r = Segment::attach(-1);
-  ASSERT_TRUE(std::holds_alternative<Error>(r));
-  EXPECT_EQ(std::get<Error>(r).code, ErrorCode::kSystem);
-  EXPECT_EQ(std::get<Error>(r).sys_errno, EBADF);
+  ASSERT_TRUE(!r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kSystem);
+  EXPECT_EQ(r.error().sys_errno, EBADF);
 }
 
 // ---- nothing is left behind ----------------------------------------------
@@ -550,11 +551,11 @@ TEST(Segment, NothingAppearsInDevShm) {
     Segment daemon = mustCreate();
     const int status = inChild([&] {
       Result<Segment> r = Segment::attach(daemon.fd());
-      return std::holds_alternative<Segment>(r) ? 0 : 1;
+      return r.ok() ? 0 : 1;
     });
     EXPECT_EQ(status, 0);
     Result<Segment> client = Segment::attach(daemon.fd());
-    ASSERT_TRUE(std::holds_alternative<Segment>(client));
+    ASSERT_TRUE(client.ok());
     EXPECT_EQ(devShmEntries(), before);
   }
   EXPECT_EQ(devShmEntries(), before);
@@ -577,7 +578,7 @@ TEST(Segment, MappingsAreOfTheMemfdAndGoAwayWithTheSegment) {
     const int with_daemon = memfdMappings();
     EXPECT_GT(with_daemon, before);
     Result<Segment> client = Segment::attach(daemon.fd());
-    ASSERT_TRUE(std::holds_alternative<Segment>(client));
+    ASSERT_TRUE(client.ok());
     EXPECT_GT(memfdMappings(), with_daemon);
   }
   EXPECT_EQ(memfdMappings(), before);
