@@ -404,7 +404,8 @@ void FleetLimiter::stop() {
     call.window = e->spec.window_ns;
     call.want = 0;
     call.returns = order.returns;
-    if (std::holds_alternative<BackendFailure>(backend_->call(call))) breaker_.onFailure(env_.now());
+    if (std::holds_alternative<BackendFailure>(backend_->call(call)))
+      breaker_.onFailure(env_.now());
   }
   backend_->disconnect();
   publish(false);
