@@ -30,9 +30,9 @@ std::variant<Setup, std::string> makeSetup(const ScenarioOptions& options, const
       options.config_path.empty()
           ? config::parseConfig(config::kEmbeddedDefaultConfig, "<embedded config/fairsched.toml>")
           : config::loadConfigFile(options.config_path);
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return err->toString();
+  if (auto* err = parsed.errorOrNull()) return err->toString();
   Setup s;
-  s.cfg = std::get<config::Config>(parsed);
+  s.cfg = parsed.value();
   const config::TenantConfig* a = s.cfg.findTenant("A");
   const config::TenantConfig* b = s.cfg.findTenant("B");
   if (!a || !b) return std::string("the config must list tenants A and B");

@@ -148,8 +148,8 @@ int referenceWorker(const std::string& socket, const config::EndpointConfig& ec)
 
 }  // namespace
 
-std::variant<config::Config, std::string> echoDaemonConfig(const std::string& socket,
-                                                           const std::string& daemon_extra) {
+fairsched::Result<config::Config, std::string> echoDaemonConfig(const std::string& socket,
+                                                                const std::string& daemon_extra) {
   testing::DaemonConfigText c;
   c.socket = socket;
   c.daemon_extra = daemon_extra;

@@ -39,8 +39,8 @@ using testing::TempDir;  // tests/support/temp_dir.hpp
 // measured is the daemon's own path), to this uid for any tenant; tier
 // "bench" (the default), tenant "bench" listed with room for 100,000 queued.
 // `daemon_extra`: more lines of [daemon]. Or why the text did not parse.
-std::variant<config::Config, std::string> echoDaemonConfig(const std::string& socket,
-                                                           const std::string& daemon_extra = "");
+fairsched::Result<config::Config, std::string> echoDaemonConfig(
+    const std::string& socket, const std::string& daemon_extra = "");
 
 // Points the daemon's socket into `dir`, quiets its log and lets this uid
 // submit for every tenant and endpoint and serve every worker endpoint.

@@ -185,8 +185,8 @@ ScenarioResult runRateLimit(const ScenarioOptions& options) {
   if (tmp.path().empty()) return ScenarioError{"mkdtemp failed"};
   const auto& s = setups(options.quick);
   auto parsed = config::parseConfig(configText(s), "<rate-limit>");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return ScenarioError{err->toString()};
-  config::Config cfg = std::get<config::Config>(parsed);
+  if (auto* err = parsed.errorOrNull()) return ScenarioError{err->toString()};
+  config::Config cfg = parsed.value();
   prepareBenchConfig(cfg, tmp.path());
 
   auto started = daemon::ForkedDaemon::start(cfg);

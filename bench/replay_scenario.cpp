@@ -548,8 +548,8 @@ ScenarioResult runReplay(const ScenarioOptions& options) {
       options.config_path.empty()
           ? config::parseConfig(config::kEmbeddedDefaultConfig, "<embedded config/fairsched.toml>")
           : config::loadConfigFile(options.config_path);
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return ScenarioError{err->toString()};
-  const config::Config& cfg = std::get<config::Config>(parsed);
+  if (auto* err = parsed.errorOrNull()) return ScenarioError{err->toString()};
+  const config::Config& cfg = parsed.value();
   auto cost = parseCostWeights(options.cost.empty() ? "input+output" : options.cost);
   if (auto* err = std::get_if<std::string>(&cost)) return ScenarioError{"--cost: " + *err};
   auto trace = loadTraceFile(options.trace_path);

@@ -110,10 +110,10 @@ std::variant<DaemonRun, ScenarioError> measureDaemon(config::EventLoopKind loop,
   const TempDir tmp("fairsched-roundtrip");
   if (tmp.path().empty()) return ScenarioError{"mkdtemp failed"};
   auto cfg = echoDaemonConfig(tmp.path() + "/fairsched.sock");
-  if (auto* err = std::get_if<std::string>(&cfg)) return ScenarioError{*err};
-  std::get<config::Config>(cfg).daemon.event_loop = loop;
+  if (auto* err = cfg.errorOrNull()) return ScenarioError{*err};
+  cfg.value().daemon.event_loop = loop;
   pinTo(1);  // the daemon inherits this CPU
-  auto started = daemon::ForkedDaemon::start(std::get<config::Config>(cfg));
+  auto started = daemon::ForkedDaemon::start(cfg.value());
   pinTo(0);
   if (!started) return ScenarioError{started.error().message};
   daemon::ForkedDaemon& d = started.value();

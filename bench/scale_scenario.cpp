@@ -400,7 +400,7 @@ std::variant<Cell, std::string> runCell(const ScaleSettings& s, int processes, i
   // Tenants are not listed: `tenants = ["*"]` lets the rule open any name,
   // and an unlisted tenant takes default_tier (the only tier).
   auto cfg = echoDaemonConfig(tmp.path() + "/fairsched.sock", "busy_poll_us = 0\n");
-  if (auto* err = std::get_if<std::string>(&cfg)) return *err;
+  if (auto* err = cfg.errorOrNull()) return *err;
   // The daemon: a socket, two eventfds and a memfd per connection of 8
   // tenants; a client process: about six per connection.
   const std::uint64_t per_process = static_cast<std::uint64_t>(cell.tenants / processes + 1);
@@ -409,7 +409,7 @@ std::variant<Cell, std::string> runCell(const ScaleSettings& s, int processes, i
     return *err;
   }
   pinTo(1);  // the daemon inherits this CPU
-  auto started = daemon::ForkedDaemon::start(std::get<config::Config>(cfg));
+  auto started = daemon::ForkedDaemon::start(cfg.value());
   pinTo(0);  // this process and the clients
   if (!started) return started.error().message;
   daemon::ForkedDaemon& d = started.value();

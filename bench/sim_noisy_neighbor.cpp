@@ -30,8 +30,8 @@ std::variant<Setup, std::string> loadSetup(const ScenarioOptions& options) {
       options.config_path.empty()
           ? config::parseConfig(config::kEmbeddedDefaultConfig, "<embedded config/fairsched.toml>")
           : config::loadConfigFile(options.config_path);
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return err->toString();
-  const config::Config& cfg = std::get<config::Config>(parsed);
+  if (auto* err = parsed.errorOrNull()) return err->toString();
+  const config::Config& cfg = parsed.value();
   for (const char* name : {"A", "B"}) {
     if (!cfg.findTenant(name)) return std::string("the config must list tenants A and B");
   }

@@ -53,7 +53,7 @@ struct ClientResult {
   std::uint32_t samples = 0;  // latency samples (ns) that follow
 };
 
-std::variant<config::Config, std::string> streamConfig(const std::string& dir) {
+fairsched::Result<config::Config, std::string> streamConfig(const std::string& dir) {
   testing::DaemonConfigText c;  // the socket and the client rule are set below
   c.socket_mode = "";
   c.tiers = {"bench"};
@@ -64,8 +64,8 @@ std::variant<config::Config, std::string> streamConfig(const std::string& dir) {
       "[tenants.bench]\ntier = \"bench\"\nqueue_limit = 100000\n";
   c.client = false;
   auto parsed = c.parse("<stream>");
-  if (auto* err = std::get_if<std::string>(&parsed)) return *err;
-  config::Config cfg = std::get<config::Config>(std::move(parsed));
+  if (auto* err = parsed.errorOrNull()) return *err;
+  config::Config cfg = std::move(parsed).value();
   cfg.daemon.socket = dir + "/fairsched.sock";
   config::ClientRule rule;  // this uid: the client and the worker
   rule.name = "fairsched-bench";
@@ -255,9 +255,9 @@ ScenarioResult runStreamScenario(const ScenarioOptions& options) {
   const testing::TempDir tmp("fairsched-stream");
   if (tmp.path().empty()) return ScenarioError{"mkdtemp failed"};
   auto cfg = streamConfig(tmp.path());
-  if (auto* err = std::get_if<std::string>(&cfg)) return ScenarioError{*err};
+  if (auto* err = cfg.errorOrNull()) return ScenarioError{*err};
   pinTo(1);  // the daemon inherits this CPU
-  auto started = daemon::ForkedDaemon::start(std::get<config::Config>(cfg));
+  auto started = daemon::ForkedDaemon::start(cfg.value());
   if (!started) {
     pinTo(0);
     return ScenarioError{started.error().message};

@@ -60,8 +60,8 @@ ScenarioResult runTiers(const ScenarioOptions& options) {
   TempDir tmp("fairsched-tiers");
   if (tmp.path().empty()) return ScenarioError{"mkdtemp failed"};
   auto parsed = config::parseConfig(configText(), "<tiers>");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return ScenarioError{err->toString()};
-  config::Config cfg = std::get<config::Config>(parsed);
+  if (auto* err = parsed.errorOrNull()) return ScenarioError{err->toString()};
+  config::Config cfg = parsed.value();
   prepareBenchConfig(cfg, tmp.path());
   const int scale = options.quick ? 4 : 1;
   const std::map<std::string, TenantInfo> info = {{"P", {"paid", 1.0}}, {"T", {"trial", 1.0}}};

@@ -51,9 +51,8 @@ ScenarioResult runTokenCost(const ScenarioOptions& options) {
   std::vector<PropertyCheck> checks;
   for (const char* cost : {"tokens", "requests"}) {
     auto parsed = config::parseConfig(configText(cost), "<token-cost>");
-    if (auto* err = std::get_if<config::ConfigError>(&parsed))
-      return ScenarioError{err->toString()};
-    config::Config cfg = std::get<config::Config>(parsed);
+    if (auto* err = parsed.errorOrNull()) return ScenarioError{err->toString()};
+    config::Config cfg = parsed.value();
     prepareBenchConfig(cfg, tmp.path());
     auto run = runProcesses(cfg, plans, tmp.path(), 60s);
     if (auto* err = std::get_if<std::string>(&run)) return ScenarioError{*err};

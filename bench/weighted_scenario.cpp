@@ -38,8 +38,8 @@ ScenarioResult runWeighted(const ScenarioOptions& options) {
   TempDir tmp("fairsched-weighted");
   if (tmp.path().empty()) return ScenarioError{"mkdtemp failed"};
   auto parsed = config::parseConfig(configText(), "<weighted>");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) return ScenarioError{err->toString()};
-  config::Config cfg = std::get<config::Config>(parsed);
+  if (auto* err = parsed.errorOrNull()) return ScenarioError{err->toString()};
+  config::Config cfg = parsed.value();
   prepareBenchConfig(cfg, tmp.path());
 
   const int n = options.quick ? kQuickPerTenant : kPerTenant;

@@ -94,11 +94,11 @@ int main(int argc, char** argv) {
   const Options& opts = std::get<Options>(parsed);
 
   auto loaded = fairsched::config::loadConfigFile(opts.config_path);
-  if (auto* err = std::get_if<ConfigError>(&loaded)) {
+  if (auto* err = loaded.errorOrNull()) {
     std::cerr << err->toString() << "\n";
     return kExitBadConfig;
   }
-  const Config& cfg = std::get<Config>(loaded);
+  const Config& cfg = loaded.value();
   if (opts.check_only) {
     std::cout << opts.config_path << ": ok (" << summary(cfg) << ")\n";
     return kExitOk;

@@ -56,11 +56,11 @@ void DaemonBridge::run() {
 void DaemonBridge::loadLimits() {
   if (cfg_.daemon_config.empty()) return;
   auto r = config::loadConfigFile(cfg_.daemon_config);
-  if (auto* e = std::get_if<config::ConfigError>(&r)) {
+  if (auto* e = r.errorOrNull()) {
     spdlog::warn("gateway.daemon_config: {}; no x-ratelimit-limit headers", e->toString());
     return;
   }
-  const config::Config& daemon_cfg = std::get<config::Config>(r);
+  const config::Config& daemon_cfg = r.value();
   for (const ApiKeyConfig& k : cfg_.keys) {
     limits_.setLimits(k.tenant, effectiveLimits(daemon_cfg, cfg_.endpoint, k.tenant,
                                                 k.tier ? std::optional<std::string_view>(*k.tier)

@@ -291,7 +291,7 @@ GatewayConfigResult loadGatewayConfigFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   GatewayConfigResult r = parseGatewayConfig(ss.str(), path);
-  if (auto* cfg = std::get_if<GatewayConfig>(&r)) cfg->source_path = path;
+  if (auto* cfg = r.valueOrNull()) cfg->source_path = path;
   return r;
 }
 

@@ -84,7 +84,7 @@ struct GatewayConfig {
   std::string source_path;
 };
 
-using GatewayConfigResult = std::variant<GatewayConfig, config::ConfigError>;
+using GatewayConfigResult = fairsched::Result<GatewayConfig, config::ConfigError>;
 
 GatewayConfigResult parseGatewayConfig(std::string_view text,
                                        std::string_view source_name = "<string>");

@@ -93,11 +93,11 @@ void GatewayServer::Parts::waitSignal() {
 void GatewayServer::Parts::reload() {
   if (cfg.source_path.empty()) return;
   auto r = loadGatewayConfigFile(cfg.source_path);
-  if (auto* e = std::get_if<config::ConfigError>(&r)) {
+  if (auto* e = r.errorOrNull()) {
     spdlog::error("reload refused, keeping the running config: {}", e->toString());
     return;
   }
-  GatewayConfig next = std::move(std::get<GatewayConfig>(r));
+  GatewayConfig next = std::move(r).value();
   if (next.listen != cfg.listen || next.socket != cfg.socket || next.endpoint != cfg.endpoint ||
       next.upstream.url != cfg.upstream.url ||
       next.upstream.max_sequences != cfg.upstream.max_sequences ||

@@ -42,11 +42,11 @@ int main(int argc, char** argv) {
   }
   const std::string path = check.empty() ? config : check;
   auto r = fairsched::gateway::loadGatewayConfigFile(path);
-  if (auto* e = std::get_if<fairsched::config::ConfigError>(&r)) {
+  if (const auto* e = r.errorOrNull()) {
     std::cerr << "fairsched-gateway: " << e->toString() << "\n";
     return 1;
   }
-  auto& cfg = std::get<fairsched::gateway::GatewayConfig>(r);
+  auto& cfg = r.value();
   if (!check.empty()) {
     std::cout << path << ": OK (" << cfg.keys.size() << " keys, endpoint " << cfg.endpoint
               << ", upstream " << cfg.upstream.url << ")\n";

@@ -51,11 +51,11 @@ int main(int argc, char** argv) {
   reference::EngineModel model;
   if (!config_path.empty()) {
     config::ConfigResult loaded = config::loadConfigFile(config_path);
-    if (auto* err = std::get_if<config::ConfigError>(&loaded)) {
+    if (auto* err = loaded.errorOrNull()) {
       std::fprintf(stderr, "fairsched-worker: %s\n", err->toString().c_str());
       return 1;
     }
-    const config::Config& cfg = std::get<config::Config>(loaded);
+    const config::Config& cfg = loaded.value();
     const config::EndpointConfig* ep = nullptr;
     for (const auto& e : cfg.endpoints) {
       if (e.name == endpoint) ep = &e;

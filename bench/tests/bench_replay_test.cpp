@@ -51,11 +51,11 @@ endpoints = ["*"]
 
 config::Config testConfig() {
   auto parsed = config::parseConfig(kConfig, "<test>");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) {
+  if (auto* err = parsed.errorOrNull()) {
     ADD_FAILURE() << err->toString();
     return {};
   }
-  return std::get<config::Config>(parsed);
+  return parsed.value();
 }
 
 std::vector<TraceRequest> parseOk(const std::string& text) {
@@ -299,11 +299,11 @@ workers = ["gen"]
 ReplayRun replayWorker(const std::string& trace, ReplayPolicy policy,
                        const std::string& fairness = "recent", bool preemption = true) {
   auto parsed = config::parseConfig(workerConfig(fairness, preemption), "<worker test>");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) {
+  if (auto* err = parsed.errorOrNull()) {
     ADD_FAILURE() << err->toString();
     return {};
   }
-  auto r = replayTrace(std::get<config::Config>(parsed), policy, parseOk(trace));
+  auto r = replayTrace(parsed.value(), policy, parseOk(trace));
   if (auto* err = std::get_if<std::string>(&r)) {
     ADD_FAILURE() << *err;
     return {};
@@ -409,7 +409,7 @@ TEST(ReplayEngine, JitterMovesArrivalsWithinItsBoundAndDependsOnTheSeed) {
   std::string text;
   for (int i = 0; i < 50; ++i) text += request(1.0 + 0.1 * i, "a", 10, 2);
   auto parsed = config::parseConfig(workerConfig("drr", false), "<worker test>");
-  const config::Config& cfg = std::get<config::Config>(parsed);
+  const config::Config& cfg = parsed.value();
   const auto trace = parseOk(text);
   const TimeNs j = 50 * kNsPerMs;
   const ReplayRun a = std::get<ReplayRun>(replayTrace(cfg, ReplayPolicy::kFifo, trace, j, 1));
@@ -481,8 +481,8 @@ TEST(ReplayEngine, TheModelAndRealProcessesAgreePerTenant) {
   const std::string seqs_old = "max_sequences = 2";
   toml.replace(toml.find(seqs_old), seqs_old.size(), "max_sequences = 4");
   auto parsed = config::parseConfig(toml, "<agreement>");
-  ASSERT_TRUE(std::holds_alternative<config::Config>(parsed));
-  const config::Config& cfg = std::get<config::Config>(parsed);
+  ASSERT_TRUE(parsed.ok());
+  const config::Config& cfg = parsed.value();
   const auto trace = parseOk(text);
 
   auto model = replayTrace(cfg, ReplayPolicy::kFair, trace);

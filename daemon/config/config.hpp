@@ -9,7 +9,9 @@
 #include <string>
 #include <string_view>
 #include <variant>
+
 #include <vector>
+#include "fairsched/error.hpp"
 
 #include "daemon/core/limit_spec.hpp"
 #include "daemon/core/scheduler_spec.hpp"
@@ -225,7 +227,7 @@ struct ConfigError {
   std::string toString() const;  // "file:line: key: message"
 };
 
-using ConfigResult = std::variant<Config, ConfigError>;
+using ConfigResult = fairsched::Result<Config, ConfigError>;
 
 class AccountLookup;  // daemon/config/account_lookup.hpp
 

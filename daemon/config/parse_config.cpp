@@ -92,7 +92,7 @@ ConfigResult loadConfigFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return ConfigError{path, 0, "", std::string("cannot open: ") + std::strerror(errno)};
   ConfigResult r = parseConfig(in, path);
-  if (auto* cfg = std::get_if<Config>(&r)) cfg->source_path = path;
+  if (auto* cfg = r.valueOrNull()) cfg->source_path = path;
   return r;
 }
 

@@ -98,15 +98,13 @@ bool readLimitList(ParseContext& ctx, const toml::node& n, const std::string& pa
                         "expected 'unlimited' or 'unlimited <unit>/<window>', got " + quote(raw));
       }
       auto parsed = core::parseLimitSpec("1 " + std::string(rest));
-      if (auto* e = std::get_if<core::LimitParseError>(&parsed))
-        return ctx.fail(line, path, e->message);
-      spec = std::get<LimitSpec>(parsed);
+      if (auto* e = parsed.errorOrNull()) return ctx.fail(line, path, e->message);
+      spec = parsed.value();
       spec.amount = 0;
     } else {
       auto parsed = core::parseLimitSpec(text);
-      if (auto* e = std::get_if<core::LimitParseError>(&parsed))
-        return ctx.fail(line, path, e->message);
-      spec = std::get<LimitSpec>(parsed);
+      if (auto* e = parsed.errorOrNull()) return ctx.fail(line, path, e->message);
+      spec = parsed.value();
     }
     spec.scope = scope;
     const auto [it, inserted] = written.emplace(slotOf(spec), raw);

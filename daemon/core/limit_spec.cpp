@@ -107,7 +107,7 @@ LimitParseError err(std::string message) {
   return LimitParseError{std::move(message)};
 }
 
-std::variant<TimeNs, LimitParseError> parseWindow(std::string_view word) {
+fairsched::Result<TimeNs, LimitParseError> parseWindow(std::string_view word) {
   for (const auto& w : kNamedWindows) {
     if (word == w.singular) return w.ns;
     if (word.size() == w.singular.size() + 1 && word.substr(0, w.singular.size()) == w.singular &&
@@ -137,7 +137,7 @@ std::variant<TimeNs, LimitParseError> parseWindow(std::string_view word) {
 
 }  // namespace
 
-std::variant<LimitSpec, LimitParseError> parseLimitSpec(std::string_view text) {
+fairsched::Result<LimitSpec, LimitParseError> parseLimitSpec(std::string_view text) {
   Cursor cur(text);
   cur.skipSpace();
   if (cur.atEnd()) return err("empty limit; expected '<amount> <unit>/<window>'");
@@ -204,8 +204,8 @@ std::variant<LimitSpec, LimitParseError> parseLimitSpec(std::string_view text) {
     return err("unknown unit '" + std::string(nextWord(cur.rest())) + "'");
   }
   auto window = parseWindow(windowWord);
-  if (auto* e = std::get_if<LimitParseError>(&window)) return std::move(*e);
-  spec.window_ns = std::get<TimeNs>(window);
+  if (!window.ok()) return std::move(window).error();
+  spec.window_ns = window.value();
 
   cur.skipSpace();
   if (!cur.atEnd()) return err("unexpected '" + std::string(cur.rest()) + "' after the window");

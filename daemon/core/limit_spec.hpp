@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "daemon/core/types.hpp"
+#include "fairsched/error.hpp"
 
 namespace fairsched::core {
 
@@ -41,7 +42,7 @@ struct LimitSpec {
 struct LimitParseError {
   std::string message;  // e.g. "unknown unit 'minite'"
 };
-std::variant<LimitSpec, LimitParseError> parseLimitSpec(std::string_view text);
+fairsched::Result<LimitSpec, LimitParseError> parseLimitSpec(std::string_view text);
 
 // "600 requests/minute" — the canonical spelling, parseable again.
 std::string toString(const LimitSpec& spec);

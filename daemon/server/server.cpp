@@ -287,10 +287,10 @@ Result<> Server::reload() {
                 "started without a config file (the embedded default): nothing to reload");
   }
   auto loaded = config::loadConfigFile(path);
-  if (auto* err = std::get_if<config::ConfigError>(&loaded)) {
+  if (auto* err = loaded.errorOrNull()) {
     return fail(Errc::kConfig, err->toString());
   }
-  config::Config next = std::move(std::get<config::Config>(loaded));
+  config::Config next = std::move(loaded).value();
   if (const auto blockers = config::reloadBlockers(cfg_, next); !blockers.empty()) {
     std::string keys;
     for (const std::string& b : blockers) keys += (keys.empty() ? "" : ", ") + b;

@@ -201,9 +201,7 @@ bool Server::openSegment(Connection& c, const shm::Geometry& geometry) {
   auto seg = shm::Segment::create(geometry);
   auto bell_in = shm::EventFd::create();
   auto bell_out = shm::EventFd::create();
-  for (const shm::Error* err :
-       {seg.ok() ? nullptr : &seg.error(), bell_in.ok() ? nullptr : &bell_in.error(),
-        bell_out.ok() ? nullptr : &bell_out.error()}) {
+  for (const shm::Error* err : {seg.errorOrNull(), bell_in.errorOrNull(), bell_out.errorOrNull()}) {
     if (err) {
       spdlog::error("connection {}: {}", c.id, err->toString());
       return false;

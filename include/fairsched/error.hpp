@@ -86,8 +86,16 @@ class [[nodiscard]] Result {
     assert(!ok());
     return std::move(*std::get_if<1>(&v_));
   }
-  // The error's code; REQUIRES: !ok().
-  auto code() const -> decltype(std::declval<const E&>().code) { return error().code; }
+  // The error, or null when ok(): `if (const auto* e = r.errorOrNull())`.
+  const E* errorOrNull() const { return std::get_if<1>(&v_); }
+  // The value, or null when !ok().
+  T* valueOrNull() { return std::get_if<0>(&v_); }
+  const T* valueOrNull() const { return std::get_if<0>(&v_); }
+  // The error's code; REQUIRES: !ok(). Only for an E with a `code` member.
+  template <class F = E>
+  auto code() const -> decltype(std::declval<const F&>().code) {
+    return error().code;
+  }
 
  private:
   std::variant<T, E> v_;
@@ -109,8 +117,11 @@ class [[nodiscard]] Result<void, E> {
     assert(!ok());
     return std::move(*error_);
   }
-  // The error's code; REQUIRES: !ok().
-  auto code() const -> decltype(std::declval<const E&>().code) { return error().code; }
+  // The error's code; REQUIRES: !ok(). Only for an E with a `code` member.
+  template <class F = E>
+  auto code() const -> decltype(std::declval<const F&>().code) {
+    return error().code;
+  }
 
  private:
   std::optional<E> error_;

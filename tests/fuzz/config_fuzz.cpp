@@ -17,13 +17,13 @@ using fairsched::fuzz::require;
 void checkConfig(std::string_view text) {
   using namespace fairsched::config;
   auto result = parseConfig(text, "fuzz.toml");
-  if (auto* err = std::get_if<ConfigError>(&result)) {
+  if (auto* err = result.errorOrNull()) {
     require(err->file == "fuzz.toml");
     require(!err->message.empty());
     require(!err->toString().empty());
     return;
   }
-  const Config& cfg = std::get<Config>(result);
+  const Config& cfg = result.value();
   require(!cfg.tiers.empty());
   require(!cfg.endpoints.empty());
   require(cfg.findTier(cfg.default_tier) != nullptr);
@@ -52,14 +52,14 @@ void checkConfig(std::string_view text) {
 void checkLimit(std::string_view text) {
   using namespace fairsched::core;
   auto result = parseLimitSpec(text);
-  if (auto* err = std::get_if<LimitParseError>(&result)) {
+  if (auto* err = result.errorOrNull()) {
     require(!err->message.empty());
     return;
   }
-  const LimitSpec& spec = std::get<LimitSpec>(result);
+  const LimitSpec& spec = result.value();
   require(spec.amount > 0 && spec.window_ns > 0);
   auto again = parseLimitSpec(toString(spec));
-  require(std::holds_alternative<LimitSpec>(again) && std::get<LimitSpec>(again) == spec);
+  require(again.ok() && again.value() == spec);
 }
 
 }  // namespace

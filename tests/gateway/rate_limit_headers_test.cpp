@@ -82,9 +82,8 @@ TEST(EffectiveLimits, EndpointThenTierThenTenantShortestWindowWins) {
       "tokens/minute\"]\n"
       "[tenants.acme]\ntier = \"paid\"\n[tenants.acme.limits]\nchat = [\"2 requests/second\", "
       "\"unlimited tokens/minute\"]\n");
-  ASSERT_TRUE(std::holds_alternative<config::Config>(parsed))
-      << std::get<config::ConfigError>(parsed).toString();
-  const auto& cfg = std::get<config::Config>(parsed);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().toString();
+  const auto& cfg = parsed.value();
   const TenantLimits acme = effectiveLimits(cfg, "chat", "acme", std::nullopt);
   ASSERT_TRUE(acme.requests);
   EXPECT_EQ(acme.requests->amount, 2u);

@@ -50,11 +50,11 @@ std::optional<config::Config> makeConfig(const std::string& socket) {
       "[endpoints.chat.worker]\nmax_sequences = 256\nclient_buffer_chunks = 1024\n";
   c.client_extra = "workers = [\"chat\"]\n";
   auto parsed = c.parse();
-  if (auto* err = std::get_if<std::string>(&parsed)) {
+  if (auto* err = parsed.errorOrNull()) {
     ADD_FAILURE() << *err;
     return std::nullopt;
   }
-  return std::get<config::Config>(std::move(parsed));
+  return std::move(parsed).value();
 }
 
 using shm::referenceToken;

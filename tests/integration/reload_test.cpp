@@ -97,11 +97,11 @@ class Reload : public testing::TempDirTest {
   std::optional<daemon::ForkedDaemon> start(const Variant& v) {
     write(v);
     auto loaded = config::loadConfigFile(path());
-    if (auto* err = std::get_if<config::ConfigError>(&loaded)) {
+    if (auto* err = loaded.errorOrNull()) {
       ADD_FAILURE() << err->toString();
       return std::nullopt;
     }
-    auto started = daemon::ForkedDaemon::start(std::get<config::Config>(loaded));
+    auto started = daemon::ForkedDaemon::start(loaded.value());
     if (!started) {
       ADD_FAILURE() << started.error().message;
       return std::nullopt;

@@ -65,8 +65,8 @@ class UntrustedNames : public ::testing::Test {
         "[endpoints.chat.cpu]\nper_batch_us = 10.0\nper_token_us = 0.0\nthreads = 1\n";
     c.client_extra = "assign_tiers = [\"*\"]\nadmin = true\n";
     auto parsed = c.parse();
-    ASSERT_TRUE(std::holds_alternative<config::Config>(parsed)) << std::get<std::string>(parsed);
-    auto started = daemon::ForkedDaemon::start(std::get<config::Config>(parsed));
+    ASSERT_TRUE(parsed.ok()) << parsed.error();
+    auto started = daemon::ForkedDaemon::start(parsed.value());
     ASSERT_TRUE(started.ok()) << started.error().message;
     daemon_.emplace(std::move(started).value());
   }

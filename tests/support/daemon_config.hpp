@@ -54,17 +54,17 @@ struct DaemonConfigText {
   }
 
   // The parsed config, or the parser's message.
-  std::variant<config::Config, std::string> parse(const std::string& source = "test") const {
+  fairsched::Result<config::Config, std::string> parse(const std::string& source = "test") const {
     auto parsed = config::parseConfig(text(), source);
-    if (auto* err = std::get_if<config::ConfigError>(&parsed)) return err->toString();
-    return std::get<config::Config>(std::move(parsed));
+    if (auto* err = parsed.errorOrNull()) return err->toString();
+    return std::move(parsed).value();
   }
   // The parsed config; throws std::invalid_argument with the parser's
   // message when the text does not parse (a test fails with it).
   config::Config parsed(const std::string& source = "test") const {
     auto r = parse(source);
-    if (auto* why = std::get_if<std::string>(&r)) throw std::invalid_argument(*why);
-    return std::get<config::Config>(std::move(r));
+    if (auto* why = r.errorOrNull()) throw std::invalid_argument(*why);
+    return std::move(r).value();
   }
 };
 

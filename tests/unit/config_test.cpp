@@ -43,17 +43,17 @@ std::string withBase(std::string_view snippet) {
 
 std::string errorOf(std::string_view text) {
   auto r = parseConfig(text, "cfg.toml");
-  if (auto* e = std::get_if<ConfigError>(&r)) return e->toString();
+  if (auto* e = r.errorOrNull()) return e->toString();
   return "<no error>";
 }
 
 Config parsedOk(std::string_view text) {
   auto r = parseConfig(text, "cfg.toml");
-  if (auto* e = std::get_if<ConfigError>(&r)) {
+  if (auto* e = r.errorOrNull()) {
     ADD_FAILURE() << "unexpected error: " << e->toString();
     return {};
   }
-  return std::get<Config>(r);
+  return r.value();
 }
 
 LimitSpec limit(LimitUnit unit, std::uint64_t amount, TimeNs window) {
@@ -1063,7 +1063,7 @@ class FakeAccounts final : public AccountLookup {
 
 std::string errorWith(const AccountLookup& accounts, std::string_view text) {
   auto r = parseConfig(text, "cfg.toml", accounts);
-  if (auto* e = std::get_if<ConfigError>(&r)) return e->toString();
+  if (auto* e = r.errorOrNull()) return e->toString();
   return "<no error>";
 }
 
@@ -1073,8 +1073,8 @@ TEST(ConfigClient, UsersAndGroupsResolveThroughTheGivenLookup) {
   accounts.groups["ml-team"] = AccountId::found(2002);
   auto r = parseConfig(withBase("[[clients]]\nusers = [\"alice\"]\ngroups = [\"ml-team\"]\n"),
                        "cfg.toml", accounts);
-  ASSERT_TRUE(std::holds_alternative<Config>(r)) << std::get<ConfigError>(r).toString();
-  const Config& cfg = std::get<Config>(r);
+  ASSERT_TRUE(r.ok()) << r.error().toString();
+  const Config& cfg = r.value();
   EXPECT_EQ(cfg.clients[0].uids, (std::vector<std::uint32_t>{1001}));
   EXPECT_EQ(cfg.clients[0].gids, (std::vector<std::uint32_t>{2002}));
   EXPECT_EQ(accounts.asked, (std::vector<std::string>{"alice", "ml-team"}));
@@ -1210,41 +1210,41 @@ TEST(ConfigFind, FindsByNameOrReturnsNull) {
 TEST(ConfigInput, ParsesFromAStream) {
   std::istringstream in(withBase("[daemon]\npolicy = \"fifo\"\n"));
   auto r = parseConfig(in, "stream.toml");
-  ASSERT_TRUE(std::holds_alternative<Config>(r));
-  EXPECT_EQ(std::get<Config>(r).daemon.policy, Policy::kFifo);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().daemon.policy, Policy::kFifo);
 }
 
 TEST(ConfigInput, StreamErrorsCarryTheSourceName) {
   std::istringstream in(withBase("[daemon]\npolicy = \"x\"\n"));
   auto r = parseConfig(in, "stream.toml");
-  ASSERT_TRUE(std::holds_alternative<ConfigError>(r));
-  EXPECT_EQ(std::get<ConfigError>(r).toString(),
+  ASSERT_TRUE(!r.ok());
+  EXPECT_EQ(r.error().toString(),
             "stream.toml:12: daemon.policy: expected one of fair|fifo, got 'x'");
 }
 
 TEST(ConfigInput, DefaultSourceNameIsString) {
   auto r = parseConfig(std::string_view("tiers = 1"));
-  ASSERT_TRUE(std::holds_alternative<ConfigError>(r));
-  EXPECT_EQ(std::get<ConfigError>(r).file, "<string>");
+  ASSERT_TRUE(!r.ok());
+  EXPECT_EQ(r.error().file, "<string>");
 }
 
 TEST(ConfigInput, MissingFileIsAnError) {
   auto r = loadConfigFile("/nonexistent/fairsched.toml");
-  ASSERT_TRUE(std::holds_alternative<ConfigError>(r));
-  EXPECT_EQ(std::get<ConfigError>(r).toString(),
+  ASSERT_TRUE(!r.ok());
+  EXPECT_EQ(r.error().toString(),
             "/nonexistent/fairsched.toml: cannot open: No such file or directory");
 }
 
 TEST(ConfigInput, InvalidUtf8IsASyntaxErrorNotACrash) {
   auto r = parseConfig(std::string_view("name = \"\xff\xfe\"\n"), "cfg.toml");
-  ASSERT_TRUE(std::holds_alternative<ConfigError>(r));
-  EXPECT_EQ(std::get<ConfigError>(r).line, 1u);
+  ASSERT_TRUE(!r.ok());
+  EXPECT_EQ(r.error().line, 1u);
 }
 
 TEST(ConfigShipped, DefaultConfigParses) {
   auto r = loadConfigFile(FAIRSCHED_SOURCE_DIR "/config/fairsched.toml");
-  if (auto* e = std::get_if<ConfigError>(&r)) FAIL() << e->toString();
-  const Config& cfg = std::get<Config>(r);
+  if (auto* e = r.errorOrNull()) FAIL() << e->toString();
+  const Config& cfg = r.value();
   ASSERT_EQ(cfg.tiers.size(), 2u);
   EXPECT_EQ(cfg.tiers[0].name, "paid");
   EXPECT_EQ(cfg.tiers[1].name, "trial");
@@ -1283,7 +1283,7 @@ TEST(ConfigShipped, DefaultConfigParses) {
 
 RC_GTEST_PROP(ConfigProperty, ArbitraryTextNeverThrowsAndErrorsNameTheSource, (std::string text)) {
   auto r = parseConfig(text, "fuzz.toml");
-  if (auto* e = std::get_if<ConfigError>(&r)) {
+  if (auto* e = r.errorOrNull()) {
     RC_ASSERT(e->file == "fuzz.toml");
     RC_ASSERT(!e->message.empty());
   }
@@ -1295,8 +1295,8 @@ RC_GTEST_PROP(ConfigProperty, AnyValidSocketModeRoundTrips, (std::uint16_t seed)
   std::snprintf(digits, sizeof digits, "%04o", mode);
   auto r = parseConfig(withBase(std::string("[daemon]\nsocket_mode = \"") + digits + "\"\n"),
                        "cfg.toml");
-  RC_ASSERT(std::holds_alternative<Config>(r));
-  RC_ASSERT(std::get<Config>(r).daemon.socket_mode == mode);
+  RC_ASSERT(r.ok());
+  RC_ASSERT(r.value().daemon.socket_mode == mode);
 }
 
 // --- [metrics] -----------------------------------------------------------------
@@ -1748,7 +1748,7 @@ RC_GTEST_PROP(ConfigWorker, EveryAcceptedWorkerTableGivesASegmentTheLayoutAllows
       withWorker("[endpoints.gen.worker]\nmax_sequences = " + std::to_string(sequences) +
                  "\nmax_prompt_tokens = " + std::to_string(prompt) + "\n");
   const auto parsed = parseConfig(text, "cfg.toml");
-  if (const auto* cfg = std::get_if<Config>(&parsed)) {
+  if (const auto* cfg = parsed.valueOrNull()) {
     const WorkerEndpointConfig& w = cfg->findEndpoint("gen")->worker;
     for (const std::uint64_t page : {4096u, 65536u}) {
       const auto layout =

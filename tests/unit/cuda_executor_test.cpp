@@ -60,11 +60,11 @@ Result<std::unique_ptr<Server>> createServer(const std::string& cuda_section) {
   const std::string socket = dir + "/s.sock";
   std::filesystem::remove(socket);
   auto parsed = config::parseConfig(serverConfig(socket, cuda_section), "test");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) {
+  if (auto* err = parsed.errorOrNull()) {
     ADD_FAILURE() << "config: " << err->message;
     return Error{Errc::kConfig, "bad config"};
   }
-  return Server::create(std::get<config::Config>(parsed));
+  return Server::create(parsed.value());
 }
 
 bool cudaDevicePresent(std::string& why) {

@@ -59,11 +59,11 @@ class DaemonProcess {
  public:
   explicit DaemonProcess(const std::string& dir) {
     auto parsed = config::parseConfig(configText(dir + "/fairsched.sock"), "test");
-    if (auto* err = std::get_if<config::ConfigError>(&parsed)) {
+    if (auto* err = parsed.errorOrNull()) {
       ADD_FAILURE() << err->toString();
       return;
     }
-    auto started = daemon::ForkedDaemon::start(std::get<config::Config>(parsed));
+    auto started = daemon::ForkedDaemon::start(parsed.value());
     if (!started) {
       ADD_FAILURE() << started.error().message;
       return;

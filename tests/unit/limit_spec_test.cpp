@@ -15,17 +15,17 @@ constexpr TimeNs kDay = 24 * kHour;
 
 LimitSpec parsed(std::string_view text) {
   auto r = parseLimitSpec(text);
-  if (auto* e = std::get_if<LimitParseError>(&r)) {
+  if (auto* e = r.errorOrNull()) {
     ADD_FAILURE() << "'" << text << "' did not parse: " << e->message;
     return {};
   }
-  return std::get<LimitSpec>(r);
+  return r.value();
 }
 
 std::string errorOf(std::string_view text) {
   auto r = parseLimitSpec(text);
-  if (auto* e = std::get_if<LimitParseError>(&r)) return e->message;
-  return "<parsed: " + toString(std::get<LimitSpec>(r)) + ">";
+  if (auto* e = r.errorOrNull()) return e->message;
+  return "<parsed: " + toString(r.value()) + ">";
 }
 
 TEST(LimitSpec, ParsesRequestsPerMinute) {
@@ -201,17 +201,17 @@ RC_GTEST_PROP(LimitSpecProperty, ToStringParsesBackToTheSameSpec,
   spec.amount = amountSeed == 0 ? 1 : amountSeed;
   spec.window_ns = static_cast<TimeNs>(windowSeconds == 0 ? 1 : windowSeconds) * kNsPerSec;
   auto back = parseLimitSpec(toString(spec));
-  RC_ASSERT(std::holds_alternative<LimitSpec>(back));
-  RC_ASSERT(std::get<LimitSpec>(back) == spec);
+  RC_ASSERT(back.ok());
+  RC_ASSERT(back.value() == spec);
 }
 
 RC_GTEST_PROP(LimitSpecProperty, ArbitraryTextNeverYieldsAZeroAmountOrWindow, (std::string text)) {
   auto r = parseLimitSpec(text);
-  if (auto* spec = std::get_if<LimitSpec>(&r)) {
+  if (auto* spec = r.valueOrNull()) {
     RC_ASSERT(spec->amount > 0u);
     RC_ASSERT(spec->window_ns > 0);
   } else {
-    RC_ASSERT(!std::get<LimitParseError>(r).message.empty());
+    RC_ASSERT(!r.error().message.empty());
   }
 }
 

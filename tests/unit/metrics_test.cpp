@@ -26,8 +26,8 @@ config::Config makeConfig(std::uint32_t max_tenant_series, const std::string& te
                            "[endpoints.embed]\nkind = \"batch\"\n" +
                            tenants;
   auto parsed = config::parseConfig(text, "test");
-  if (auto* err = std::get_if<config::ConfigError>(&parsed)) ADD_FAILURE() << err->toString();
-  return std::get<config::Config>(parsed);
+  if (auto* err = parsed.errorOrNull()) ADD_FAILURE() << err->toString();
+  return parsed.value();
 }
 
 const std::string kTwoListed = "[tenants.acme]\ntier = \"paid\"\n[tenants.globex]\n";

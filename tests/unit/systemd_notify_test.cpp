@@ -83,9 +83,8 @@ TEST_F(SystemdNotify, ReadyWatchdogStatusThenStopping) {
   const std::string file = dir_ + "/fairsched.toml";
   std::ofstream(file) << text;
   auto parsed = config::loadConfigFile(file);
-  ASSERT_TRUE(std::holds_alternative<config::Config>(parsed))
-      << std::get<config::ConfigError>(parsed).toString();
-  auto started = daemon::ForkedDaemon::start(std::get<config::Config>(parsed));
+  ASSERT_TRUE(parsed.ok()) << parsed.error().toString();
+  auto started = daemon::ForkedDaemon::start(parsed.value());
   ASSERT_TRUE(started.ok()) << started.error().message;
   auto& d = started.value();
 
