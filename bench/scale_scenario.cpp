@@ -72,8 +72,9 @@ std::string tenantName(int i) {
   return "t" + std::to_string(i);
 }
 
-// Connects as many clients as `plan`'s tenants need (the daemon decides how
-// many rings a connection has: openTenant says kNoCapacity when it is full).
+// Connects as many clients as `plan`'s tenants need: one per process while
+// the daemon's max_tenants_per_connection allows (openTenant says
+// kNoCapacity when a connection is full).
 struct Opened {
   std::vector<Client> clients;
   std::vector<std::pair<std::uint32_t, Tenant>> tenants;  // (client, handle)
@@ -401,8 +402,9 @@ std::variant<Cell, std::string> runCell(const ScaleSettings& s, int processes, i
   // and an unlisted tenant takes default_tier (the only tier).
   auto cfg = echoDaemonConfig(tmp.path() + "/fairsched.sock", "busy_poll_us = 0\n");
   if (auto* err = cfg.errorOrNull()) return *err;
-  // The daemon: a socket, two eventfds and a memfd per connection of 8
-  // tenants; a client process: about six per connection.
+  // The daemon: a socket, two eventfds and a memfd per connection; a client
+  // process: about six per connection. (Counted as if 8 tenants filled a
+  // connection, as in layout 2: a generous bound.)
   const std::uint64_t per_process = static_cast<std::uint64_t>(cell.tenants / processes + 1);
   const std::uint64_t connections = static_cast<std::uint64_t>(cell.tenants / 8 + processes);
   if (auto err = raiseFdLimit(std::max(connections * 6, (per_process / 8 + 1) * 8) + 256)) {

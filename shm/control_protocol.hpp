@@ -6,10 +6,17 @@
 //   Hello{layout version, name} ───────────▶
 //          ◀─── HelloReply{status, geometry, endpoints} + SCM_RIGHTS[segment memfd,
 //                                            daemon doorbell eventfd, completion eventfd]
-//   OpenTenant{tenant, tier hint} ─────────▶ authorise, acquire the tenant
-//          ◀─── OpenTenantReply{status, ring}
-//   ... submissions through the ring, completions through the completion ring ...
+//   OpenTenant{tenant, tier hint, handle} ─▶ authorise, acquire the tenant under
+//          ◀─── OpenTenantReply{status, handle}   the handle the client chose
+//   ... submissions (each naming a handle) through the lanes, completions
+//       through the completion ring ...
+//   CloseTenant{handle} ───────────────────▶ its queued requests end CANCELLED
+//          ◀─── CloseTenantReply{status, cancelled}
 //   close (or die) ────────────────────────▶ queued requests cancelled, segment released
+//
+// A client may send several OpenTenant/CloseTenant messages before reading
+// their replies (they come in order, each echoing its seq); the library
+// keeps a bounded window of them in flight.
 //
 // An engine attaches the same way with Hello{role = worker, endpoint}; its
 // segment carries an event ring and an assignment ring instead
@@ -40,7 +47,11 @@
 namespace fairsched::shm {
 
 inline constexpr std::uint32_t kControlMagic = 0x46534350;  // "FSCP"
-inline constexpr std::uint16_t kControlVersion = 2;
+// Version 3 goes with shared-memory layout 3 (tenant handles in the cells,
+// CloseTenant). The daemon still decodes a version-2 Hello (the record did
+// not change) to refuse it with VERSION_MISMATCH naming both versions.
+inline constexpr std::uint16_t kControlVersion = 3;
+inline constexpr std::uint16_t kOldestControlVersion = 2;
 inline constexpr std::size_t kNameBytes = 64;  // tenant, client and tier names
 inline constexpr std::size_t kEndpointNameBytes = 32;
 inline constexpr std::size_t kMessageTextBytes = 192;  // human-readable reasons
@@ -58,6 +69,8 @@ enum class MessageType : std::uint16_t {
   kOpenTenantReply = 4,
   kAdminRequest = 5,
   kAdminReply = 6,
+  kCloseTenant = 7,
+  kCloseTenantReply = 8,
 };
 
 // What fairschedctl asks for. Every reply is JSON (docs/operations.md shows
@@ -79,7 +92,7 @@ enum class ControlStatus : std::uint32_t {
   kUnauthorized = 1,     // no client rule admits this peer, tenant, endpoint or tier
   kBadRequest = 2,       // malformed or out-of-order message
   kVersionMismatch = 3,  // protocol or shared-memory layout version differs
-  kNoCapacity = 4,       // no free submission ring (the client opened too many tenants)
+  kNoCapacity = 4,       // the handle is beyond the connection's max_tenants_per_connection
   kShuttingDown = 5,
   kInternal = 6,  // the daemon could not create the segment or eventfds
   kFailed = 7,    // an admin command failed; the reply's text says why
@@ -141,8 +154,8 @@ struct HelloReplyMessage {
   std::uint32_t status = 0;  // a ControlStatus
   std::uint32_t endpoint_count = 0;
   std::uint64_t client_id = 0;
-  std::uint32_t ring_count = 0;  // tenants this connection may open
-  std::uint32_t reserved = 0;
+  std::uint32_t ring_count = 0;   // submission rings (lanes) in the segment
+  std::uint32_t max_tenants = 0;  // tenants this connection may hold open (handle slots)
   char message[kMessageTextBytes] = {};
   EndpointInfo endpoints[kMaxEndpointsInReply] = {};
 };
@@ -151,12 +164,27 @@ struct OpenTenantMessage {
   MessageHeader header;
   char tenant[kNameBytes] = {};
   char tier[kNameBytes] = {};  // empty: no hint
+  std::uint32_t handle = 0;    // chosen by the client (shm/tenant_handle.hpp)
+  std::uint32_t reserved = 0;
 };
 
 struct OpenTenantReplyMessage {
   MessageHeader header;
   std::uint32_t status = 0;  // a ControlStatus
-  std::uint32_t ring = 0;    // the submission ring for this tenant
+  std::uint32_t handle = 0;  // the request's handle, echoed
+  char message[kMessageTextBytes] = {};
+};
+
+struct CloseTenantMessage {
+  MessageHeader header;
+  std::uint32_t handle = 0;  // an open handle of this connection
+  std::uint32_t reserved = 0;
+};
+
+struct CloseTenantReplyMessage {
+  MessageHeader header;
+  std::uint32_t status = 0;     // a ControlStatus
+  std::uint32_t cancelled = 0;  // queued requests that ended CANCELLED
   char message[kMessageTextBytes] = {};
 };
 
@@ -195,6 +223,14 @@ constexpr MessageType typeOf<OpenTenantReplyMessage>() {
   return MessageType::kOpenTenantReply;
 }
 
+template <>
+constexpr MessageType typeOf<CloseTenantMessage>() {
+  return MessageType::kCloseTenant;
+}
+template <>
+constexpr MessageType typeOf<CloseTenantReplyMessage>() {
+  return MessageType::kCloseTenantReply;
+}
 template <>
 constexpr MessageType typeOf<AdminRequestMessage>() {
   return MessageType::kAdminRequest;
@@ -261,13 +297,14 @@ constexpr std::string_view toString(DecodeError e) {
   return "?";
 }
 
-// The header of a received message, checked for magic and version; the
-// length is checked against `bytes.size()`.
-inline DecodeError peekHeader(std::span<const std::byte> bytes, MessageHeader& out) {
+// The header of a received message, checked for magic and version (between
+// `oldest` and kControlVersion); the length is checked against `bytes.size()`.
+inline DecodeError peekHeader(std::span<const std::byte> bytes, MessageHeader& out,
+                              std::uint16_t oldest = kControlVersion) {
   if (bytes.size() < sizeof(MessageHeader)) return DecodeError::kTooShort;
   std::memcpy(&out, bytes.data(), sizeof out);
   if (out.magic != kControlMagic) return DecodeError::kBadMagic;
-  if (out.version != kControlVersion) return DecodeError::kBadVersion;
+  if (out.version < oldest || out.version > kControlVersion) return DecodeError::kBadVersion;
   if (out.length != bytes.size()) return DecodeError::kBadLength;
   return DecodeError::kNone;
 }
@@ -286,9 +323,15 @@ inline bool stringsOk(const HelloReplyMessage& m) {
   return true;
 }
 inline bool stringsOk(const OpenTenantMessage& m) {
-  return getString(m.tenant).has_value() && getString(m.tier).has_value();
+  return getString(m.tenant).has_value() && getString(m.tier).has_value() && m.reserved == 0;
 }
 inline bool stringsOk(const OpenTenantReplyMessage& m) {
+  return getString(m.message).has_value();
+}
+inline bool stringsOk(const CloseTenantMessage& m) {
+  return m.reserved == 0;
+}
+inline bool stringsOk(const CloseTenantReplyMessage& m) {
   return getString(m.message).has_value();
 }
 inline bool stringsOk(const AdminRequestMessage& m) {
@@ -300,11 +343,13 @@ inline bool stringsOk(const AdminReplyMessage& m) {
 }  // namespace detail
 
 // Decodes `bytes` as a message of type M: header, type, exact length and every
-// string (and count) checked. Safe on arbitrary bytes.
+// string (and count) checked. Safe on arbitrary bytes. `oldest`: the oldest
+// protocol version accepted (only a Hello is decoded from an older peer).
 template <class M>
-DecodeError decode(std::span<const std::byte> bytes, M& out) {
+DecodeError decode(std::span<const std::byte> bytes, M& out,
+                   std::uint16_t oldest = kControlVersion) {
   MessageHeader h;
-  if (const DecodeError e = peekHeader(bytes, h); e != DecodeError::kNone) return e;
+  if (const DecodeError e = peekHeader(bytes, h, oldest); e != DecodeError::kNone) return e;
   if (h.type != static_cast<std::uint16_t>(typeOf<M>())) return DecodeError::kWrongType;
   if (h.length != sizeof(M)) return DecodeError::kBadLength;
   std::memcpy(&out, bytes.data(), sizeof(M));

@@ -12,8 +12,10 @@
 //       ClientControl              the client's completion read index and its
 //                                  "sleeping" flag
 //       ready bitmap               one bit per submission ring, set by producers
-//       ring_count submission rings, each a SubmissionRingControl and
-//                                  ring_capacity SubmissionCells
+//       ring_count submission rings (lanes: any tenant's requests; a
+//                                  producer thread keeps to one), each a
+//                                  SubmissionRingControl and ring_capacity
+//                                  SubmissionCells
 //       prompt arena               ring_count regions of ring_capacity *
 //                                  prompt_tokens_per_slot uint32 tokens
 //   (b) daemon-written, offset daemon_offset, daemon_size bytes (read-write in
@@ -53,7 +55,7 @@ namespace fairsched::shm {
 
 // "FSCHEDS1" as a big-endian number.
 inline constexpr std::uint64_t kMagic = 0x4653434845445331ULL;
-inline constexpr std::uint32_t kLayoutVersion = 2;
+inline constexpr std::uint32_t kLayoutVersion = 3;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kHeaderBytes = 256;  // room reserved for SegmentHeader
 
@@ -73,7 +75,7 @@ inline constexpr std::uint64_t kMaxSegmentBytes = 1ULL << 32;
 
 // What the daemon chooses for a connection; everything else is derived.
 struct Geometry {
-  std::uint32_t ring_count = 8;                 // submission rings = tenants the client may open
+  std::uint32_t ring_count = 8;                 // submission rings (lanes), shared by all tenants
   std::uint32_t ring_capacity = 256;            // slots per submission ring, a power of two
   std::uint32_t prompt_tokens_per_slot = 8192;  // arena tokens per slot (see SubmissionCell)
   std::uint32_t completion_capacity = 2048;     // slots of the completion ring, a power of two
@@ -95,7 +97,9 @@ inline constexpr std::uint16_t kSlotCancel = 4;
 inline constexpr std::uint16_t kKnownSlotFlags = kSlotStream | kSlotCountsOnly | kSlotCancel;
 
 // One submission as a client wrote it: 56 bytes, seven 64-bit words. The
-// ring it came through names its client and tenant; nothing in here does.
+// ring it came through names its client; `tenant` is the handle of one of
+// that client's open tenants (shm/tenant_handle.hpp), which the daemon looks
+// up in its own table for the connection.
 //
 // The arena words at prompt_offset hold the prompt's token ids (none with
 // kSlotCountsOnly), then params_bytes bytes of opaque parameters padded to a
@@ -111,7 +115,7 @@ struct SubmissionSlot {
   std::uint16_t endpoint = 0;      // the daemon's endpoint id
   std::uint16_t flags = 0;         // kSlot* bits; others must be 0
   std::uint32_t params_bytes = 0;  // at most kMaxParamsBytes
-  std::uint32_t reserved = 0;      // must be 0
+  std::uint32_t tenant = 0;        // the tenant's handle on this connection; 0 in worker events
 
   // Arena words the slot uses at prompt_offset (no overflow: both are 32-bit).
   std::uint64_t promptWords() const { return (flags & kSlotCountsOnly) ? 0 : prompt_tokens; }

@@ -33,8 +33,6 @@ std::string_view toString(SlotCheck check) {
       return "prompt outside the ring's arena region";
     case SlotCheck::kFlagsSet:
       return "unknown flags set";
-    case SlotCheck::kReservedSet:
-      return "reserved field set";
     case SlotCheck::kParamsTooLarge:
       return "parameters over kMaxParamsBytes";
   }
@@ -43,7 +41,6 @@ std::string_view toString(SlotCheck check) {
 
 SlotCheck checkSlot(const SubmissionSlot& slot, std::uint64_t arena_tokens) {
   if ((slot.flags & ~kKnownSlotFlags) != 0) return SlotCheck::kFlagsSet;
-  if (slot.reserved != 0) return SlotCheck::kReservedSet;
   if (slot.params_bytes > kMaxParamsBytes) return SlotCheck::kParamsTooLarge;
   // Written so that no sum can overflow: offset <= size, then count <= size -
   // offset (arenaWords() is at most 2^32 + 2^30).
@@ -108,8 +105,7 @@ bool SubmissionProducer::tryPush(const SubmissionSlot& slot) {
 PushResult SubmissionProducer::check(const SubmissionSlot& slot,
                                      std::span<const std::uint32_t> prompt,
                                      std::span<const std::byte> params) const {
-  if ((slot.flags & ~kKnownSlotFlags) != 0 || slot.reserved != 0 ||
-      params.size() > kMaxParamsBytes) {
+  if ((slot.flags & ~kKnownSlotFlags) != 0 || params.size() > kMaxParamsBytes) {
     return PushResult::kInvalidSlot;
   }
   if ((slot.flags & kSlotCountsOnly) != 0 && !prompt.empty()) return PushResult::kInvalidSlot;

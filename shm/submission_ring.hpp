@@ -67,7 +67,6 @@ enum class SlotCheck : std::uint8_t {
   kValid,
   kPromptOutOfArena,  // [prompt_offset, prompt_offset + arenaWords()) leaves the ring's region
   kFlagsSet,          // a flag outside kKnownSlotFlags
-  kReservedSet,       // reserved must be 0
   kParamsTooLarge,    // params_bytes over kMaxParamsBytes
 };
 std::string_view toString(SlotCheck check);

@@ -14,7 +14,7 @@ namespace fairsched::shm {
 //   deadline_ns       kTokens: emit time
 //   prompt_tokens     kTokens: token ids in the arena
 //   params_bytes      kFinish: message bytes in the arena
-// flags and reserved stay 0.
+// flags and tenant stay 0.
 
 std::string_view toString(EventCheck check) {
   switch (check) {
@@ -23,7 +23,7 @@ std::string_view toString(EventCheck check) {
     case EventCheck::kUnknownKind:
       return "unknown event kind";
     case EventCheck::kBadFlags:
-      return "flags or parameters on a worker event";
+      return "flags, a tenant or parameters on a worker event";
     case EventCheck::kBadTokens:
       return "a TOKENS event without tokens or with too many";
     case EventCheck::kStrayTokens:
@@ -65,7 +65,7 @@ SubmissionSlot encodeWorkerEvent(const WorkerEvent& e) {
 
 EventCheck decodeWorkerEvent(const SubmissionSlot& s, WorkerEvent& out) {
   out = WorkerEvent{};
-  if (s.flags != 0) return EventCheck::kBadFlags;
+  if (s.flags != 0 || s.tenant != 0) return EventCheck::kBadFlags;
   switch (s.endpoint) {
     case static_cast<std::uint16_t>(WorkerEventKind::kCapacity):
       if (s.prompt_tokens != 0) return EventCheck::kStrayTokens;

@@ -23,7 +23,17 @@ Client& Client::operator=(Client&&) noexcept = default;
 Client::~Client() = default;
 
 Result<Tenant> Client::openTenant(std::string_view name, std::optional<std::string_view> tier) {
-  return impl_->openTenant(name, tier);
+  std::vector<Result<Tenant>> r = impl_->openTenants(std::span(&name, 1), tier);
+  return std::move(r.front());
+}
+
+std::vector<Result<Tenant>> Client::openTenants(std::span<const std::string_view> names,
+                                                std::optional<std::string_view> tier) {
+  return impl_->openTenants(names, tier);
+}
+
+Result<void> Client::closeTenant(Tenant tenant) {
+  return impl_->closeTenant(tenant);
 }
 
 Result<RequestId> Client::submit(const SubmitRequest& request) {

@@ -3,8 +3,9 @@
 // one ClientCore and forwards every call to it.
 //
 // Its jobs, one file each:
-//   reconnect.cpp          the connection: the first session, openTenant(),
-//                          reconnecting (a new Session, every tenant reopened),
+//   reconnect.cpp          the connection: the first session, openTenants(),
+//                          closeTenant(), reconnecting (a new Session, every
+//                          tenant reopened under its handle),
 //                          and handleLoss(), which completes what a lost
 //                          session held, SHUTTING_DOWN where the daemon had not
 //   submit.cpp             submit(): local checks, the bookkeeping of what is
@@ -19,8 +20,9 @@
 //     (submit() to reconnect while disconnected, poll() to probe liveness).
 //     submit() takes no lock (but, for submitAndWait(), the router's
 //     await_mu_); poll() takes the session's consumer_mu.
-//   - openTenant(), reconnects and every read of the control socket hold
-//     control_mu_ (a reply must reach the thread that asked for it).
+//   - openTenants(), closeTenant(), reconnects and every read of the
+//     control socket hold control_mu_ (a reply must reach the thread that
+//     asked for it).
 //   - handleLoss() may run on any thread, with or without control_mu_.
 //
 // Lock order: control_mu_ → Session::consumer_mu → the router's local_mu_ /
@@ -39,6 +41,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +50,7 @@
 #include "fairsched/client.hpp"
 #include "pending_table.hpp"
 #include "session.hpp"
+#include "tenant_registry.hpp"
 
 namespace fairsched::client_detail {
 
@@ -111,8 +115,10 @@ class ClientCore {
   ClientCore(const ClientCore&) = delete;
   ClientCore& operator=(const ClientCore&) = delete;
 
-  // reconnect.cpp. Both serialise on control_mu_.
-  Result<Tenant> openTenant(std::string_view name, std::optional<std::string_view> tier);
+  // reconnect.cpp. All three serialise on control_mu_.
+  std::vector<Result<Tenant>> openTenants(std::span<const std::string_view> names,
+                                          std::optional<std::string_view> tier);
+  Result<void> closeTenant(Tenant tenant);
   Result<void> reconnect();  // now, whatever the policy's backoff says
 
   // submit.cpp. `await_efd` non-null: a submitAndWait() call's; the
@@ -141,11 +147,6 @@ class ClientCore {
   RetryBudget& retryBudget() { return budget_; }
 
  private:
-  struct TenantEntry {
-    std::string name;
-    std::string tier;
-  };
-
   ClientCore(ClientOptions options, CompletionFds fds);
 
   std::shared_ptr<Session> current() const { return session_.load(std::memory_order_acquire); }
@@ -210,11 +211,9 @@ class ClientCore {
   std::mutex control_mu_;
   std::uint32_t next_seq_ = 1;         // guarded by control_mu_
   std::uint64_t next_generation_ = 1;  // guarded by control_mu_
-  std::vector<TenantEntry> tenants_;   // guarded by control_mu_; index = Tenant
+  TenantRegistry tenants_;             // guarded by control_mu_ (but isOpen())
   Clock::time_point next_reconnect_ = Clock::time_point::min();  // guarded by control_mu_
   std::chrono::nanoseconds reconnect_delay_;                     // guarded by control_mu_
-  // tenants_.size(), for submit(), which reads no tenants_.
-  std::atomic<std::uint32_t> tenant_count_{0};
 
   std::atomic<std::shared_ptr<Session>> session_;  // null while disconnected
   std::atomic<std::uint64_t> loss_epoch_{0};       // connections lost so far

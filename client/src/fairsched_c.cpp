@@ -238,6 +238,38 @@ fairsched_error fairsched_open_tenant(fairsched_client* client, const char* tena
   return FAIRSCHED_OK;
 }
 
+fairsched_error fairsched_open_tenants(fairsched_client* client, const char* const* tenants,
+                                       size_t count, const char* tier, uint32_t* out_tenants) {
+  if (client == nullptr || (count > 0 && (tenants == nullptr || out_tenants == nullptr))) {
+    return invalid("client, tenants and out_tenants must not be NULL");
+  }
+  std::vector<std::string_view> names(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (tenants[i] == nullptr) return invalid("an element of tenants is NULL");
+    names[i] = tenants[i];
+  }
+  std::optional<std::string_view> t;
+  if (tier != nullptr) t = std::string_view(tier);
+  std::vector<fairsched::Result<fairsched::Tenant>> r = client->client.openTenants(names, t);
+  std::optional<fairsched_error> first;
+  for (size_t i = 0; i < count; ++i) {
+    if (r[i]) {
+      out_tenants[i] = r[i]->index;
+    } else {
+      out_tenants[i] = FAIRSCHED_NO_TENANT;
+      if (!first) first = fail(r[i].error());
+    }
+  }
+  return first.value_or(FAIRSCHED_OK);
+}
+
+fairsched_error fairsched_close_tenant(fairsched_client* client, uint32_t tenant) {
+  if (client == nullptr) return invalid("client must not be NULL");
+  fairsched::Result<void> r = client->client.closeTenant(fairsched::Tenant{tenant});
+  if (!r) return fail(r.error());
+  return FAIRSCHED_OK;
+}
+
 fairsched_error fairsched_submit(fairsched_client* client, const fairsched_submit_request* request,
                                  uint64_t* out_request_id) {
   if (client == nullptr || !validRequest(request)) {

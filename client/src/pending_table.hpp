@@ -36,7 +36,8 @@ struct Pending {
   std::uint64_t tag = 0;
   std::uint64_t generation = 0;  // the Session it was submitted on
   bool awaited = false;          // a submitAndWait() caller wants it
-  std::uint32_t tenant = 0;      // the client's tenant index (cancel() finds its ring)
+  std::uint16_t lane = 0;        // where it went: cancel() follows it there
+  std::uint32_t tenant = 0;      // the tenant's handle
 };
 
 class PendingTable {

@@ -66,16 +66,22 @@ Result<void> ClientCore::reconnectLocked(bool force) {
   Result<std::shared_ptr<Session>> opened = openSessionLocked();
   if (opened) {
     std::shared_ptr<Session> s = std::move(opened).value();
-    for (std::uint32_t i = 0; i < tenants_.size(); ++i) {
-      Result<std::uint32_t> ring =
-          s->openTenant(tenants_[i].name, tenants_[i].tier, next_seq_++, options_.control_timeout);
-      if (ring) {
-        s->tenant_ring[i].store(static_cast<std::int32_t>(*ring), std::memory_order_relaxed);
-      } else if (ring.code() == ErrorCode::kDaemonLost || ring.code() == ErrorCode::kTimedOut) {
-        opened = std::move(ring).error();
-        break;
-      }
-      // Other refusals leave this tenant closed; submit() says kUnknownTenant.
+    // Every tenant again, under its handle, in one pipelined batch.
+    std::vector<TenantCall> calls;
+    calls.reserve(tenants_.size());
+    tenants_.forEach([&](std::uint32_t handle, const TenantRegistry::Entry& e) {
+      calls.push_back(TenantCall{false, *e.name, tenants_.tierOf(e), handle, std::nullopt});
+    });
+    if (calls.size() > s->max_tenants) {
+      opened = Error{ErrorCode::kNoCapacity, 0,
+                     "the daemon now allows " + std::to_string(s->max_tenants) +
+                         " tenants per connection; this client holds " +
+                         std::to_string(calls.size()) + " open"};
+    } else if (Result<void> r = s->tenantCalls(calls, next_seq_, options_.control_timeout); !r) {
+      opened = std::move(r).error();
+    } else {
+      // A refusal leaves that tenant closed; submit() says kUnknownTenant.
+      for (const TenantCall& c : calls) tenants_.setOpen(c.handle, !c.error.has_value());
     }
     if (opened) {
       install(s);
@@ -131,51 +137,131 @@ void ClientCore::handleLoss(const std::shared_ptr<Session>& s) {
   router_.signalNotify();  // wakes epoll users even when nothing was outstanding
 }
 
-Result<Tenant> ClientCore::openTenant(std::string_view name, std::optional<std::string_view> tier) {
+std::vector<Result<Tenant>> ClientCore::openTenants(std::span<const std::string_view> names,
+                                                    std::optional<std::string_view> tier) {
+  std::vector<Result<Tenant>> out(names.size(), Result<Tenant>(Tenant{}));
   // The daemon refuses a name that breaks the rule; say so before asking it.
-  if (auto err = nameError(name)) return Error{ErrorCode::kInvalidArgument, 0, "tenant " + *err};
+  std::optional<Error> bad_tier;
   if (tier && !tier->empty()) {
-    if (auto err = nameError(*tier)) return Error{ErrorCode::kInvalidArgument, 0, "tier " + *err};
+    if (auto err = nameError(*tier))
+      bad_tier = Error{ErrorCode::kInvalidArgument, 0, "tier " + *err};
   }
   std::lock_guard lk(control_mu_);
-  std::optional<std::uint32_t> index;
-  for (std::uint32_t i = 0; i < tenants_.size(); ++i) {
-    if (tenants_[i].name == name) index = i;
-  }
   std::shared_ptr<Session> s = current();
   if (!live(s)) {
-    if (!options_.reconnect.enabled) return notConnected();
-    if (Result<void> r = reconnectLocked(false); !r) return std::move(r).error();
+    std::optional<Error> down;
+    if (!options_.reconnect.enabled) {
+      down = notConnected();
+    } else if (Result<void> r = reconnectLocked(false); !r) {
+      down = std::move(r).error();
+    }
+    if (down) {
+      for (auto& r : out) r = *down;
+      return out;
+    }
     s = current();
   }
-  if (index && s->tenant_ring[*index].load(std::memory_order_relaxed) >= 0) {
-    return Tenant{*index};
+  std::vector<TenantCall> calls;
+  std::vector<std::size_t> call_of;  // index into `names` of each call
+  std::vector<bool> added;           // the call registered its tenant
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::string_view name = names[i];
+    if (auto err = nameError(name)) {
+      out[i] = Error{ErrorCode::kInvalidArgument, 0, "tenant " + *err};
+      continue;
+    }
+    if (bad_tier) {
+      out[i] = *bad_tier;
+      continue;
+    }
+    if (std::optional<std::uint32_t> h = tenants_.find(name)) {
+      // Registered: open already, or refused on the last reconnect (ask again).
+      if (tenants_.isOpen(*h)) {
+        out[i] = Tenant{*h};
+        continue;
+      }
+      const TenantRegistry::Entry* e = tenants_.entry(*h);
+      bool queued = false;  // the same name twice in one batch: one call
+      for (const TenantCall& c : calls) queued = queued || c.handle == *h;
+      if (!queued) {
+        calls.push_back(TenantCall{false, *e->name, tenants_.tierOf(*e), *h, std::nullopt});
+        call_of.push_back(i);
+        added.push_back(false);
+      }
+      out[i] = Tenant{*h};
+      continue;
+    }
+    Result<std::uint32_t> h = tenants_.add(name, tier.value_or(""), s->max_tenants);
+    if (!h) {
+      out[i] = std::move(h).error();
+      continue;
+    }
+    const TenantRegistry::Entry* e = tenants_.entry(*h);
+    calls.push_back(TenantCall{false, *e->name, tenants_.tierOf(*e), *h, std::nullopt});
+    call_of.push_back(i);
+    added.push_back(true);
+    out[i] = Tenant{*h};
   }
-  if (!index && tenants_.size() >= kMaxTenants) {
-    return Error{ErrorCode::kNoCapacity, 0, "this client has opened the most tenants it can"};
+  if (calls.empty()) return out;
+  Result<void> sent = s->tenantCalls(calls, next_seq_, options_.control_timeout);
+  if (!sent) {
+    const Error e = std::move(sent).error();
+    if (e.code == ErrorCode::kDaemonLost) handleLoss(s);
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      if (added[k]) tenants_.remove(calls[k].handle);
+    }
+    for (std::size_t k = 0; k < calls.size(); ++k) out[call_of[k]] = e;
+    // A name given twice whose first call failed: the same error.
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (out[i] && !tenants_.entry(out[i]->index)) out[i] = e;
+    }
+    return out;
   }
-  const std::string tier_name = index ? tenants_[*index].tier : std::string(tier.value_or(""));
-  Result<std::uint32_t> ring =
-      s->openTenant(name, tier_name, next_seq_++, options_.control_timeout);
-  if (!ring) {
-    if (ring.code() == ErrorCode::kDaemonLost) handleLoss(s);
-    return std::move(ring).error();
-  }
-  for (std::uint32_t i = 0; i < kMaxTenants; ++i) {
-    if (s->tenant_ring[i].load(std::memory_order_relaxed) == static_cast<std::int32_t>(*ring) &&
-        (!index || i != *index)) {
-      return Error{ErrorCode::kProtocol, 0,
-                   "the daemon gave tenant '" + std::string(name) + "' ring " +
-                       std::to_string(*ring) + ", which serves another tenant"};
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    if (calls[k].error) {
+      if (added[k]) tenants_.remove(calls[k].handle);
+      out[call_of[k]] = *calls[k].error;
+    } else {
+      tenants_.setOpen(calls[k].handle, true);
     }
   }
-  if (!index) {
-    index = static_cast<std::uint32_t>(tenants_.size());
-    tenants_.push_back(TenantEntry{std::string(name), tier_name});
-    tenant_count_.store(static_cast<std::uint32_t>(tenants_.size()), std::memory_order_release);
+  for (std::size_t i = 0; i < names.size(); ++i) {  // duplicates follow their first call
+    if (out[i] && !tenants_.isOpen(out[i]->index)) {
+      for (std::size_t k = 0; k < calls.size(); ++k) {
+        if (calls[k].handle == out[i]->index && calls[k].error) out[i] = *calls[k].error;
+      }
+    }
   }
-  s->tenant_ring[*index].store(static_cast<std::int32_t>(*ring), std::memory_order_release);
-  return Tenant{*index};
+  return out;
+}
+
+Result<void> ClientCore::closeTenant(Tenant tenant) {
+  std::lock_guard lk(control_mu_);
+  const TenantRegistry::Entry* e = tenants_.entry(tenant.index);
+  if (e == nullptr) {
+    return Error{ErrorCode::kUnknownTenant, 0, "not a tenant this client holds open"};
+  }
+  std::shared_ptr<Session> s = current();
+  const bool was_open = tenants_.isOpen(tenant.index);
+  // From here submit() refuses the handle; what it already wrote ends CANCELLED.
+  tenants_.setOpen(tenant.index, false);
+  if (live(s) && was_open) {
+    TenantCall call{true, *e->name, {}, tenant.index, std::nullopt};
+    Result<void> sent = s->tenantCalls(std::span(&call, 1), next_seq_, options_.control_timeout);
+    if (!sent) {
+      if (sent.code() == ErrorCode::kDaemonLost) {
+        handleLoss(s);  // the daemon let go of everything; so does this client
+      } else {
+        tenants_.setOpen(tenant.index, true);
+        return std::move(sent).error();
+      }
+    } else if (call.error) {
+      tenants_.setOpen(tenant.index, true);
+      return *call.error;
+    }
+  }
+  tenants_.remove(tenant.index);
+  return {};
 }
 
 }  // namespace fairsched::client_detail

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "shm/shared_word.hpp"
+#include "shm/tenant_handle.hpp"
 #include "shm/worker_protocol.hpp"
 
 namespace fairsched::client_detail {
@@ -67,10 +68,15 @@ Session::Session(std::uint64_t gen, shm::UniqueFd sock_fd, shm::Segment segment,
       bell(std::move(bell_fd)),
       daemon_sleeping(segment_.peerSleepFlag()),
       consumer(segment_.completionRing()) {
-  producers.reserve(ringCount());
-  for (std::uint32_t r = 0; r < ringCount(); ++r)
+  producers.reserve(laneCount());
+  for (std::uint32_t r = 0; r < laneCount(); ++r)
     producers.emplace_back(segment_.submissionRing(r));
-  for (auto& t : tenant_ring) t.store(-1, std::memory_order_relaxed);
+}
+
+std::uint16_t Session::lane() const {
+  static std::atomic<std::uint32_t> next_thread{0};
+  thread_local const std::uint32_t thread_seq = next_thread.fetch_add(1, std::memory_order_relaxed);
+  return static_cast<std::uint16_t>(thread_seq % producers.size());
 }
 
 Result<std::shared_ptr<Session>> Session::open(const ClientOptions& options,
@@ -123,7 +129,10 @@ Result<std::shared_ptr<Session>> Session::open(const ClientOptions& options,
                   shm::EventFd::adopt(std::move(fds[shm::kFdDaemonDoorbell])),
                   shm::EventFd::adopt(std::move(fds[shm::kFdCompletionBell]))));
   s->client_id = reply.client_id;
-  s->tenant_capacity = std::min(reply.ring_count, s->ringCount());
+  if (worker_endpoint.empty() && (reply.max_tenants == 0 || s->laneCount() == 0)) {
+    return Error{ErrorCode::kProtocol, 0, "HelloReply grants no tenants or no lanes"};
+  }
+  s->max_tenants = std::min(reply.max_tenants, shm::kMaxTenantsPerConnection);
   for (std::uint32_t i = 0; i < reply.endpoint_count; ++i) {
     const shm::EndpointInfo& e = reply.endpoints[i];
     s->endpoints.push_back(EndpointDescription{std::string(*shm::getString(e.name)), e.id,
@@ -132,30 +141,99 @@ Result<std::shared_ptr<Session>> Session::open(const ClientOptions& options,
   return s;
 }
 
-Result<std::uint32_t> Session::openTenant(std::string_view name, std::string_view tier,
-                                          std::uint32_t seq, std::chrono::nanoseconds timeout) {
-  auto msg = shm::makeMessage<shm::OpenTenantMessage>(seq);
-  shm::setString(msg.tenant, name);
-  shm::setString(msg.tier, tier);
-  std::vector<shm::UniqueFd> fds;  // none expected; any are closed
-  Result<shm::OpenTenantReplyMessage> got =
-      exchange<shm::OpenTenantReplyMessage>(sock, msg, Clock::now() + timeout, fds);
-  if (!got) {
-    Error e = std::move(got).error();
-    e.message = "OpenTenant '" + std::string(name) + "': " + e.message;
-    return e;
+Result<void> Session::tenantCalls(std::span<TenantCall> calls, std::uint32_t& seq,
+                                  std::chrono::nanoseconds timeout) {
+  const std::uint32_t first_seq = seq;
+  std::size_t sent = 0;
+  std::size_t answered = 0;
+  Clock::time_point deadline = Clock::now() + timeout;
+  auto what = [&](const TenantCall& c) {
+    return std::string(c.close ? "CloseTenant '" : "OpenTenant '") + std::string(c.name) + "'";
+  };
+  while (answered < calls.size()) {
+    while (sent < calls.size() && sent - answered < kTenantCallWindow) {
+      const TenantCall& c = calls[sent];
+      Result<void> ok;
+      if (c.close) {
+        auto msg = shm::makeMessage<shm::CloseTenantMessage>(seq);
+        msg.handle = c.handle;
+        ok = sendControl(sock, shm::bytesOf(msg));
+      } else {
+        auto msg = shm::makeMessage<shm::OpenTenantMessage>(seq);
+        shm::setString(msg.tenant, c.name);
+        shm::setString(msg.tier, c.tier);
+        msg.handle = c.handle;
+        ok = sendControl(sock, shm::bytesOf(msg));
+      }
+      if (!ok) {
+        Error e = std::move(ok).error();
+        e.message = what(c) + ": " + e.message;
+        return e;
+      }
+      ++seq;
+      ++sent;
+    }
+    Result<ReceivedMessage> got = receiveControl(sock, deadline);
+    if (!got) {
+      Error e = std::move(got).error();
+      e.message = what(calls[answered]) + ": " + e.message;
+      return e;
+    }
+    shm::MessageHeader header;
+    const shm::DecodeError peeked = shm::peekHeader(got->bytes, header);
+    if (peeked == shm::DecodeError::kBadVersion) {
+      return Error{ErrorCode::kVersionMismatch, 0,
+                   "the daemon speaks control protocol version " + std::to_string(header.version) +
+                       ", this library " + std::to_string(shm::kControlVersion)};
+    }
+    if (peeked != shm::DecodeError::kNone) {
+      return Error{ErrorCode::kProtocol, 0,
+                   "bad control message: " + std::string(shm::toString(peeked))};
+    }
+    const std::uint32_t expected = first_seq + static_cast<std::uint32_t>(answered);
+    if (header.seq != expected) {
+      // A reply to a request that timed out earlier, or one out of order.
+      if (header.seq - first_seq < sent) {
+        return Error{
+            ErrorCode::kProtocol, 0,
+            "control reply " + std::to_string(header.seq) + " before " + std::to_string(expected)};
+      }
+      continue;
+    }
+    TenantCall& c = calls[answered];
+    std::uint32_t status = 0;
+    std::string_view reason;
+    shm::DecodeError decoded = shm::DecodeError::kNone;
+    shm::OpenTenantReplyMessage open_reply;
+    shm::CloseTenantReplyMessage close_reply;
+    if (c.close) {
+      decoded = shm::decode(got->bytes, close_reply);
+      status = close_reply.status;
+      reason = shm::getString(close_reply.message).value_or("");
+    } else {
+      decoded = shm::decode(got->bytes, open_reply);
+      status = open_reply.status;
+      reason = shm::getString(open_reply.message).value_or("");
+      if (decoded == shm::DecodeError::kNone && status == 0 && open_reply.handle != c.handle) {
+        return Error{ErrorCode::kProtocol, 0, what(c) + ": the reply names another handle"};
+      }
+    }
+    if (decoded != shm::DecodeError::kNone) {
+      return Error{ErrorCode::kProtocol, 0,
+                   what(c) + ": bad control reply: " + std::string(shm::toString(decoded))};
+    }
+    if (status != static_cast<std::uint32_t>(shm::ControlStatus::kOk)) {
+      c.error = refusal(status,
+                        (std::string(c.close ? "the daemon refused to close tenant '"
+                                             : "the daemon refused tenant '") +
+                         std::string(c.name) + "'")
+                            .c_str(),
+                        reason);
+    }
+    ++answered;
+    deadline = Clock::now() + timeout;
   }
-  const shm::OpenTenantReplyMessage& reply = got.value();
-  if (reply.status != static_cast<std::uint32_t>(shm::ControlStatus::kOk)) {
-    return refusal(reply.status, ("the daemon refused tenant '" + std::string(name) + "'").c_str(),
-                   shm::getString(reply.message).value_or(""));
-  }
-  if (reply.ring >= ringCount()) {
-    return Error{ErrorCode::kProtocol, 0,
-                 "OpenTenant reply names ring " + std::to_string(reply.ring) + " of " +
-                     std::to_string(ringCount())};
-  }
-  return reply.ring;
+  return {};
 }
 
 const EndpointDescription* Session::findEndpoint(std::string_view name) const {

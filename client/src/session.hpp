@@ -5,9 +5,9 @@
 //
 // Thread-safety: everything set by open() is immutable afterwards. The
 // producers are shared by every submitting thread (the ring is
-// multi-producer). `consumer` is guarded by `consumer_mu`; the sleep count
-// by `sleep_mu`; `tenant_ring` and `alive` are atomics. The socket is read
-// only under the Client's control mutex.
+// multi-producer; each thread keeps to one lane, lane()). `consumer` is
+// guarded by `consumer_mu`; the sleep count by `sleep_mu`; `alive` is
+// atomic. The socket is read only under the Client's control mutex.
 #pragma once
 
 #include <array>
@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -24,8 +26,19 @@
 
 namespace fairsched::client_detail {
 
-// Tenants one Client can hold open: one ring each, at most shm::kMaxRings.
-inline constexpr std::uint32_t kMaxTenants = shm::kMaxRings;
+// OpenTenant/CloseTenant messages a client keeps in flight before it reads
+// their replies: well under what a unix socket buffers.
+inline constexpr std::size_t kTenantCallWindow = 64;
+
+// One OpenTenant or CloseTenant of a batch (Session::tenantCalls()).
+struct TenantCall {
+  bool close = false;
+  std::string_view name;  // open: the tenant; close: for messages only
+  std::string_view tier;  // open: the hint, may be empty
+  std::uint32_t handle = 0;
+  // Filled in: OK, or why the daemon refused this one.
+  std::optional<Error> error;
+};
 
 // The ErrorCode for a ControlStatus the daemon answered with.
 ErrorCode errorForControlStatus(std::uint32_t status);
@@ -41,13 +54,20 @@ class Session {
                                                std::uint64_t generation, std::uint32_t seq,
                                                std::string_view worker_endpoint = {});
 
-  // Sends OpenTenant and returns the ring the daemon assigned. REQUIRES: the
-  // caller holds the Client's control mutex. Errors: kUnauthorized,
-  // kNoCapacity, kShuttingDown, kRefused, kVersionMismatch, kProtocol (a ring
-  // outside the segment, or one already serving another tenant), kTimedOut,
-  // kDaemonLost.
-  Result<std::uint32_t> openTenant(std::string_view name, std::string_view tier, std::uint32_t seq,
-                                   std::chrono::nanoseconds timeout);
+  // Sends each call's OpenTenant/CloseTenant, at most kTenantCallWindow
+  // ahead of the replies, and records each reply's refusal (kUnauthorized,
+  // kNoCapacity, kShuttingDown, kRefused) in its call. REQUIRES: the caller
+  // holds the Client's control mutex. `seq` is advanced past the messages
+  // sent. Errors, for the connection (calls not answered yet have no
+  // outcome): kTimedOut (`timeout` without a reply), kDaemonLost,
+  // kVersionMismatch, kProtocol.
+  Result<void> tenantCalls(std::span<TenantCall> calls, std::uint32_t& seq,
+                           std::chrono::nanoseconds timeout);
+
+  // The submission lane of the calling thread: threads are spread over the
+  // lanes in the order they first submit, and each keeps to its lane, so one
+  // thread's submissions reach the daemon in its order.
+  std::uint16_t lane() const;
 
   const EndpointDescription* findEndpoint(std::string_view name) const;
 
@@ -62,7 +82,7 @@ class Session {
   // Idempotent.
   void arm();
 
-  std::uint32_t ringCount() const { return segment_.layout().geometry.ring_count; }
+  std::uint32_t laneCount() const { return segment_.layout().geometry.ring_count; }
   std::uint32_t promptTokensPerSlot() const {
     return segment_.layout().geometry.prompt_tokens_per_slot;
   }
@@ -78,16 +98,13 @@ class Session {
  public:
   const int sock;  // owned by sock_
   std::uint64_t client_id = 0;
-  std::uint32_t tenant_capacity = 0;  // rings this connection may open
+  std::uint32_t max_tenants = 0;  // tenants this connection may hold open
   std::vector<EndpointDescription> endpoints;
 
   shm::EventFd doorbell;  // the daemon's: written when daemon_sleeping says it sleeps
   shm::EventFd bell;      // ours: the daemon writes it when we said we sleep
   shm::PeerSleepFlag daemon_sleeping;
-  std::vector<shm::SubmissionProducer> producers;  // one per ring
-
-  // Client tenant index → ring on this connection; -1 when not open here.
-  std::array<std::atomic<std::int32_t>, kMaxTenants> tenant_ring;
+  std::vector<shm::SubmissionProducer> producers;  // one per lane
   // Cleared once, by whoever notices the loss first (ClientCore::handleLoss).
   std::atomic<bool> alive{true};
 

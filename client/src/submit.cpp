@@ -1,6 +1,7 @@
 // ClientCore::submit(): the hot path. Local checks against what the daemon
 // announced, an entry in the PendingTable (and a mailbox for submitAndWait()),
-// the push into the tenant's ring, and the doorbell when the daemon sleeps.
+// the push into the calling thread's lane, and the doorbell when the daemon
+// sleeps.
 // When accepted it has taken no lock (but await_mu_ for submitAndWait(), and
 // the PendingTable's overflow mutex in the rare case of pending_table.hpp),
 // allocated nothing and made no system call but the doorbell's; control_mu_
@@ -14,19 +15,17 @@
 namespace fairsched::client_detail {
 
 Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventFd* await_efd) {
-  const std::uint32_t index = req.tenant.index;
-  if (index >= tenant_count_.load(std::memory_order_acquire)) {
-    return Error{ErrorCode::kUnknownTenant, 0, "not a tenant handle of this client"};
-  }
+  const std::uint32_t handle = req.tenant.index;
   std::shared_ptr<Session> s = current();
   if (!live(s)) {
     if (!tryReconnect()) return notConnected();
     s = current();
     if (!live(s)) return notConnected();
   }
-  const std::int32_t ring = s->tenant_ring[index].load(std::memory_order_acquire);
-  if (ring < 0) {
-    return Error{ErrorCode::kUnknownTenant, 0, "the tenant is not open on this connection"};
+  if (!tenants_.isOpen(handle)) {
+    return Error{ErrorCode::kUnknownTenant, 0,
+                 "not a tenant this client holds open (closed, refused on reconnect, or not "
+                 "from openTenant())"};
   }
   const EndpointDescription* ep = s->findEndpoint(req.endpoint);
   if (ep == nullptr) {
@@ -81,6 +80,7 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
   slot.max_output_tokens = req.max_output_tokens;
   slot.priority = req.priority;
   slot.endpoint = ep->id;
+  slot.tenant = handle;
   if (req.stream) slot.flags |= shm::kSlotStream;
   if (req.prompt_token_count) {
     slot.flags |= shm::kSlotCountsOnly;
@@ -89,11 +89,12 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
   // The id is taken and recorded once the ring has room (a full ring spends
   // no id and no table entry), before the daemon can see the slot.
   RequestId id = 0;
-  const shm::PushResult pushed = s->producers[static_cast<std::size_t>(ring)].tryPushPrompt(
+  const std::uint16_t lane = s->lane();
+  const shm::PushResult pushed = s->producers[lane].tryPushPrompt(
       slot, req.prompt, req.params, [&](shm::SubmissionSlot& claimed) {
         id = next_id_.fetch_add(1, std::memory_order_relaxed);
         if (await_efd != nullptr) router_.openMailbox(id, await_efd->fd());
-        pending_.insert(id, Pending{req.tag, s->generation, await_efd != nullptr, index});
+        pending_.insert(id, Pending{req.tag, s->generation, await_efd != nullptr, lane, handle});
         claimed.request_id = id;
       });
   if (pushed != shm::PushResult::kOk) {
@@ -133,13 +134,12 @@ Result<void> ClientCore::cancel(RequestId id) {
     // Submitted on a lost connection: it completes SHUTTING_DOWN by itself.
     return notConnected();
   }
-  const std::int32_t ring = s->tenant_ring[p->tenant].load(std::memory_order_acquire);
-  if (ring < 0) return Error{ErrorCode::kUnknownTenant, 0, "the tenant is not open"};
   shm::SubmissionSlot slot;
   slot.request_id = id;
+  slot.tenant = p->tenant;
   slot.flags = shm::kSlotCancel;
-  if (s->producers[static_cast<std::size_t>(ring)].tryPushPrompt(slot, {}) !=
-      shm::PushResult::kOk) {
+  // Behind the request in its lane, so the daemon never sees the cancel first.
+  if (s->producers[p->lane].tryPushPrompt(slot, {}) != shm::PushResult::kOk) {
     bump(counters_.ring_full);
     return Error{ErrorCode::kRingFull, 0, {}};
   }

@@ -48,7 +48,7 @@ class WorkerCore {
     Result<std::shared_ptr<Session>> s = Session::open(co, 1, 1, options.endpoint);
     if (!s) return std::move(s).error();
     std::shared_ptr<Session> session = std::move(s).value();
-    if (session->ringCount() != 1 || session->endpoints.size() != 1) {
+    if (session->laneCount() != 1 || session->endpoints.size() != 1) {
       return Error{ErrorCode::kProtocol, 0, "the daemon's reply is not a worker's"};
     }
     const int ep = ::epoll_create1(EPOLL_CLOEXEC);

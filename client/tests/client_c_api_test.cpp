@@ -60,7 +60,8 @@ TEST(CApi, RoundTripThroughTheCAbi) {
   EXPECT_GE(fairsched_completion_fd(c), 0);
   uint32_t tenant = 99;
   ASSERT_EQ(fairsched_open_tenant(c, "acme", nullptr, &tenant), FAIRSCHED_OK);
-  EXPECT_EQ(tenant, 0u);
+  EXPECT_NE(tenant, 99u);
+  EXPECT_NE(tenant, FAIRSCHED_NO_TENANT);
 
   const uint32_t prompt[3] = {5, 6, 7};
   fairsched_submit_request r = makeCRequest(tenant, prompt, 8);
@@ -92,6 +93,40 @@ TEST(CApi, RoundTripThroughTheCAbi) {
   r.endpoint = "nope";
   EXPECT_EQ(fairsched_submit(c, &r, nullptr), FAIRSCHED_ERR_UNKNOWN_ENDPOINT);
   EXPECT_NE(std::string(fairsched_last_error_message()).find("nope"), std::string::npos);
+  fairsched_close(c);
+}
+
+TEST(CApi, OpenTenantsOpensABatchAndCloseTenantReleasesOne) {
+  FakeDaemonOptions fo;
+  fo.refused_tenants = {"mallory"};
+  FakeDaemon fake(fo);
+  fake.start();
+  fairsched_options o;
+  fairsched_options_init(&o);
+  o.socket_path = fake.socketPath().c_str();
+  fairsched_client* c = nullptr;
+  ASSERT_EQ(fairsched_connect(&o, &c), FAIRSCHED_OK) << fairsched_last_error_message();
+  const char* names[] = {"a", "mallory", "b"};
+  uint32_t out[3] = {0, 0, 0};
+  EXPECT_EQ(fairsched_open_tenants(c, names, 3, nullptr, out), FAIRSCHED_ERR_UNAUTHORIZED);
+  EXPECT_NE(out[0], FAIRSCHED_NO_TENANT);
+  EXPECT_EQ(out[1], FAIRSCHED_NO_TENANT);
+  EXPECT_NE(out[2], FAIRSCHED_NO_TENANT);
+  EXPECT_NE(out[0], out[2]);
+  const char* with_null[] = {"a", nullptr};
+  EXPECT_EQ(fairsched_open_tenants(c, with_null, 2, nullptr, out), FAIRSCHED_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(fairsched_open_tenants(c, nullptr, 0, nullptr, nullptr), FAIRSCHED_OK);
+
+  ASSERT_EQ(fairsched_close_tenant(c, out[0]), FAIRSCHED_OK) << fairsched_last_error_message();
+  const uint32_t prompt[1] = {1};
+  fairsched_submit_request r = makeCRequest(out[0], prompt, 1);
+  EXPECT_EQ(fairsched_submit(c, &r, nullptr), FAIRSCHED_ERR_UNKNOWN_TENANT);
+  EXPECT_EQ(fairsched_close_tenant(c, out[0]), FAIRSCHED_ERR_UNKNOWN_TENANT);
+  r.tenant = out[2];
+  fairsched_completion done;
+  ASSERT_EQ(fairsched_submit_and_wait(c, &r, 5'000'000'000, &done), FAIRSCHED_OK)
+      << fairsched_last_error_message();
+  EXPECT_EQ(done.status, FAIRSCHED_STATUS_OK);
   fairsched_close(c);
 }
 

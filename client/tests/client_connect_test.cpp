@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 #include <string>
 
 #include "client_test_util.hpp"
@@ -162,17 +163,64 @@ TEST(ClientTenants, RefusedTenantSurfacesUnauthorizedWithTheReason) {
   EXPECT_TRUE(client.openTenant("alice")) << "a refusal leaves the connection usable";
 }
 
-TEST(ClientTenants, MoreTenantsThanRingsIsNoCapacity) {
+TEST(ClientTenants, TenantsAreNotBoundedByTheLanes) {
   FakeDaemonOptions fo;
   fo.geometry.ring_count = 2;
   FakeDaemon fake(fo);
   fake.start();
   Client client = mustConnect(optionsFor(fake));
-  EXPECT_TRUE(client.openTenant("t1"));
+  std::set<std::uint32_t> handles;
+  for (int i = 0; i < 40; ++i) {
+    Result<Tenant> t = client.openTenant("t" + std::to_string(i));
+    ASSERT_TRUE(t) << t.error().toString();
+    handles.insert(t->index);
+  }
+  EXPECT_EQ(handles.size(), 40u) << "a handle per tenant, 2 lanes for all of them";
+  EXPECT_EQ(client.openTenant("t7")->index, client.openTenant("t7")->index);
+}
+
+TEST(ClientTenants, MoreTenantsThanTheConnectionAllowsIsNoCapacityUntilOneCloses) {
+  FakeDaemonOptions fo;
+  fo.max_tenants = 2;
+  FakeDaemon fake(fo);
+  fake.start();
+  Client client = mustConnect(optionsFor(fake));
+  Result<Tenant> t1 = client.openTenant("t1");
+  ASSERT_TRUE(t1);
   EXPECT_TRUE(client.openTenant("t2"));
   Result<Tenant> t3 = client.openTenant("t3");
   ASSERT_FALSE(t3);
   EXPECT_EQ(t3.code(), ErrorCode::kNoCapacity);
+  ASSERT_TRUE(client.closeTenant(*t1));
+  Result<Tenant> again = client.openTenant("t3");
+  ASSERT_TRUE(again) << "closing a tenant frees its slot";
+  EXPECT_NE(again->index, t1->index) << "the slot comes back under a new generation";
+  SubmitRequest req;
+  req.tenant = *t1;
+  req.endpoint = "chat";
+  Result<RequestId> stale = client.submit(req);
+  ASSERT_FALSE(stale);
+  EXPECT_EQ(stale.code(), ErrorCode::kUnknownTenant) << "a closed handle names nothing";
+  EXPECT_EQ(client.closeTenant(*t1).code(), ErrorCode::kUnknownTenant);
+}
+
+TEST(ClientTenants, OpenTenantsOpensABatchAndReportsEachRefusal) {
+  FakeDaemonOptions fo;
+  fo.refused_tenants = {"mallory"};
+  FakeDaemon fake(fo);
+  fake.start();
+  Client client = mustConnect(optionsFor(fake));
+  const std::vector<std::string_view> names = {"a", "b", "mallory", "not a name", "a", "c"};
+  std::vector<Result<Tenant>> got = client.openTenants(names);
+  ASSERT_EQ(got.size(), names.size());
+  EXPECT_TRUE(got[0]);
+  EXPECT_TRUE(got[1]);
+  EXPECT_EQ(got[2].code(), ErrorCode::kUnauthorized);
+  EXPECT_EQ(got[3].code(), ErrorCode::kInvalidArgument);
+  ASSERT_TRUE(got[4]);
+  EXPECT_EQ(got[4]->index, got[0]->index) << "the same name twice is one tenant";
+  EXPECT_TRUE(got[5]);
+  EXPECT_EQ(fake.tenantsOpened().size(), 3u) << "a, b and c, each asked once";
 }
 
 TEST(ClientTenants, NamesThatDoNotFitAreRejectedLocally) {

@@ -70,7 +70,7 @@ struct FakeDaemon::Conn {
   std::optional<shm::EventFd> bell;
   std::vector<std::optional<shm::SubmissionConsumer>> consumers;
   std::optional<shm::CompletionProducer> producer;
-  std::map<std::string, std::uint32_t> rings;  // tenant → ring
+  std::map<std::uint32_t, std::string> handles;  // open tenant handles → names
   std::deque<shm::CompletionSlot> outbox;
   std::vector<Held> held;
 };
@@ -264,10 +264,13 @@ void FakeDaemon::handleHello(Conn& c, const shm::HelloMessage& m) {
   c.segment.emplace(must(shm::Segment::create(options_.geometry), "Segment::create"));
   c.doorbell.emplace(must(shm::EventFd::create(), "doorbell"));
   c.bell.emplace(must(shm::EventFd::create(), "bell"));
-  c.consumers.resize(options_.geometry.ring_count);
+  for (std::uint32_t r = 0; r < options_.geometry.ring_count; ++r) {
+    c.consumers.emplace_back(std::in_place, c.segment->submissionRing(r), 0);
+  }
   c.producer.emplace(c.segment->completionRing(), 0);
   reply.client_id = options_.client_id;
   reply.ring_count = options_.geometry.ring_count;
+  reply.max_tenants = options_.max_tenants;
   reply.endpoint_count = static_cast<std::uint32_t>(options_.endpoints.size());
   for (std::size_t i = 0; i < options_.endpoints.size(); ++i) {
     shm::setString(reply.endpoints[i].name, options_.endpoints[i].name);
@@ -308,17 +311,25 @@ void FakeDaemon::handleOpenTenant(Conn& c, const shm::OpenTenantMessage& m) {
   } else if (options_.refused_tenants.count(tenant) != 0) {
     reply.status = static_cast<std::uint32_t>(shm::ControlStatus::kUnauthorized);
     shm::setString(reply.message, "tenant '" + tenant + "' is not allowed for this client");
-  } else if (auto it = c.rings.find(tenant); it != c.rings.end()) {
-    reply.ring = it->second;
-  } else if (c.rings.size() >= options_.geometry.ring_count) {
+  } else if (c.handles.count(m.handle) != 0) {
+    reply.status = static_cast<std::uint32_t>(shm::ControlStatus::kBadRequest);
+    shm::setString(reply.message, "handle already open");
+  } else if (c.handles.size() >= options_.max_tenants) {
     reply.status = static_cast<std::uint32_t>(shm::ControlStatus::kNoCapacity);
-    shm::setString(reply.message, "no free ring");
+    shm::setString(reply.message, "no more tenants on this connection");
   } else {
-    const auto ring = static_cast<std::uint32_t>(c.rings.size());
-    c.rings[tenant] = ring;
-    c.consumers[ring].emplace(c.segment->submissionRing(ring), 0);
-    reply.ring = ring;
+    c.handles[m.handle] = tenant;
+    reply.handle = m.handle;
     tenants_opened_.emplace_back(tenant, tier);
+  }
+  ::send(c.sock.get(), &reply, sizeof(reply), MSG_NOSIGNAL);
+}
+
+void FakeDaemon::handleCloseTenant(Conn& c, const shm::CloseTenantMessage& m) {
+  auto reply = replyTo<shm::CloseTenantReplyMessage>(m.header, options_.reply_version);
+  if (c.handles.erase(m.handle) == 0) {
+    reply.status = static_cast<std::uint32_t>(shm::ControlStatus::kBadRequest);
+    shm::setString(reply.message, "not open");
   }
   ::send(c.sock.get(), &reply, sizeof(reply), MSG_NOSIGNAL);
 }
@@ -341,6 +352,10 @@ bool FakeDaemon::readControl(Conn& c) {
       shm::OpenTenantMessage m;
       if (shm::decode(bytes, m) != shm::DecodeError::kNone) return false;
       handleOpenTenant(c, m);
+    } else if (h.type == static_cast<std::uint16_t>(shm::MessageType::kCloseTenant)) {
+      shm::CloseTenantMessage m;
+      if (shm::decode(bytes, m) != shm::DecodeError::kNone) return false;
+      handleCloseTenant(c, m);
     } else {
       return false;
     }
@@ -351,7 +366,7 @@ bool FakeDaemon::drainRings(Conn& c) {
   if (!c.segment || paused_) return false;
   bool any = false;
   c.segment->readyBitmap().takeEach([&](std::uint32_t ring) {
-    if (!c.consumers[ring]) return;
+    if (ring >= c.consumers.size() || !c.consumers[ring]) return;
     c.consumers[ring]->drain(
         SIZE_MAX, [&](const shm::SubmissionSlot& slot, std::span<const std::uint32_t> prompt) {
           ++submissions_;

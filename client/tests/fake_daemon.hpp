@@ -42,6 +42,7 @@ struct FakeEndpoint {
 struct FakeDaemonOptions {
   std::string socket_path;  // empty: <fresh temp dir>/fairsched.sock
   shm::Geometry geometry{4, 16, 64, 64};
+  std::uint32_t max_tenants = 1024;  // the HelloReply's max_tenants; beyond: NO_CAPACITY
   std::vector<FakeEndpoint> endpoints{{"chat", 7, 4096, 0}, {"embed", 9, 0, 0}};
   std::uint64_t client_id = 42;
   // Hello: answered with this status (and message; no descriptors unless OK).
@@ -119,6 +120,7 @@ class FakeDaemon {
   bool readControl(Conn& c);
   void handleHello(Conn& c, const shm::HelloMessage& m);
   void handleOpenTenant(Conn& c, const shm::OpenTenantMessage& m);
+  void handleCloseTenant(Conn& c, const shm::CloseTenantMessage& m);
   bool drainRings(Conn& c);
   bool flush(Conn& c);
   void wake();

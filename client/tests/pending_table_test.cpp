@@ -16,7 +16,7 @@ namespace {
 
 Pending pending(std::uint64_t tag, std::uint64_t generation, std::uint32_t tenant = 3,
                 bool awaited = false) {
-  return Pending{tag, generation, awaited, tenant};
+  return Pending{tag, generation, awaited, 0, tenant};
 }
 
 TEST(PendingTable, AnEntryComesOutOnceWithItsFields) {

@@ -170,6 +170,9 @@ struct DaemonConfig {
   // How long the loop keeps polling the rings after its last work before it
   // sleeps on the kernel (0: sleep as soon as there is nothing to do).
   std::uint64_t busy_poll_us = 500;
+  // Tenants one client connection may hold open at once (its handle slots;
+  // shm/tenant_handle.hpp). A reload applies to connections made after it.
+  std::uint32_t max_tenants_per_connection = 65536;
 };
 
 // The Prometheus endpoint (docs/operations.md, "Metrics"). Tenant names are

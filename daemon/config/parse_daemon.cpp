@@ -6,6 +6,7 @@
 
 #include "daemon/config/key_table.hpp"
 #include "daemon/config/sections.hpp"
+#include "shm/tenant_handle.hpp"
 
 namespace fairsched::config {
 
@@ -74,6 +75,8 @@ constexpr KeyRule<DaemonConfig> kDaemonKeys[] = {
     {"shutdown_grace_ms", intKey<&DaemonConfig::shutdown_grace_ms, 0, kMaxMillis>},
     {"event_loop", enumKey<&DaemonConfig::event_loop, kEventLoops>},
     {"busy_poll_us", intKey<&DaemonConfig::busy_poll_us, 0, kMaxBusyPollUs>},
+    {"max_tenants_per_connection",
+     intKey<&DaemonConfig::max_tenants_per_connection, 1, shm::kMaxTenantsPerConnection>},
 };
 
 }  // namespace

@@ -217,6 +217,8 @@ void renderDaemon(const MetricsSnapshot& s, Families& out) {
        s.in_flight},
       {"fairsched_tenants", "Tenants the daemon holds state for", s.tenants},
       {"fairsched_clients", "Open client connections", s.connections},
+      {"fairsched_tenant_handles_open", "Tenants held open, over every client connection",
+       s.server.tenant_handles_open},
   };
   const ServerStats& st = s.server;
   const Scalar counters[] = {
@@ -225,6 +227,9 @@ void renderDaemon(const MetricsSnapshot& s, Families& out) {
       {"fairsched_connections_refused_total", "Client connections refused", st.connections_refused},
       {"fairsched_bad_slots_total", "Submission slots that failed validation (ended INVALID)",
        st.bad_slots},
+      {"fairsched_bad_tenant_handles_total",
+       "Submissions naming a tenant handle their connection does not hold open",
+       st.bad_tenant_handles},
       {"fairsched_batches_total", "Batches dispatched to executors", st.batches},
       {"fairsched_completions_delivered_total", "Completions written to client rings",
        st.completions_delivered},

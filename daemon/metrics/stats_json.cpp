@@ -19,6 +19,8 @@ json serverStatsJson(const ServerStats& s, std::span<const std::string> endpoint
             {"completions_delivered", s.completions_delivered},
             {"completions_dropped", s.completions_dropped},
             {"bad_slots", s.bad_slots},
+            {"bad_tenant_handles", s.bad_tenant_handles},
+            {"tenant_handles_open", s.tenant_handles_open},
             {"tokens_streamed", s.tokens_streamed},
             {"batches", s.batches}}},
           {"preemptions", std::move(preempted)},

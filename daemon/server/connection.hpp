@@ -1,6 +1,7 @@
 // One peer of fairschedd's control socket and what the daemon holds for it:
 // its credentials and rule, and once past hello its shared-memory segment,
-// eventfds, submission rings (clients) or event ring (workers), the
+// eventfds, submission lanes and open tenants (clients) or event ring
+// (workers), the
 // completions not yet in its ring, and the io_uring operations queued on
 // its buffers. Plain data: ConnectionSet owns connections and keeps the
 // lists the loop walks; Server's parts act on them.
@@ -20,6 +21,7 @@
 #include "daemon/config/config.hpp"
 #include "daemon/core/types.hpp"
 #include "daemon/loop/event_loop.hpp"
+#include "daemon/server/tenant_handles.hpp"
 #include "shm/doorbell.hpp"
 #include "shm/segment.hpp"
 #include "shm/worker_protocol.hpp"
@@ -56,16 +58,6 @@ struct WorkerState {
   }
 };
 
-// A submission ring a client opened, and the tenant it serves.
-struct ClientRing {
-  TenantId tenant = kNoTenant;  // kNoTenant while revoked
-  std::string name;
-  std::optional<shm::SubmissionConsumer> consumer;
-  std::string tier_hint;  // as the client asked at open (a name: ids change on reload)
-  // A reload took the tenant from this client: submissions end UNAUTHORIZED.
-  bool revoked = false;
-};
-
 // A record waiting for room in a client's completion ring; a stream
 // chunk's token ids are backlog_tokens[tokens_at, + slot.output_tokens).
 struct Outgoing {
@@ -92,8 +84,12 @@ struct Connection {
   bool dirty = false;
   bool active = false;   // its rings are looked at every pass
   TimeNs last_work = 0;  // when a pass last found something in its rings
-  std::vector<ClientRing> rings;
-  std::vector<std::uint32_t> pending_rings;  // taken from the bitmap, not yet drained dry
+  // A client's submission lanes (every ring of its segment, read from hello
+  // on) and the tenants it holds open; a cell's tenant handle is looked up
+  // in `tenants`.
+  std::vector<shm::SubmissionConsumer> lanes;
+  TenantHandles tenants;
+  std::vector<std::uint32_t> pending_rings;  // rings taken from the bitmap, not yet drained dry
   std::vector<bool> ring_pending;
   std::deque<Outgoing> backlog;               // completions and stream chunks not yet in the ring
   std::vector<std::uint32_t> backlog_tokens;  // stream chunks' token ids, see Outgoing

@@ -334,42 +334,34 @@ void Server::reapplyRules() {
       c.endpoint_allowed[e] =
           c.rule && ClientRules::allowsEndpoint(*c.rule, cfg_.endpoints[e].name);
     }
-    for (ClientRing& r : c.rings) {
-      if (!r.consumer) continue;
-      const bool allowed = c.rule && ClientRules::allowsTenant(*c.rule, r.name);
-      if (!allowed && !r.revoked) {
-        revokeRing(c, r);
-      } else if (allowed && r.revoked) {  // allowed again: the ring serves the tenant once more
-        std::optional<TierId> hint;       // only a tier the rule may still assign
-        for (std::size_t t = 0; t < cfg_.tiers.size() && !r.tier_hint.empty(); ++t) {
-          if (cfg_.tiers[t].name == r.tier_hint && ClientRules::allowsTier(*c.rule, r.tier_hint))
-            hint = static_cast<TierId>(t);
-        }
-        const TenantId tid = sched_.tenants().acquire(r.name, hint);
-        if (tid == kNoTenant) continue;
-        r.tenant = tid;
-        r.revoked = false;
-        if (metrics_) metrics_->tenantOpened(tid, r.name);
-        spdlog::info("client {} (uid {}): tenant '{}' allowed again", c.id, c.cred.uid, r.name);
+    c.tenants.forEachOpen([&](TenantHandles::Entry& e) {
+      const std::string& name = sched_.tenants()[e.tenant].name;
+      const bool allowed = c.rule && ClientRules::allowsTenant(*c.rule, name);
+      if (!allowed && !e.revoked) {
+        revokeTenant(c, e);
+      } else if (allowed && e.revoked) {  // allowed again: the handle serves the tenant once more
+        e.revoked = false;
+        if (metrics_) metrics_->tenantOpened(e.tenant, name);
+        spdlog::info("client {} (uid {}): tenant '{}' allowed again", c.id, c.cred.uid, name);
       }
-    }
+    });
   });
   for (const std::uint64_t id : revoked_workers) {
     dropConnection(id, "is no longer allowed to serve its endpoint");
   }
 }
 
-void Server::revokeRing(Connection& c, ClientRing& r) {
-  const std::size_t n = sched_.cancelOwner(c.id, Status::kUnauthorized, done_, r.tenant);
-  finishDone(done_);  // counted under the tenant's label before the ring lets go of it
-  if (metrics_) metrics_->tenantClosed(r.tenant);
-  sched_.tenants().release(r.tenant);
+void Server::revokeTenant(Connection& c, TenantHandles::Entry& e) {
+  const std::size_t n = sched_.cancelOwner(c.id, Status::kUnauthorized, done_, e.tenant);
+  finishDone(done_);  // counted under the tenant's label before its series closes
+  if (metrics_) metrics_->tenantClosed(e.tenant);
+  // The handle keeps its reference (the tenant stays known while the client
+  // holds it), so being allowed again needs nothing but the flag.
   spdlog::warn(
       "client {} (uid {}): the config no longer allows tenant '{}': {} queued requests end "
       "UNAUTHORIZED, running ones finish",
-      c.id, c.cred.uid, r.name, n);
-  r.tenant = kNoTenant;
-  r.revoked = true;
+      c.id, c.cred.uid, sched_.tenants()[e.tenant].name, n);
+  e.revoked = true;
 }
 
 bool Server::poll() {

@@ -163,6 +163,10 @@ class Server {
   void onMessage(std::uint64_t conn_id, int bytes);
   void handleHello(Connection& c, const shm::HelloMessage& m);
   void handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m);
+  void handleCloseTenant(Connection& c, const shm::CloseTenantMessage& m);
+  // A reply to a peer that may be gone: false (and the peer dropped) when
+  // it cannot be sent.
+  bool replyOrDrop(Connection& c, std::span<const std::byte> bytes);
   // Appends endpoint `e` to a HelloReply's list.
   void describeEndpoint(shm::HelloReplyMessage& reply, std::size_t e) const;
   // Sends the successful HelloReply with the segment and eventfds, then
@@ -179,7 +183,9 @@ class Server {
   std::string tenantsJson(std::uint32_t limit, std::string_view only);
   // After a reload: each connection's rule, endpoints and tenants again.
   void reapplyRules();
-  void revokeRing(Connection& c, ClientRing& r);
+  // A reload took `e`'s tenant from client `c`: its queued requests end
+  // UNAUTHORIZED, and so do later submissions until it is allowed again.
+  void revokeTenant(Connection& c, TenantHandles::Entry& e);
   bool sendReply(Connection& c, std::span<const std::byte> bytes, const int* fds, int nfds);
   void armDoorbell(Connection& c);
   void dropConnection(std::uint64_t conn_id, const char* why);
@@ -189,8 +195,8 @@ class Server {
   bool shutdownStep(TimeNs now);
   bool beforeSleep();
   bool ingest(Connection& c, TimeNs now);
-  void admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot& slot,
-             std::span<const std::uint32_t> prompt, TimeNs now);
+  void admit(Connection& c, const shm::SubmissionSlot& slot, std::span<const std::uint32_t> prompt,
+             TimeNs now);
   bool dispatch(TimeNs now);
   bool collect(TimeNs now);
   // server_workers.cpp: the worker role.

@@ -1,6 +1,7 @@
 // fairschedd's control plane: accepting connections, SO_PEERCRED against the
 // [[clients]] rules, Hello (a segment and two eventfds for a client),
-// OpenTenant (a ring for a tenant), replies, and dropping a connection. Every
+// OpenTenant/CloseTenant (a tenant handle of the connection), replies, and
+// dropping a connection. Every
 // name a peer sends is checked against fairsched/name.hpp before it is
 // stored, matched or printed. The worker role will be a second kind of peer
 // here: Hello says which role, and a worker gets its own segment.
@@ -16,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "fairsched/name.hpp"
+#include "shm/tenant_handle.hpp"
 
 namespace fairsched::daemon {
 namespace {
@@ -77,7 +79,8 @@ void Server::onMessage(std::uint64_t conn_id, int bytes) {
   }
   const std::span<const std::byte> data(c.buf, static_cast<std::size_t>(bytes));
   shm::MessageHeader h;
-  if (const auto e = shm::peekHeader(data, h); e != shm::DecodeError::kNone) {
+  if (const auto e = shm::peekHeader(data, h, shm::kOldestControlVersion);
+      e != shm::DecodeError::kNone) {
     spdlog::warn("client {} (pid {}): {}", conn_id, c.cred.pid, shm::toString(e));
     dropConnection(conn_id, "malformed control message");
     return;
@@ -87,8 +90,9 @@ void Server::onMessage(std::uint64_t conn_id, int bytes) {
   const pid_t pid = c.cred.pid;
   try {
     if (h.type == static_cast<std::uint16_t>(shm::MessageType::kHello)) {
-      shm::HelloMessage m;
-      if (shm::decode(data, m) != shm::DecodeError::kNone || c.segment) {
+      shm::HelloMessage m;  // also from an older peer, to tell it why not
+      if (shm::decode(data, m, shm::kOldestControlVersion) != shm::DecodeError::kNone ||
+          c.segment) {
         dropConnection(conn_id, "malformed or repeated hello");
         return;
       }
@@ -100,6 +104,13 @@ void Server::onMessage(std::uint64_t conn_id, int bytes) {
         return;
       }
       handleOpenTenant(c, m);
+    } else if (h.type == static_cast<std::uint16_t>(shm::MessageType::kCloseTenant)) {
+      shm::CloseTenantMessage m;
+      if (shm::decode(data, m) != shm::DecodeError::kNone || !c.segment) {
+        dropConnection(conn_id, "malformed close-tenant or one before hello");
+        return;
+      }
+      handleCloseTenant(c, m);
     } else if (h.type == static_cast<std::uint16_t>(shm::MessageType::kAdminRequest)) {
       shm::AdminRequestMessage m;
       if (shm::decode(data, m) != shm::DecodeError::kNone || c.segment) {
@@ -142,6 +153,7 @@ bool Server::sendReply(Connection& c, std::span<const std::byte> bytes, const in
 
 void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
   auto reply = shm::makeMessage<shm::HelloReplyMessage>(m.header.seq);
+  reply.header.version = m.header.version;  // an older peer can read the refusal
   auto refuse = [&](shm::ControlStatus status, const std::string& why) {
     reply.status = static_cast<std::uint32_t>(status);
     shm::setString(reply.message, why);
@@ -152,6 +164,14 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
     c.closing = true;
     dropConnection(c.id, "refused");
   };
+  if (m.header.version != shm::kControlVersion || m.layout_version != shm::kLayoutVersion) {
+    return refuse(shm::ControlStatus::kVersionMismatch,
+                  "client built for shared-memory layout " + std::to_string(m.layout_version) +
+                      " (control protocol " + std::to_string(m.header.version) +
+                      "); this daemon speaks layout " + std::to_string(shm::kLayoutVersion) +
+                      " (protocol " + std::to_string(shm::kControlVersion) +
+                      "): use the libfairsched of this fairsched release");
+  }
   if (shutting_down_) return refuse(shm::ControlStatus::kShuttingDown, "the daemon is stopping");
   if (draining_) return refuse(shm::ControlStatus::kShuttingDown, "the daemon is draining");
   if (!c.rule) {
@@ -167,11 +187,6 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
       return refuse(shm::ControlStatus::kBadRequest, "client name refused: " + *err);
     }
   }
-  if (m.layout_version != shm::kLayoutVersion) {
-    return refuse(shm::ControlStatus::kVersionMismatch,
-                  "shared-memory layout " + std::to_string(m.layout_version) + ", daemon has " +
-                      std::to_string(shm::kLayoutVersion));
-  }
   if (m.role == static_cast<std::uint32_t>(shm::PeerRole::kWorker)) {
     return handleWorkerHello(c, m, reply, client_name);
   }
@@ -183,10 +198,13 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
     return refuse(shm::ControlStatus::kInternal, "could not create the shared segment or eventfds");
   }
   const std::uint32_t rings = c.segment->layout().geometry.ring_count;
-  c.rings.resize(rings);
+  c.lanes.reserve(rings);
+  for (std::uint32_t r = 0; r < rings; ++r) c.lanes.emplace_back(c.segment->submissionRing(r), 0);
   c.ring_pending.assign(rings, false);
+  c.tenants = TenantHandles(cfg_.daemon.max_tenants_per_connection);
 
   reply.ring_count = rings;
+  reply.max_tenants = cfg_.daemon.max_tenants_per_connection;
   c.endpoint_allowed.assign(cfg_.endpoints.size(), false);
   for (std::size_t e = 0; e < cfg_.endpoints.size() && e < shm::kMaxEndpointsInReply; ++e) {
     c.endpoint_allowed[e] = ClientRules::allowsEndpoint(*c.rule, cfg_.endpoints[e].name);
@@ -243,73 +261,92 @@ bool Server::sendWelcome(Connection& c, shm::HelloReplyMessage& reply, const cha
   return true;
 }
 
+bool Server::replyOrDrop(Connection& c, std::span<const std::byte> bytes) {
+  if (sendReply(c, bytes, nullptr, 0)) return true;
+  c.closing = true;
+  dropConnection(c.id, "could not send a reply");
+  return false;
+}
+
 void Server::handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m) {
   auto reply = shm::makeMessage<shm::OpenTenantReplyMessage>(m.header.seq);
+  reply.handle = m.handle;
   const std::string_view tenant = *shm::getString(m.tenant);
   const std::string_view tier = *shm::getString(m.tier);
-  auto answer = [&](shm::ControlStatus status, const std::string& text, std::uint32_t ring) {
+  auto answer = [&](shm::ControlStatus status, const std::string& text) {
     reply.status = static_cast<std::uint32_t>(status);
-    reply.ring = ring;
     shm::setString(reply.message, text);
     if (status != shm::ControlStatus::kOk) {  // the name may break the rule: escaped
       spdlog::warn("client {} (uid {}): open tenant \"{}\": {}", c.id, c.cred.uid,
                    escapeForDisplay(tenant), text);
     }
-    if (!sendReply(c, shm::bytesOf(reply), nullptr, 0)) {
-      c.closing = true;
-      dropConnection(c.id, "could not send a reply");
-    }
+    replyOrDrop(c, shm::bytesOf(reply));
   };
-  if (c.worker) return answer(shm::ControlStatus::kBadRequest, "a worker opens no tenants", 0);
+  if (c.worker) return answer(shm::ControlStatus::kBadRequest, "a worker opens no tenants");
   // Names from a peer are checked before anything stores, matches or prints them.
   if (auto err = nameError(tenant)) {
-    return answer(shm::ControlStatus::kBadRequest, "tenant name refused: " + *err, 0);
+    return answer(shm::ControlStatus::kBadRequest, "tenant name refused: " + *err);
   }
   if (!tier.empty()) {
     if (auto err = nameError(tier)) {
-      return answer(shm::ControlStatus::kBadRequest, "tier name refused: " + *err, 0);
+      return answer(shm::ControlStatus::kBadRequest, "tier name refused: " + *err);
     }
   }
   if (!c.rule) {  // a reload removed the rule that admitted this client
     return answer(shm::ControlStatus::kUnauthorized,
-                  "uid " + std::to_string(c.cred.uid) + " matches no [[clients]] rule any more", 0);
+                  "uid " + std::to_string(c.cred.uid) + " matches no [[clients]] rule any more");
   }
   if (!ClientRules::allowsTenant(*c.rule, tenant)) {
-    return answer(shm::ControlStatus::kUnauthorized,
-                  "rule '" + c.rule->name + "' does not allow tenant '" + std::string(tenant) + "'",
-                  0);
+    return answer(
+        shm::ControlStatus::kUnauthorized,
+        "rule '" + c.rule->name + "' does not allow tenant '" + std::string(tenant) + "'");
   }
   std::optional<TierId> hint;
   if (!tier.empty()) {
     if (!ClientRules::allowsTier(*c.rule, tier)) {
       return answer(shm::ControlStatus::kUnauthorized,
-                    "rule '" + c.rule->name + "' may not assign tier '" + std::string(tier) + "'",
-                    0);
+                    "rule '" + c.rule->name + "' may not assign tier '" + std::string(tier) + "'");
     }
     for (std::size_t t = 0; t < cfg_.tiers.size(); ++t) {
       if (cfg_.tiers[t].name == tier) hint = static_cast<TierId>(t);
     }
     if (!hint)
-      return answer(shm::ControlStatus::kBadRequest, "no tier '" + std::string(tier) + "'", 0);
+      return answer(shm::ControlStatus::kBadRequest, "no tier '" + std::string(tier) + "'");
   }
-  for (std::uint32_t r = 0; r < c.rings.size(); ++r) {
-    ClientRing& ring = c.rings[r];
-    if (!ring.consumer || ring.name != tenant) continue;
-    return answer(shm::ControlStatus::kOk, "open", r);
+  if (auto why = c.tenants.checkOpen(m.handle)) {
+    const bool beyond = shm::wellFormedTenantHandle(m.handle) &&
+                        shm::tenantIndex(m.handle) >= c.tenants.maxTenants();
+    return answer(beyond ? shm::ControlStatus::kNoCapacity : shm::ControlStatus::kBadRequest, *why);
   }
-  for (std::uint32_t r = 0; r < c.rings.size(); ++r) {
-    if (c.rings[r].consumer) continue;
-    const TenantId id = sched_.tenants().acquire(tenant, hint);
-    if (id == kNoTenant) return answer(shm::ControlStatus::kInternal, "tenant table refused", 0);
-    if (metrics_) metrics_->tenantOpened(id, tenant);
-    c.rings[r].tenant = id;
-    c.rings[r].name = std::string(tenant);
-    c.rings[r].tier_hint = std::string(tier);
-    c.rings[r].consumer.emplace(c.segment->submissionRing(r), 0);
-    return answer(shm::ControlStatus::kOk, "open", r);
+  const TenantId id = sched_.tenants().acquire(tenant, hint);
+  if (id == kNoTenant) return answer(shm::ControlStatus::kInternal, "tenant table refused");
+  if (metrics_) metrics_->tenantOpened(id, tenant);
+  c.tenants.open(m.handle, id);
+  ++stats_.tenant_handles_open;
+  answer(shm::ControlStatus::kOk, "open");
+}
+
+void Server::handleCloseTenant(Connection& c, const shm::CloseTenantMessage& m) {
+  auto reply = shm::makeMessage<shm::CloseTenantReplyMessage>(m.header.seq);
+  const std::optional<TenantHandles::Entry> closed = c.tenants.close(m.handle);
+  if (!closed) {
+    reply.status = static_cast<std::uint32_t>(shm::ControlStatus::kBadRequest);
+    shm::setString(reply.message, "handle " + std::to_string(m.handle) + " is not open");
+    replyOrDrop(c, shm::bytesOf(reply));
+    return;
   }
-  answer(shm::ControlStatus::kNoCapacity,
-         "all " + std::to_string(c.rings.size()) + " rings of this connection are in use", 0);
+  --stats_.tenant_handles_open;
+  std::size_t cancelled = 0;
+  if (!closed->revoked) {  // a revoked one's queue was emptied, its series closed, at the revoke
+    cancelled = sched_.cancelOwner(c.id, Status::kCancelled, done_, closed->tenant);
+    finishDone(done_);  // counted under the tenant's label before the handle lets go of it
+    if (metrics_) metrics_->tenantClosed(closed->tenant);
+  }
+  sched_.tenants().release(closed->tenant);
+  reply.status = static_cast<std::uint32_t>(shm::ControlStatus::kOk);
+  reply.cancelled = static_cast<std::uint32_t>(std::min<std::size_t>(cancelled, UINT32_MAX));
+  shm::setString(reply.message, "closed");
+  replyOrDrop(c, shm::bytesOf(reply));
 }
 
 void Server::armDoorbell(Connection& c) {
@@ -337,11 +374,12 @@ void Server::dropConnection(std::uint64_t conn_id, const char* why) {
   // them dropped.
   const std::size_t cancelled = sched_.cancelOwner(conn_id, Status::kCancelled, done_);
   finishDone(done_);
-  for (ClientRing& r : c.rings) {
-    if (!r.consumer || r.revoked) continue;
-    if (metrics_) metrics_->tenantClosed(r.tenant);
-    sched_.tenants().release(r.tenant);
-  }
+  stats_.tenant_handles_open -= c.tenants.openCount();
+  c.tenants.forEachOpen([&](TenantHandles::Entry& e) {
+    if (metrics_ && !e.revoked) metrics_->tenantClosed(e.tenant);
+    sched_.tenants().release(e.tenant);
+  });
+  c.tenants = TenantHandles();
   if (c.segment) {
     --clients_;
     spdlog::info("client {} (pid {}) {}: {} queued requests cancelled", conn_id, c.cred.pid, why,

@@ -40,7 +40,7 @@ void Server::armExecutorWatch(std::size_t e) {
 bool Server::ingest(Connection& c, TimeNs now) {
   const std::uint64_t capacity = c.segment->layout().geometry.completion_capacity;
   c.bitmap.takeEach([&](std::uint32_t ring) {
-    if (ring < c.rings.size() && !c.ring_pending[ring]) {
+    if (ring < c.lanes.size() && !c.ring_pending[ring]) {
       c.ring_pending[ring] = true;
       c.pending_rings.push_back(ring);
     }
@@ -48,35 +48,29 @@ bool Server::ingest(Connection& c, TimeNs now) {
   bool worked = false;
   for (std::size_t i = 0; i < c.pending_rings.size();) {
     const std::uint32_t ring = c.pending_rings[i];
-    ClientRing& r = c.rings[ring];
+    shm::SubmissionConsumer& lane = c.lanes[ring];
     const std::uint64_t used = c.outstanding + c.backlog.size();
     if (used >= capacity) break;  // no room for more completions: wait for the client
-    if (!r.consumer) {            // published into a ring it never opened: nothing to answer
-      c.ring_pending[ring] = false;
-      c.pending_rings[i] = c.pending_rings.back();
-      c.pending_rings.pop_back();
-      continue;
-    }
     const std::size_t budget = std::min<std::uint64_t>(kRingBudget, capacity - used);
-    const shm::DrainResult d = r.consumer->drain(
+    const shm::DrainResult d = lane.drain(
         budget, [&](const shm::SubmissionSlot& slot, std::span<const std::uint32_t> prompt) {
-          admit(c, ring, slot, prompt, now);
+          admit(c, slot, prompt, now);
         });
     worked = worked || d.popped > 0;
     if (d.stop == shm::PopResult::kCorrupt) {
-      if (r.consumer->corruption() == shm::Corruption::kBadSlot) {
+      if (lane.corruption() == shm::Corruption::kBadSlot) {
         shm::SubmissionSlot bad;
-        r.consumer->peek(bad);
+        lane.peek(bad);
         ++stats_.bad_slots;
-        spdlog::warn("client {} tenant '{}': request {} rejected: {}", c.id, r.name, bad.request_id,
-                     shm::toString(r.consumer->slotCheck()));
+        spdlog::warn("client {} lane {}: request {} rejected: {}", c.id, ring, bad.request_id,
+                     shm::toString(lane.slotCheck()));
         complete(c.id, completionFor(bad.request_id, bad.tag, Status::kInvalid), false);
-        r.consumer->skipBadSlot();
+        lane.skipBadSlot();
         worked = true;
         continue;  // the same ring again
       }
-      spdlog::warn("client {} tenant '{}': submission ring broken (bad sequence {}); dropping it",
-                   c.id, r.name, r.consumer->badSequence());
+      spdlog::warn("client {} lane {}: submission ring broken (bad sequence {}); dropping it", c.id,
+                   ring, lane.badSequence());
       c.closing = true;  // dropped after this pass over the connections
       drop_later_.push_back(c.id);
       return true;
@@ -92,11 +86,13 @@ bool Server::ingest(Connection& c, TimeNs now) {
   return worked;
 }
 
-void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot& slot,
+void Server::admit(Connection& c, const shm::SubmissionSlot& slot,
                    std::span<const std::uint32_t> prompt, TimeNs now) {
   ++stats_.submissions;
+  TenantHandles::Entry* open = nullptr;
+  const TenantHandles::Found found = c.tenants.lookup(slot.tenant, open);
   auto reject = [&](Status s, TimeNs retry_after = 0) {
-    if (metrics_) metrics_->rejected(c.rings[ring].tenant, slot.endpoint, s);
+    if (metrics_ && open && !open->revoked) metrics_->rejected(open->tenant, slot.endpoint, s);
     shm::CompletionSlot out = completionFor(slot.request_id, slot.tag, s);
     out.retry_after_ns = retry_after;
     complete(c.id, out, false);
@@ -106,8 +102,17 @@ void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot&
     cancelRequest(c, slot.request_id, now);
     return;
   }
+  // The handle is the client's word: only this connection's table says what it names.
+  if (found == TenantHandles::Found::kClosed) {
+    ++stats_.bad_tenant_handles;
+    return reject(Status::kCancelled);  // written before its tenant was closed
+  }
+  if (found == TenantHandles::Found::kUnknown) {
+    ++stats_.bad_tenant_handles;
+    return reject(Status::kInvalid);
+  }
   if (shutting_down_ || draining_) return reject(Status::kShuttingDown);
-  if (c.rings[ring].revoked) return reject(Status::kUnauthorized);
+  if (open->revoked) return reject(Status::kUnauthorized);
   if (slot.endpoint >= executors_.size() || slot.deadline_ns < 0) return reject(Status::kInvalid);
   if (!c.endpoint_allowed[slot.endpoint]) return reject(Status::kUnauthorized);
   const bool worker_endpoint = isWorkerEndpoint(slot.endpoint);
@@ -122,7 +127,7 @@ void Server::admit(Connection& c, std::uint32_t ring, const shm::SubmissionSlot&
   const std::uint64_t id = pending_.reserve();
   core::Request r;
   r.id = id;
-  r.tenant = c.rings[ring].tenant;
+  r.tenant = open->tenant;
   r.endpoint = slot.endpoint;
   r.input_tokens = slot.prompt_tokens;
   r.max_output_tokens = slot.max_output_tokens;

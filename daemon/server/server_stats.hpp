@@ -16,6 +16,10 @@ struct ServerStats {
   std::uint64_t tokens_streamed = 0;      // output tokens workers reported
   std::uint64_t completions_dropped = 0;  // their client was gone
   std::uint64_t bad_slots = 0;
+  // Cells naming a tenant handle the connection does not hold open (ended
+  // CANCELLED when the handle was just closed, else INVALID).
+  std::uint64_t bad_tenant_handles = 0;
+  std::uint64_t tenant_handles_open = 0;  // over every connection, now
   std::uint64_t batches = 0;
   // Per endpoint (index = EndpointId), worker endpoints only nonzero.
   std::vector<std::uint64_t> workers;             // attached workers

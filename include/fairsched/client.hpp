@@ -9,8 +9,9 @@
 //   client->poll(completions);
 //
 // Transport: one AF_UNIX SOCK_SEQPACKET control connection (Hello,
-// OpenTenant), one shared-memory segment from the daemon with a submission
-// ring per opened tenant and one completion ring, and two eventfds
+// OpenTenant, CloseTenant), one shared-memory segment from the daemon with a
+// few submission lanes shared by every tenant (each request names its
+// tenant's handle) and one completion ring, and two eventfds
 // (shm/control_protocol.hpp, docs/shm-layout.md). docs/client.md is the guide.
 //
 // Threading. Every method may be called from any number of threads at once,
@@ -25,7 +26,8 @@
 //                  pollers take turns, each completion goes to exactly one.
 //   wait()         blocks without holding any lock; several threads may wait
 //                  at once, and each completion batch wakes at least one.
-//   openTenant(), reconnects: serialised on the control connection's mutex.
+//   openTenant(s)(), closeTenant(), reconnects: serialised on the control
+//                  connection's mutex.
 //
 // Every request that submit() accepted gets exactly one Completion, from the
 // daemon or — when the daemon goes away first — made up by the library with
@@ -37,6 +39,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -116,8 +119,24 @@ class FAIRSCHED_API Client {
   // hint the daemon honours only for clients allowed to assign tiers.
   // Errors: kInvalidArgument, kUnauthorized, kNoCapacity, kShuttingDown,
   // kRefused, kTimedOut, kProtocol, kNotConnected, kDaemonLost.
+  // A connection holds up to the daemon's [daemon] max_tenants_per_connection
+  // tenants open at once (65,536 by default); kNoCapacity beyond.
   Result<Tenant> openTenant(std::string_view name,
                             std::optional<std::string_view> tier = std::nullopt);
+
+  // Opens many tenants in one pipelined exchange (over 100,000 a second on
+  // one connection): one result per name, in order, each as openTenant()
+  // would return it. A connection-wide error (kDaemonLost, kTimedOut, ...)
+  // is every unopened name's result.
+  std::vector<Result<Tenant>> openTenants(std::span<const std::string_view> names,
+                                          std::optional<std::string_view> tier = std::nullopt);
+
+  // Releases a tenant: the daemon ends its queued requests CANCELLED (running
+  // ones finish; requests still on their way end CANCELLED too), and the
+  // handle is no longer valid for submit() (kUnknownTenant). Opening the name
+  // again gives a new handle. While disconnected it only forgets the tenant.
+  // Errors: kUnknownTenant (not open), kTimedOut, kRefused, kProtocol.
+  Result<void> closeTenant(Tenant tenant);
 
   // Writes the request into its tenant's ring and returns its id; the result
   // arrives later as a Completion. Never blocks, except that with a reconnect

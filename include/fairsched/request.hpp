@@ -19,9 +19,11 @@ namespace fairsched {
 // (reconnects included), echoed by the daemon in the completion. Never 0.
 using RequestId = std::uint64_t;
 
-// A tenant opened with Client::openTenant(). It is the client's own index,
-// not the daemon's ring number, so it stays valid across reconnects (the
-// daemon may hand out another ring for the same tenant then).
+// A tenant opened with Client::openTenant(): the handle the library chose
+// for it (a slot and a generation, docs/shm-layout.md), which every request
+// carries. It stays valid across reconnects (the library opens the tenant
+// again under it) until Client::closeTenant(); a handle kept after that never
+// names another tenant.
 struct Tenant {
   static constexpr std::uint32_t kInvalid = std::numeric_limits<std::uint32_t>::max();
   std::uint32_t index = kInvalid;

@@ -28,7 +28,7 @@ import asyncio
 import collections
 import time
 from ctypes import byref, c_uint64
-from typing import AsyncIterator, Awaitable, Callable, Generator, Optional
+from typing import AsyncIterator, Awaitable, Callable, Generator, Iterable, Optional
 
 from ._common import DEFAULT_SOCKET, POLL_BATCH, off_loop, raise_error, seconds_to_ns
 from .client import Client, Params, Prompt, _Request
@@ -246,6 +246,20 @@ class AsyncClient:
         t = await off_loop(self._client.open_tenant, name, tier)
         self._tenants[key] = t
         return t
+
+    async def open_tenants(self, names: Iterable[str], tier: Optional[str] = None) -> list[Tenant]:
+        """Client.open_tenants in the loop's executor (one pipelined exchange)."""
+        wanted = list(names)
+        opened = await off_loop(self._client.open_tenants, wanted, tier)
+        for t in opened:
+            self._tenants[(t.name, tier)] = t
+        return opened
+
+    async def close_tenant(self, tenant: Tenant) -> None:
+        """Client.close_tenant in the loop's executor; the cached handle is forgotten."""
+        for key in [k for k, v in self._tenants.items() if v == tenant]:
+            del self._tenants[key]
+        await off_loop(self._client.close_tenant, tenant)
 
     def submit(
         self,

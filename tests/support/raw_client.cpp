@@ -1,5 +1,7 @@
 #include "tests/support/raw_client.hpp"
 
+#include "shm/tenant_handle.hpp"
+
 #include "shm/worker_protocol.hpp"
 
 #include <poll.h>
@@ -82,16 +84,21 @@ shm::ControlStatus RawClient::connect(const std::string& path, std::string* why,
   if (!seg.ok()) return shm::ControlStatus::kInternal;
   segment_.emplace(std::move(seg).value());
   consumer_.emplace(segment_->completionRing());
+  for (std::uint32_t r = 0; r < segment_->layout().geometry.ring_count; ++r) {
+    lanes_.emplace_back(segment_->submissionRing(r));
+  }
   endpoint_ = reply.endpoints[0].id;
   return status;
 }
 
 std::pair<shm::ControlStatus, std::uint32_t> RawClient::open(const std::string& tenant,
                                                              std::string* why,
-                                                             const std::string& tier) {
+                                                             const std::string& tier,
+                                                             std::uint32_t handle) {
   auto m = shm::makeMessage<shm::OpenTenantMessage>(seq_++);
   setRaw(m.tenant, tenant);
   setRaw(m.tier, tier);
+  m.handle = handle != 0 ? handle : shm::makeTenantHandle(next_slot_++, 1);
   if (send(fd_, &m, sizeof m, 0) != static_cast<ssize_t>(sizeof m)) {
     return {shm::ControlStatus::kInternal, 0};
   }
@@ -99,22 +106,34 @@ std::pair<shm::ControlStatus, std::uint32_t> RawClient::open(const std::string& 
   const ssize_t n = recv(fd_, &reply, sizeof reply, 0);
   if (n != static_cast<ssize_t>(sizeof reply)) return {shm::ControlStatus::kInternal, 0};
   if (why) *why = std::string(*shm::getString(reply.message));
-  if (reply.status == 0) {
-    producers_.emplace(reply.ring, shm::SubmissionProducer(segment_->submissionRing(reply.ring)));
-  }
-  return {static_cast<shm::ControlStatus>(reply.status), reply.ring};
+  return {static_cast<shm::ControlStatus>(reply.status), m.handle};
 }
 
-bool RawClient::submit(std::uint32_t ring, std::uint64_t id,
+std::pair<shm::ControlStatus, std::uint32_t> RawClient::close(std::uint32_t handle,
+                                                              std::string* why) {
+  auto m = shm::makeMessage<shm::CloseTenantMessage>(seq_++);
+  m.handle = handle;
+  if (send(fd_, &m, sizeof m, 0) != static_cast<ssize_t>(sizeof m)) {
+    return {shm::ControlStatus::kInternal, 0};
+  }
+  shm::CloseTenantReplyMessage reply{};
+  const ssize_t n = recv(fd_, &reply, sizeof reply, 0);
+  if (n != static_cast<ssize_t>(sizeof reply)) return {shm::ControlStatus::kInternal, 0};
+  if (why) *why = std::string(*shm::getString(reply.message));
+  return {static_cast<shm::ControlStatus>(reply.status), reply.cancelled};
+}
+
+bool RawClient::submit(std::uint32_t handle, std::uint64_t id,
                        const std::vector<std::uint32_t>& prompt, std::uint32_t max_out,
-                       std::int64_t deadline_ns) {
+                       std::int64_t deadline_ns, std::uint32_t lane) {
   shm::SubmissionSlot s;
   s.request_id = id;
   s.tag = id * 3;
   s.endpoint = endpoint_;
   s.max_output_tokens = max_out;
   s.deadline_ns = deadline_ns;
-  if (producers_.at(ring).tryPushPrompt(s, prompt) != shm::PushResult::kOk) return false;
+  s.tenant = handle;
+  if (lanes_.at(lane).tryPushPrompt(s, prompt) != shm::PushResult::kOk) return false;
   if (segment_->peerSleepFlag().sleeping()) {
     const std::uint64_t one = 1;
     [[maybe_unused]] const ssize_t w = write(doorbell_, &one, sizeof one);

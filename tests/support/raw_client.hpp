@@ -30,14 +30,19 @@ class RawClient {
   shm::ControlStatus connect(const std::string& path, std::string* why = nullptr,
                              const std::string& client_name = "test",
                              const std::string& worker_endpoint = "");
-  // Opens `tenant` (bytes as given) with an optional tier hint: the status
-  // and the ring.
+  // Opens `tenant` (bytes as given) with an optional tier hint under
+  // `handle` (0: the next slot, generation 1): the status and the handle.
   std::pair<shm::ControlStatus, std::uint32_t> open(const std::string& tenant,
                                                     std::string* why = nullptr,
-                                                    const std::string& tier = "");
-  // Publishes one request on `ring`; false when the ring is full.
-  bool submit(std::uint32_t ring, std::uint64_t id, const std::vector<std::uint32_t>& prompt,
-              std::uint32_t max_out = 8, std::int64_t deadline_ns = 0);
+                                                    const std::string& tier = "",
+                                                    std::uint32_t handle = 0);
+  // CloseTenant: the status and how many queued requests ended CANCELLED.
+  std::pair<shm::ControlStatus, std::uint32_t> close(std::uint32_t handle,
+                                                     std::string* why = nullptr);
+  // Publishes one request for tenant `handle` (any value: a hostile client's
+  // choice) on `lane`; false when the lane is full.
+  bool submit(std::uint32_t handle, std::uint64_t id, const std::vector<std::uint32_t>& prompt,
+              std::uint32_t max_out = 8, std::int64_t deadline_ns = 0, std::uint32_t lane = 0);
   // Completions until `count` arrived or 20 s passed.
   std::vector<shm::CompletionSlot> collect(std::size_t count);
   shm::SubmissionRingMemory ringMemory(std::uint32_t ring) {
@@ -53,7 +58,8 @@ class RawClient {
   int fd_ = -1, doorbell_ = -1, bell_ = -1;
   std::optional<shm::Segment> segment_;
   std::optional<shm::CompletionConsumer> consumer_;
-  std::map<std::uint32_t, shm::SubmissionProducer> producers_;
+  std::vector<shm::SubmissionProducer> lanes_;
+  std::uint32_t next_slot_ = 0;
   std::uint16_t endpoint_ = 0;
   std::uint32_t seq_ = 1;
 };

@@ -126,20 +126,21 @@ TEST_F(DaemonServer, InvalidRequestsAreRejectedOneByOne) {
   DaemonProcess d(dir_);
   RawClient c;
   ASSERT_EQ(c.connect(d.socket()), shm::ControlStatus::kOk);
-  const auto ring = c.open("acme").second;
-  ASSERT_TRUE(c.submit(ring, 1, {1, 2, 3}, 65));  // above max_output_tokens = 64
-  ASSERT_TRUE(c.submit(ring, 2, {1, 2, 3}, 8));
-  // A slot naming tokens outside the arena, written by hand.
+  const auto acme = c.open("acme").second;
+  ASSERT_TRUE(c.submit(acme, 1, {1, 2, 3}, 65));  // above max_output_tokens = 64
+  ASSERT_TRUE(c.submit(acme, 2, {1, 2, 3}, 8));
+  // A slot naming tokens outside the arena, written by hand into lane 0.
   shm::SubmissionSlot bad;
   bad.request_id = 3;
   bad.prompt_offset = 0;
   bad.prompt_tokens = 1;
-  shm::SubmissionProducer raw(c.ringMemory(ring));
+  bad.tenant = acme;
+  shm::SubmissionProducer raw(c.ringMemory(0));
   ASSERT_TRUE(raw.tryPush(bad));
-  auto cells = c.ringMemory(ring).cells;
+  auto cells = c.ringMemory(0).cells;
   // Publish first, then corrupt the published count beyond the arena.
   shm::sharedStore(cells[2].words[4], std::uint64_t{0xffffffff}, std::memory_order_relaxed);
-  ASSERT_TRUE(c.submit(ring, 4, {9}, 8));
+  ASSERT_TRUE(c.submit(acme, 4, {9}, 8));
   const auto got = c.collect(4);
   ASSERT_EQ(got.size(), 4u);
   std::map<std::uint64_t, std::uint32_t> status;

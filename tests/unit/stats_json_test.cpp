@@ -23,14 +23,19 @@ TEST(StatsJson, ServerStatsGivesTheCountersAndTheWorkerEndpointsPreemptions) {
   s.completions_dropped = 6;
   s.bad_slots = 7;
   s.batches = 8;
+  s.bad_tenant_handles = 12;
+  s.tenant_handles_open = 13;
   s.preemptions = {9, 0, 10};
   s.preempts_ignored = 11;
   const std::vector<std::string> names = {"chat", "embed", "code"};
   const nlohmann::json j = serverStatsJson(s, names, {true, false, true});
-  EXPECT_EQ(j.dump(), R"({"counters":{"bad_slots":7,"batches":8,"completions_delivered":4,)"
-                      R"("completions_dropped":6,"connections_accepted":1,"connections_refused":2,)"
-                      R"("submissions":3,"tokens_streamed":5},"preemptions":{"chat":9,"code":10},)"
-                      R"("preempts_ignored":11})");
+  EXPECT_EQ(
+      j.dump(),
+      R"({"counters":{"bad_slots":7,"bad_tenant_handles":12,"batches":8,"completions_delivered":4,)"
+      R"("completions_dropped":6,"connections_accepted":1,"connections_refused":2,)"
+      R"("submissions":3,"tenant_handles_open":13,"tokens_streamed":5},)"
+      R"("preemptions":{"chat":9,"code":10},)"
+      R"("preempts_ignored":11})");
 }
 
 TEST(StatsJson, ServerStatsWithoutWorkerEndpointsHasAnEmptyPreemptionsObject) {
