@@ -31,6 +31,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   tryDecode<HelloMessage>(bytes);
   tryDecode<OpenTenantMessage>(bytes);
   tryDecode<OpenTenantReplyMessage>(bytes);
+  tryDecode<CloseTenantReplyMessage>(bytes);
+  CloseTenantMessage close;
+  if (decode(bytes, close) == DecodeError::kNone && close.reserved != 0) std::abort();
+  HelloMessage old_hello;  // the daemon decodes a Hello of an older version too
+  if (decode(bytes, old_hello, kOldestControlVersion) == DecodeError::kNone &&
+      (old_hello.header.version < kOldestControlVersion ||
+       old_hello.header.version > kControlVersion)) {
+    std::abort();
+  }
   AdminRequestMessage admin;
   if (decode(bytes, admin) == DecodeError::kNone &&
       (admin.command < 1 || admin.command > kMaxAdminCommand)) {

@@ -1,9 +1,5 @@
 #include "tests/support/raw_client.hpp"
 
-#include "shm/tenant_handle.hpp"
-
-#include "shm/worker_protocol.hpp"
-
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -14,6 +10,8 @@
 #include <thread>
 
 #include "shm/shared_word.hpp"
+#include "shm/tenant_handle.hpp"
+#include "shm/worker_protocol.hpp"
 
 namespace fairsched::testing {
 namespace {
@@ -46,7 +44,8 @@ shm::ControlStatus RawClient::connect(const std::string& path, std::string* why,
     return shm::ControlStatus::kInternal;
   }
   auto hello = shm::makeMessage<shm::HelloMessage>(seq_++);
-  hello.layout_version = shm::kLayoutVersion;
+  hello.header.version = hello_control_version_;
+  hello.layout_version = hello_layout_version_;
   setRaw(hello.client_name, client_name);
   if (!worker_endpoint.empty()) {
     hello.role = static_cast<std::uint32_t>(shm::PeerRole::kWorker);
@@ -68,7 +67,7 @@ shm::ControlStatus RawClient::connect(const std::string& path, std::string* why,
   if (n <= 0) return shm::ControlStatus::kInternal;
   if (shm::decode(
           std::span(reinterpret_cast<const std::byte*>(&reply), static_cast<std::size_t>(n)),
-          reply) != shm::DecodeError::kNone) {
+          reply, shm::kOldestControlVersion) != shm::DecodeError::kNone) {
     return shm::ControlStatus::kInternal;
   }
   if (why) *why = std::string(*shm::getString(reply.message));
@@ -88,6 +87,9 @@ shm::ControlStatus RawClient::connect(const std::string& path, std::string* why,
     lanes_.emplace_back(segment_->submissionRing(r));
   }
   endpoint_ = reply.endpoints[0].id;
+  for (std::uint32_t i = 0; i < reply.endpoint_count; ++i) {
+    endpoints_[std::string(*shm::getString(reply.endpoints[i].name))] = reply.endpoints[i].id;
+  }
   return status;
 }
 

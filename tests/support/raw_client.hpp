@@ -51,6 +51,13 @@ class RawClient {
   // Random bytes over the whole client-writable part, with the doorbell rung.
   void scribble(std::mt19937_64& rng);
   std::uint16_t endpoint() const { return endpoint_; }
+  // Later submissions go to the daemon's endpoint `name` (the first by default).
+  void useEndpoint(const std::string& name) { endpoint_ = endpoints_.at(name); }
+  // The versions the next connect()'s Hello claims (an older client's).
+  void claimVersions(std::uint16_t control, std::uint32_t layout) {
+    hello_control_version_ = control;
+    hello_layout_version_ = layout;
+  }
   // True while the daemon keeps the control connection open.
   bool connected() const;
 
@@ -61,6 +68,9 @@ class RawClient {
   std::vector<shm::SubmissionProducer> lanes_;
   std::uint32_t next_slot_ = 0;
   std::uint16_t endpoint_ = 0;
+  std::map<std::string, std::uint16_t> endpoints_;
+  std::uint16_t hello_control_version_ = shm::kControlVersion;
+  std::uint32_t hello_layout_version_ = shm::kLayoutVersion;
   std::uint32_t seq_ = 1;
 };
 

@@ -25,6 +25,7 @@
 #include "kernels/workload_reference.hpp"
 #include "shm/control_protocol.hpp"
 #include "shm/segment.hpp"
+#include "shm/tenant_handle.hpp"
 #include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/prompts.hpp"
@@ -47,7 +48,11 @@ std::string configText(const std::string& socket, const std::string& extra_rules
   c.body =
       "[endpoints.chat]\nmax_batch_requests = 8\nmax_batch_tokens = 4096\nmax_wait_us = 200\n"
       "max_output_tokens = 64\n"
-      "[endpoints.chat.cpu]\nper_batch_us = 50.0\nper_token_us = 0.1\nthreads = 2\n";
+      "[endpoints.chat.cpu]\nper_batch_us = 50.0\nper_token_us = 0.1\nthreads = 2\n"
+      // One request at a time, 500 ms each: what is submitted stays queued.
+      "[endpoints.slow]\nmax_batch_requests = 1\nmax_batch_tokens = 4096\nmax_wait_us = 0\n"
+      "max_output_tokens = 64\n"
+      "[endpoints.slow.cpu]\nper_batch_us = 500000.0\nper_token_us = 0.0\nthreads = 1\n";
   c.client_tenants = "[\"acme\", \"globex\", \"victim\", \"crasher\"]";
   c.client_extra = "assign_tiers = [\"*\"]\n";
   c.after = extra_rules;
@@ -149,6 +154,120 @@ TEST_F(DaemonServer, InvalidRequestsAreRejectedOneByOne) {
   EXPECT_EQ(status[2], shm::encodeStatus(Status::kOk));
   EXPECT_EQ(status[3], shm::encodeStatus(Status::kInvalid));
   EXPECT_EQ(status[4], shm::encodeStatus(Status::kOk)) << "the ring goes on after a bad slot";
+}
+
+TEST_F(DaemonServer, ACellNamingAHandleItsConnectionDoesNotHoldIsRejectedAndNoOneElseNotices) {
+  DaemonProcess d(dir_);
+  RawClient c, other;
+  ASSERT_EQ(c.connect(d.socket()), shm::ControlStatus::kOk);
+  ASSERT_EQ(other.connect(d.socket()), shm::ControlStatus::kOk);
+  const auto [st, acme] = c.open("acme");
+  ASSERT_EQ(st, shm::ControlStatus::kOk);
+  const auto victim = other.open("victim").second;
+  // Handles another connection holds, one never opened, one out of range,
+  // one with no generation, and a good one last.
+  ASSERT_TRUE(c.submit(victim == acme ? acme + 1 : victim, 1, {1}));
+  ASSERT_TRUE(c.submit(shm::makeTenantHandle(5, 1), 2, {1}));
+  ASSERT_TRUE(c.submit(shm::makeTenantHandle(60000, 7), 3, {1}));
+  ASSERT_TRUE(c.submit(shm::tenantIndex(acme), 4, {1}));
+  ASSERT_TRUE(c.submit(acme, 5, {1}));
+  for (std::uint64_t id = 1; id <= 50; ++id) ASSERT_TRUE(other.submit(victim, id, promptFor(id)));
+  std::map<std::uint64_t, std::uint32_t> status;
+  for (const auto& s : c.collect(5)) status[s.request_id] = s.status;
+  ASSERT_EQ(status.size(), 5u);
+  for (std::uint64_t id = 1; id <= 4; ++id) {
+    EXPECT_EQ(status[id], shm::encodeStatus(Status::kInvalid)) << "request " << id;
+  }
+  EXPECT_EQ(status[5], shm::encodeStatus(Status::kOk)) << "the connection goes on";
+  const auto theirs = other.collect(50);
+  ASSERT_EQ(theirs.size(), 50u);
+  for (const auto& s : theirs) EXPECT_EQ(s.status, shm::encodeStatus(Status::kOk));
+  EXPECT_TRUE(c.connected());
+}
+
+TEST_F(DaemonServer, CloseTenantEndsItsQueuedRequestsCancelledAndItsHandleIsNeverTakenForAnother) {
+  DaemonProcess d(dir_);
+  RawClient c;
+  ASSERT_EQ(c.connect(d.socket()), shm::ControlStatus::kOk);
+  c.useEndpoint("slow");
+  const auto h1 = c.open("acme").second;
+  for (std::uint64_t id = 1; id <= 20; ++id) ASSERT_TRUE(c.submit(h1, id, {1, 2}));
+  std::this_thread::sleep_for(20ms);  // most likely admitted by now; either way they end CANCELLED
+  const auto [closed, cancelled] = c.close(h1);
+  ASSERT_EQ(closed, shm::ControlStatus::kOk);
+  std::string why;
+  EXPECT_EQ(c.close(h1, &why).first, shm::ControlStatus::kBadRequest) << "closed once";
+  // A cell written for h1 before the client learned of the close.
+  ASSERT_TRUE(c.submit(h1, 21, {3}));
+  EXPECT_EQ(c.open("globex", &why, "", h1).first, shm::ControlStatus::kBadRequest)
+      << "the just-closed handle, unchanged: " << why;
+  const std::uint32_t h2 = shm::makeTenantHandle(shm::tenantIndex(h1), 2);
+  ASSERT_EQ(c.open("globex", &why, "", h2).first, shm::ControlStatus::kOk) << why;
+  ASSERT_TRUE(c.submit(h2, 22, {4}));
+  ASSERT_TRUE(c.submit(h1, 23, {5}));  // still h1: still not globex's
+  std::map<std::uint64_t, std::uint32_t> status;
+  std::map<std::uint64_t, int> times;
+  for (const auto& s : c.collect(23)) {
+    status[s.request_id] = s.status;
+    ++times[s.request_id];
+  }
+  ASSERT_EQ(status.size(), 23u) << "every request, exactly one completion";
+  for (const auto& [rid, n] : times) EXPECT_EQ(n, 1) << "request " << rid;
+  std::uint32_t ok = 0, cancelled_seen = 0;
+  for (std::uint64_t id = 1; id <= 20; ++id) {
+    if (status[id] == shm::encodeStatus(Status::kOk)) ++ok;
+    if (status[id] == shm::encodeStatus(Status::kCancelled)) ++cancelled_seen;
+  }
+  EXPECT_EQ(ok + cancelled_seen, 20u) << "ran before the close, or cancelled by it";
+  EXPECT_LE(ok, 2u) << "500 ms each, one at a time: the close came first";
+  EXPECT_GE(cancelled_seen, cancelled) << "the queued ones, and any still in the lane";
+  EXPECT_EQ(status[21], shm::encodeStatus(Status::kCancelled));
+  EXPECT_EQ(status[22], shm::encodeStatus(Status::kOk));
+  EXPECT_EQ(status[23], shm::encodeStatus(Status::kCancelled));
+}
+
+TEST_F(DaemonServer, HandlesAreBoundedByMaxTenantsPerConnectionNotByTheLanes) {
+  DaemonProcess d(dir_);
+  RawClient c;
+  ASSERT_EQ(c.connect(d.socket()), shm::ControlStatus::kOk);
+  std::string why;
+  EXPECT_EQ(c.open("acme", &why, "", shm::makeTenantHandle(65536, 1)).first,
+            shm::ControlStatus::kNoCapacity);
+  EXPECT_NE(why.find("max_tenants_per_connection"), std::string::npos) << why;
+  EXPECT_EQ(c.open("acme", &why, "", shm::tenantIndex(3)).first, shm::ControlStatus::kBadRequest)
+      << "a handle needs a generation";
+  const std::uint32_t last = shm::makeTenantHandle(65535, 1);
+  ASSERT_EQ(c.open("acme", &why, "", last).first, shm::ControlStatus::kOk) << why;
+  EXPECT_EQ(c.open("globex", &why, "", last).first, shm::ControlStatus::kBadRequest)
+      << "the slot is open";
+  // Twenty handles of the same four tenants, more than the segment has lanes.
+  std::vector<std::uint32_t> handles;
+  for (int i = 0; i < 20; ++i) {
+    const char* names[] = {"acme", "globex", "victim", "crasher"};
+    const auto [st, h] = c.open(names[i % 4], &why);
+    ASSERT_EQ(st, shm::ControlStatus::kOk) << why;
+    handles.push_back(h);
+  }
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    ASSERT_TRUE(c.submit(handles[i], i + 1, promptFor(i + 1), 8, 0, static_cast<std::uint32_t>(i % 8)));
+  }
+  const auto got = c.collect(handles.size());
+  ASSERT_EQ(got.size(), handles.size());
+  for (const auto& s : got) {
+    EXPECT_EQ(s.status, shm::encodeStatus(Status::kOk));
+    EXPECT_EQ(s.checksum, kernels::workloadChecksum(promptFor(s.request_id)));
+  }
+}
+
+TEST_F(DaemonServer, AClientOfLayoutTwoIsRefusedNamingBothVersions) {
+  DaemonProcess d(dir_);
+  RawClient old;
+  old.claimVersions(2, 2);
+  std::string why;
+  EXPECT_EQ(old.connect(d.socket(), &why), shm::ControlStatus::kVersionMismatch);
+  EXPECT_NE(why.find("layout 2"), std::string::npos) << why;
+  EXPECT_NE(why.find("layout 3"), std::string::npos) << why;
+  EXPECT_NE(why.find("protocol 2"), std::string::npos) << why;
 }
 
 TEST_F(DaemonServer, UnlistedTenantIsRefusedWithTheReason) {

@@ -7,8 +7,10 @@
 #include "daemon/server/batch_tracker.hpp"
 #include "daemon/server/connection_set.hpp"
 #include "daemon/server/pending_slab.hpp"
+#include "daemon/server/tenant_handles.hpp"
 #include "daemon/server/worker_pool.hpp"
 #include "shm/segment.hpp"
+#include "shm/tenant_handle.hpp"
 #include "shm/worker_protocol.hpp"
 
 namespace fairsched::daemon {
@@ -290,6 +292,61 @@ TEST(WorkerPool, RunningCountAndChecksAreKeptPerEndpoint) {
   EXPECT_FALSE(pool.preemptCheckDue(0, 14, 10));
   EXPECT_TRUE(pool.preemptCheckDue(1, 14, 10)) << "each endpoint its own";
   EXPECT_EQ(pool.preemptOutstanding(0), WorkerPool::kNoPreempt);
+}
+
+// ---- TenantHandles -------------------------------------------------------
+
+TEST(TenantHandles, ACellIsTakenOnlyUnderTheHandleItsTenantWasOpenedWith) {
+  using daemon::TenantHandles;
+  TenantHandles t(4);
+  const std::uint32_t h = shm::makeTenantHandle(2, 1);
+  ASSERT_FALSE(t.checkOpen(h));
+  t.open(h, 77);
+  EXPECT_EQ(t.openCount(), 1u);
+  TenantHandles::Entry* e = nullptr;
+  ASSERT_EQ(t.lookup(h, e), TenantHandles::Found::kOpen);
+  EXPECT_EQ(e->tenant, 77u);
+  EXPECT_EQ(t.lookup(shm::makeTenantHandle(2, 2), e), TenantHandles::Found::kUnknown)
+      << "another generation of the same slot";
+  EXPECT_EQ(t.lookup(shm::makeTenantHandle(1, 1), e), TenantHandles::Found::kUnknown)
+      << "a slot below, never opened";
+  EXPECT_EQ(t.lookup(shm::makeTenantHandle(900, 1), e), TenantHandles::Found::kUnknown)
+      << "beyond the table";
+  EXPECT_EQ(t.lookup(0, e), TenantHandles::Found::kUnknown);
+  EXPECT_TRUE(t.checkOpen(h)) << "the slot is open";
+}
+
+TEST(TenantHandles, AClosedHandleEndsItsCellsCancelledAndItsSlotComesBackUnderANewGeneration) {
+  using daemon::TenantHandles;
+  TenantHandles t(2);
+  const std::uint32_t h1 = shm::makeTenantHandle(0, 1);
+  t.open(h1, 5);
+  const auto closed = t.close(h1);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->tenant, 5u);
+  EXPECT_FALSE(t.close(h1)) << "closed once";
+  TenantHandles::Entry* e = nullptr;
+  EXPECT_EQ(t.lookup(h1, e), TenantHandles::Found::kClosed);
+  EXPECT_TRUE(t.checkOpen(h1)) << "the just-closed handle may not be reused as it is";
+  const std::uint32_t h2 = shm::makeTenantHandle(0, 2);
+  ASSERT_FALSE(t.checkOpen(h2));
+  t.open(h2, 6);
+  EXPECT_EQ(t.lookup(h1, e), TenantHandles::Found::kClosed) << "old cells still end CANCELLED";
+  ASSERT_EQ(t.lookup(h2, e), TenantHandles::Found::kOpen);
+  EXPECT_EQ(e->tenant, 6u);
+}
+
+TEST(TenantHandles, OpeningIsBoundedByMaxTenantsAndNeedsAGeneration) {
+  using daemon::TenantHandles;
+  TenantHandles t(3);
+  EXPECT_TRUE(t.checkOpen(shm::makeTenantHandle(3, 1))) << "slot 3 of 3";
+  EXPECT_TRUE(t.checkOpen(2)) << "generation 0";
+  EXPECT_TRUE(t.checkOpen(0));
+  for (std::uint32_t i = 0; i < 3; ++i) t.open(shm::makeTenantHandle(i, 1), i);
+  EXPECT_EQ(t.openCount(), 3u);
+  std::uint32_t seen = 0;
+  t.forEachOpen([&](TenantHandles::Entry&) { ++seen; });
+  EXPECT_EQ(seen, 3u);
 }
 
 }  // namespace
