@@ -1,5 +1,7 @@
 #include "gateway/daemon_bridge.hpp"
 
+#include <map>
+
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -45,7 +47,49 @@ bool DaemonBridge::start() {
     spdlog::error("fairschedd has no endpoint '{}'", cfg_.endpoint);
     return false;
   }
+  syncTenants();
   return connectWorker(true);
+}
+
+void DaemonBridge::syncTenants() {
+  if (!client_) return;
+  std::map<std::string_view, const ApiKeyConfig*> wanted;  // tenant → its first key
+  for (const ApiKeyConfig& k : cfg_.keys) wanted.emplace(k.tenant, &k);
+  std::size_t closed = 0;
+  for (auto it = tenants_.begin(); it != tenants_.end();) {
+    if (wanted.count(it->first) != 0) {
+      ++it;
+      continue;
+    }
+    if (auto r = client_->closeTenant(it->second); !r) {
+      spdlog::warn("closing tenant '{}' (no key names it now): {}", it->first,
+                   r.error().toString());
+    }
+    ++closed;
+    it = tenants_.erase(it);
+  }
+  // One batch per tier hint ("" for none).
+  std::map<std::string, std::vector<std::string_view>> by_tier;
+  for (const auto& [tenant, key] : wanted) {
+    if (tenants_.count(std::string(tenant)) == 0) by_tier[key->tier.value_or("")].push_back(tenant);
+  }
+  std::size_t opened = 0, refused = 0;
+  for (const auto& [tier, names] : by_tier) {
+    std::optional<std::string_view> hint;
+    if (!tier.empty()) hint = tier;
+    std::vector<Result<Tenant>> got = client_->openTenants(names, hint);
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (got[i]) {
+        tenants_.emplace(std::string(names[i]), *got[i]);
+        ++opened;
+      } else {
+        ++refused;
+        spdlog::warn("cannot open tenant '{}': {}", names[i], got[i].error().toString());
+      }
+    }
+  }
+  spdlog::info("tenants: {} held open ({} opened, {} closed, {} refused)", tenants_.size(), opened,
+               closed, refused);
 }
 
 void DaemonBridge::run() {

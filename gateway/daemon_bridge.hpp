@@ -56,6 +56,11 @@ class DaemonBridge {
 
   // Reads cfg.daemon_config for the limits the x-ratelimit-* headers advertise.
   void loadLimits();
+  // Holds open the tenant of every configured key, and only those: opens the
+  // missing ones in one pipelined batch per tier hint (a refusal is logged
+  // and tried again at the key's next request), closes those no key names
+  // any more (their queued requests end CANCELLED). At start and on reload.
+  void syncTenants();
 
   // Why the gateway is not ready to serve ("" when it is).
   std::string_view unready() const;

@@ -124,6 +124,7 @@ void GatewayServer::Parts::reload() {
     spdlog::set_level(lvl);
   }
   bridge.loadLimits();
+  bridge.syncTenants();
   spdlog::info("reloaded {}: {} keys", cfg.source_path, front.keyCount());
 }
 

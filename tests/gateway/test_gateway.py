@@ -323,6 +323,43 @@ def test_sighup_reloads_the_keys(stack: Stack):
                          key=None, headers={"Authorization": "Bearer sk-carol"})[0] == 200
 
 
+def test_a_thousand_keys_each_with_its_tenant_are_all_served_and_released_on_reload(
+        stack: Stack):
+    stack.start()
+    base = stack.gateway_config.read_text()
+    many = "".join(f'[keys.k{i}]\nsha256 = "{sha(f"sk-many-{i}")}"\ntenant = "org-{i}"\n'
+                   for i in range(1000))
+    stack.gateway_config.write_text(base + many)
+    stack.gateway.send(signal.SIGHUP)
+    wait_until(lambda: "reloaded" in stack.gateway.output(), 10, "the reload")
+    # Every key's tenant is held open by the gateway's one connection.
+    assert stack.status()["counters"]["tenant_handles_open"] >= 1000
+    c = stack.conn()
+    for i in range(1000):
+        c.request("POST", "/v1/completions",
+                  body=json.dumps({"model": "m", "prompt": "hi", "max_tokens": 1}),
+                  headers={"Authorization": f"Bearer sk-many-{i}",
+                           "Content-Type": "application/json"})
+        r = c.getresponse()
+        body = r.read()
+        assert r.status == 200, (i, body)
+    c.close()
+    served = json.loads(stack.ctl("tenants", "--limit", "0", "--json"))["tenants"]
+    assert len({row["tenant"] for row in served if row["tenant"].startswith("org-")}) == 1000
+    # Keys removed: their tenants are released, the others still served.
+    open_before = stack.status()["counters"]["tenant_handles_open"]
+    stack.gateway_config.write_text(base + many.split("[keys.k400]")[0])
+    stack.gateway.send(signal.SIGHUP)
+    wait_until(lambda: stack.gateway.output().count("reloaded") >= 2, 10, "the second reload")
+    assert stack.status()["counters"]["tenant_handles_open"] == open_before - 600
+    s, _, b = stack.request("POST", "/v1/completions", {"model": "m", "prompt": "x"},
+                            key=None, headers={"Authorization": "Bearer sk-many-399"})
+    assert s == 200, b
+    s, _, _ = stack.request("POST", "/v1/completions", {"model": "m", "prompt": "x"},
+                            key=None, headers={"Authorization": "Bearer sk-many-400"})
+    assert s == 401
+
+
 def test_sigterm_drains_and_exits_cleanly(stack: Stack):
     stack.start(upstream_args=("--slow-ms", "20"))
     c, r = slow_stream(stack, "alice", tokens=20)
