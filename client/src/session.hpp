@@ -65,8 +65,9 @@ class Session {
                            std::chrono::nanoseconds timeout);
 
   // The submission lane of the calling thread: threads are spread over the
-  // lanes in the order they first submit, and each keeps to its lane, so one
-  // thread's submissions reach the daemon in its order.
+  // lanes in the order they first submit, and each keeps to its lane while
+  // it has room, so one thread's submissions reach the daemon in its order
+  // (submit() spills over to the next lanes when it is full).
   std::uint16_t lane() const;
 
   const EndpointDescription* findEndpoint(std::string_view name) const;

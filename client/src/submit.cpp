@@ -89,14 +89,22 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
   // The id is taken and recorded once the ring has room (a full ring spends
   // no id and no table entry), before the daemon can see the slot.
   RequestId id = 0;
-  const std::uint16_t lane = s->lane();
-  const shm::PushResult pushed = s->producers[lane].tryPushPrompt(
-      slot, req.prompt, req.params, [&](shm::SubmissionSlot& claimed) {
-        id = next_id_.fetch_add(1, std::memory_order_relaxed);
-        if (await_efd != nullptr) router_.openMailbox(id, await_efd->fd());
-        pending_.insert(id, Pending{req.tag, s->generation, await_efd != nullptr, lane, handle});
-        claimed.request_id = id;
-      });
+  // The thread's own lane; when it is full, the next ones with room (a
+  // single-threaded caller gets every lane's room; its requests that spill
+  // over may reach the daemon out of order with those before them).
+  const std::size_t lanes = s->producers.size();
+  std::uint16_t lane = s->lane();
+  shm::PushResult pushed = shm::PushResult::kFull;
+  for (std::size_t tried = 0; tried < lanes && pushed == shm::PushResult::kFull; ++tried) {
+    if (tried > 0) lane = static_cast<std::uint16_t>((lane + 1) % lanes);
+    pushed = s->producers[lane].tryPushPrompt(
+        slot, req.prompt, req.params, [&](shm::SubmissionSlot& claimed) {
+          id = next_id_.fetch_add(1, std::memory_order_relaxed);
+          if (await_efd != nullptr) router_.openMailbox(id, await_efd->fd());
+          pending_.insert(id, Pending{req.tag, s->generation, await_efd != nullptr, lane, handle});
+          claimed.request_id = id;
+        });
+  }
   if (pushed != shm::PushResult::kOk) {
     if (pushed == shm::PushResult::kFull) {
       bump(counters_.ring_full);

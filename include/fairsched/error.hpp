@@ -24,7 +24,7 @@ enum class ErrorCode : std::uint8_t {
   kTimedOut,         // a control reply (Hello, OpenTenant) or wait() did not come in time
   kUnauthorized,     // the daemon refused this client, tenant, tier or endpoint
   kVersionMismatch,  // the daemon speaks another control protocol or segment layout
-  kNoCapacity,       // the daemon has no submission ring left for another tenant
+  kNoCapacity,       // the connection holds the most tenants the daemon allows open
   kShuttingDown,     // the daemon refused because it is stopping
   kRefused,          // another refusal by the daemon (BAD_REQUEST, INTERNAL); the message says
   kProtocol,         // malformed reply, missing descriptors, or a segment that fails its checks

@@ -87,7 +87,7 @@ class VersionMismatch(FairschedError):
 
 
 class NoCapacity(FairschedError):
-    """The daemon has no submission ring left for another tenant."""
+    """The connection holds the most tenants the daemon allows open (max_tenants_per_connection)."""
 
     code = ErrorCode.NO_CAPACITY
 
