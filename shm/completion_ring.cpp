@@ -1,5 +1,7 @@
 #include "shm/completion_ring.hpp"
 
+#include <cassert>
+
 #include <algorithm>
 #include <cstring>
 
@@ -19,7 +21,7 @@ void initCompletionRing(const CompletionRingMemory& ring, std::uint64_t start) {
 // ---- producer (daemon) --------------------------------------------------
 
 CompletionProducer::CompletionProducer(const CompletionRingMemory& ring, std::uint64_t start)
-    : ring_(ring), mask_(ring.capacity - 1), write_(start), read_cache_(start) {}
+    : ring_(ring), mask_(ring.capacity - 1), write_(start), published_(start), read_cache_(start) {}
 
 std::uint64_t CompletionProducer::freeSlots(std::uint64_t wanted) {
   // Invariant: write_ - capacity <= read_cache_ <= write_.
@@ -39,15 +41,31 @@ std::uint64_t CompletionProducer::freeSlots(std::uint64_t wanted) {
   return ring_.capacity - used;
 }
 
-void CompletionProducer::writeCell(const CompletionSlot& slot) {
+void CompletionProducer::storeCell(std::uint64_t pos, const CompletionSlot& slot) {
   std::uint64_t words[kCompletionSlotWords];
   std::memcpy(words, &slot, sizeof(words));
-  CompletionCell& cell = ring_.cells[write_ & mask_];
+  CompletionCell& cell = ring_.cells[pos & mask_];
   // Relaxed: ordered by the release store of completion_write that follows.
   for (std::size_t i = 0; i < kCompletionSlotWords; ++i) {
     sharedStore(cell.words[i], words[i], memory_order_relaxed);
   }
+}
+
+void CompletionProducer::writeCell(const CompletionSlot& slot) {
+  storeCell(write_, slot);
   ++write_;
+}
+
+void CompletionProducer::amend(std::uint64_t pos, const CompletionSlot& slot, std::uint32_t at,
+                               std::span<const std::uint32_t> more) {
+  assert(pos >= published_ && pos < write_);
+  assert(at + more.size() <= ring_.reply_tokens_per_slot);
+  if (!more.empty()) {
+    // Plain stores, as in write(): the cell is not published yet.
+    std::memcpy(ring_.reply_arena + (pos & mask_) * ring_.reply_tokens_per_slot + at, more.data(),
+                more.size() * sizeof(std::uint32_t));
+  }
+  storeCell(pos, slot);
 }
 
 void CompletionProducer::write(const CompletionSlot& slot, std::span<const std::uint32_t> payload) {
@@ -64,6 +82,7 @@ void CompletionProducer::write(const CompletionSlot& slot, std::span<const std::
 void CompletionProducer::publish() {
   // Release: the client's acquire load of the write index sees every cell.
   sharedStore(ring_.control->completion_write, write_, memory_order_release);
+  published_ = write_;
 }
 
 bool CompletionProducer::tryPush(const CompletionSlot& slot) {
@@ -71,6 +90,7 @@ bool CompletionProducer::tryPush(const CompletionSlot& slot) {
   writeCell(slot);
   // Release: the client's acquire load of the write index sees the cell.
   sharedStore(ring_.control->completion_write, write_, memory_order_release);
+  published_ = write_;
   return true;
 }
 
@@ -82,6 +102,7 @@ std::size_t CompletionProducer::tryPushBatch(std::span<const CompletionSlot> slo
   for (std::size_t i = 0; i < n; ++i) writeCell(slots[i]);
   // Release: the client's acquire load of the write index sees all n cells.
   sharedStore(ring_.control->completion_write, write_, memory_order_release);
+  published_ = write_;
   return n;
 }
 

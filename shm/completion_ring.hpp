@@ -73,6 +73,14 @@ class CompletionProducer {
   // REQUIRES: freeSlots() counted a free cell for it.
   void write(const CompletionSlot& slot, std::span<const std::uint32_t> payload);
   void publish();
+  // Rewrites the record at position `pos`, written since the last publish(),
+  // with `slot`, and copies `more` into its payload from word `at` on (a
+  // stream chunk that grows before the client can see it: the client reads
+  // nothing past the published write index, so it never sees it half made).
+  // REQUIRES: published() <= pos < written(), at + more.size() <=
+  // reply_tokens_per_slot.
+  void amend(std::uint64_t pos, const CompletionSlot& slot, std::uint32_t at,
+             std::span<const std::uint32_t> more);
 
   // Free cells, after loading the client's read index when the cached one
   // shows less than `wanted` free.
@@ -81,13 +89,16 @@ class CompletionProducer {
   // False when the last load of the client's read index was out of range.
   bool readIndexValid() const { return read_index_valid_; }
   std::uint64_t written() const { return write_; }
+  std::uint64_t published() const { return published_; }
 
  private:
+  void storeCell(std::uint64_t pos, const CompletionSlot& slot);
   void writeCell(const CompletionSlot& slot);
 
   CompletionRingMemory ring_;
   std::uint64_t mask_;
   std::uint64_t write_;       // private; published to control->completion_write
+  std::uint64_t published_;   // the write index last published
   std::uint64_t read_cache_;  // the client's read index as last validated
   bool read_index_valid_ = true;
 };

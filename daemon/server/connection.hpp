@@ -58,11 +58,12 @@ struct WorkerState {
   }
 };
 
-// A record waiting for room in a client's completion ring; a stream
-// chunk's token ids are backlog_tokens[tokens_at, + slot.output_tokens).
+// A record waiting for room in a client's completion ring, with a stream
+// chunk's token ids (slot.output_tokens of them; a chunk may still grow
+// while it waits: Server::relayTokens).
 struct Outgoing {
   shm::CompletionSlot slot;
-  std::size_t tokens_at = 0;
+  std::vector<std::uint32_t> tokens;
 };
 
 struct Connection {
@@ -91,9 +92,9 @@ struct Connection {
   TenantHandles tenants;
   std::vector<std::uint32_t> pending_rings;  // rings taken from the bitmap, not yet drained dry
   std::vector<bool> ring_pending;
-  std::deque<Outgoing> backlog;               // completions and stream chunks not yet in the ring
-  std::vector<std::uint32_t> backlog_tokens;  // stream chunks' token ids, see Outgoing
-  std::size_t backlog_chunks = 0;             // stream chunks in `backlog`
+  std::deque<Outgoing> backlog;       // completions and stream chunks not yet in the ring
+  std::uint64_t backlog_popped = 0;   // records that left the front of `backlog` so far
+  std::size_t backlog_chunks = 0;     // stream chunks in `backlog`
   bool unpublished = false;           // records written into the ring, not yet published (flush())
   std::uint64_t outstanding = 0;      // admitted, not yet completed
   std::optional<WorkerState> worker;  // the worker role

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "daemon/core/types.hpp"
+#include "shm/layout.hpp"
 
 namespace fairsched::daemon {
 
@@ -56,6 +57,14 @@ struct Pending {
   std::vector<std::uint32_t> generated;
   std::uint32_t streamed_at_dispatch = 0;
   TimeNs preempt_asked = 0;
+  // Its stream chunk still open to more tokens (Server::relayTokens): a
+  // record written into the client's ring and not yet published, or one in
+  // the client's backlog (an absolute position there: Connection::backlog_popped
+  // counts what left its front).
+  enum class ChunkAt : std::uint8_t { kNone, kRing, kBacklog };
+  ChunkAt chunk_at = ChunkAt::kNone;
+  std::uint64_t chunk_pos = 0;
+  shm::CompletionSlot chunk;  // kRing: the record as written
 
   // Every field back to its default but `gen`; the buffers keep their capacity.
   void reset();

@@ -334,7 +334,7 @@ void Server::complete(std::uint64_t conn_id, shm::CompletionSlot slot, bool was_
     ++stats_.completions_delivered;
     return;
   }
-  c.backlog.push_back({slot, 0});
+  c.backlog.push_back(Outgoing{slot, {}});
 }
 
 bool Server::flush() {
@@ -360,8 +360,7 @@ bool Server::flush() {
         const Outgoing& o = c.backlog[n];
         std::span<const std::uint32_t> payload;
         if (o.slot.status == shm::kStreamChunk) {
-          payload = std::span<const std::uint32_t>(c.backlog_tokens)
-                        .subspan(o.tokens_at, o.slot.output_tokens);
+          payload = o.tokens;
           --c.backlog_chunks;
         } else {
           ++stats_.completions_delivered;
@@ -370,8 +369,8 @@ bool Server::flush() {
         ++n;
       }
       c.backlog.erase(c.backlog.begin(), c.backlog.begin() + static_cast<std::ptrdiff_t>(n));
-      if (c.backlog_chunks == 0) c.backlog_tokens.clear();  // no chunk refers to them any more
-      if (!c.backlog.empty()) markDirty(c);                 // the client has not made room yet
+      c.backlog_popped += n;
+      if (!c.backlog.empty()) markDirty(c);  // the client has not made room yet
     }
     if (n == 0 && !c.unpublished) continue;
     c.unpublished = false;

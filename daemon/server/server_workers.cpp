@@ -267,8 +267,33 @@ bool Server::relayTokens(Pending& p, std::span<const std::uint32_t> tokens, Time
   if (!client) return true;  // gone: nothing to relay to
   Connection& c = *client;
   const std::uint32_t per_chunk = c.segment->layout().geometry.reply_tokens_per_slot;
+  // First into the request's open chunk: the record written this pass and
+  // not yet published, or the one waiting in the backlog while the client
+  // is behind. An engine emitting one token per call costs the client one
+  // record per chunk of tokens, not one per token.
+  if (p.chunk_at == Pending::ChunkAt::kRing && p.chunk_pos >= c.producer->published() &&
+      p.chunk_pos < c.producer->written() && p.chunk.output_tokens < per_chunk) {
+    const auto n = static_cast<std::uint32_t>(
+        std::min<std::size_t>(per_chunk - p.chunk.output_tokens, tokens.size()));
+    const std::uint32_t at = p.chunk.output_tokens;
+    p.chunk.output_tokens += n;
+    c.producer->amend(p.chunk_pos, p.chunk, at, tokens.first(n));
+    tokens = tokens.subspan(n);
+  } else if (p.chunk_at == Pending::ChunkAt::kBacklog && p.chunk_pos >= c.backlog_popped &&
+             p.chunk_pos - c.backlog_popped < c.backlog.size()) {
+    Outgoing& o = c.backlog[p.chunk_pos - c.backlog_popped];
+    if (o.slot.status == shm::kStreamChunk && o.slot.request_id == p.request_id &&
+        o.slot.output_tokens < per_chunk) {
+      const auto n = static_cast<std::uint32_t>(
+          std::min<std::size_t>(per_chunk - o.slot.output_tokens, tokens.size()));
+      o.tokens.insert(o.tokens.end(), tokens.begin(), tokens.begin() + n);
+      o.slot.output_tokens += n;
+      tokens = tokens.subspan(n);
+    }
+  }
+  if (tokens.empty()) return true;
   const std::size_t chunks = (tokens.size() + per_chunk - 1) / per_chunk;
-  // Chunks go straight into the ring while it has room and nothing waits
+  // New chunks go straight into the ring while it has room and nothing waits
   // before them (flush() publishes them); only what does not fit is held,
   // and that is bounded per client.
   const std::uint64_t direct =
@@ -281,23 +306,29 @@ bool Server::relayTokens(Pending& p, std::span<const std::uint32_t> tokens, Time
   std::size_t k = 0;
   for (std::size_t i = 0; i < tokens.size(); i += per_chunk, ++k) {
     const std::size_t n = std::min<std::size_t>(per_chunk, tokens.size() - i);
-    Outgoing o;
-    o.slot.request_id = p.request_id;
-    o.slot.tag = p.tag;
-    o.slot.status = shm::kStreamChunk;
-    o.slot.output_tokens = static_cast<std::uint32_t>(n);
-    o.slot.queue_wait_ns = first + i;
-    o.slot.service_ns = static_cast<std::uint64_t>(emit_ns);
+    shm::CompletionSlot slot;
+    slot.request_id = p.request_id;
+    slot.tag = p.tag;
+    slot.status = shm::kStreamChunk;
+    slot.output_tokens = static_cast<std::uint32_t>(n);
+    slot.queue_wait_ns = first + i;
+    slot.service_ns = static_cast<std::uint64_t>(emit_ns);
     if (k < direct) {
-      c.producer->write(o.slot, tokens.subspan(i, n));
+      p.chunk_at = Pending::ChunkAt::kRing;
+      p.chunk_pos = c.producer->written();
+      p.chunk = slot;
+      c.producer->write(slot, tokens.subspan(i, n));
       c.unpublished = true;
       markDirty(c);
       continue;
     }
-    o.tokens_at = c.backlog_tokens.size();
-    c.backlog_tokens.insert(c.backlog_tokens.end(), tokens.begin() + static_cast<std::ptrdiff_t>(i),
-                            tokens.begin() + static_cast<std::ptrdiff_t>(i + n));
-    c.backlog.push_back(o);
+    Outgoing& o = c.backlog.emplace_back();
+    o.slot = slot;
+    o.tokens.reserve(per_chunk);
+    o.tokens.assign(tokens.begin() + static_cast<std::ptrdiff_t>(i),
+                    tokens.begin() + static_cast<std::ptrdiff_t>(i + n));
+    p.chunk_at = Pending::ChunkAt::kBacklog;
+    p.chunk_pos = c.backlog_popped + c.backlog.size() - 1;
     markDirty(c);
     ++c.backlog_chunks;
   }

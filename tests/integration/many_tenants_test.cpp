@@ -9,9 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <chrono>
 #include <cstdint>
-#include <dirent.h>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -57,7 +57,9 @@ config::Config makeConfig(const std::string& socket) {
   return c.parsed();
 }
 
-std::string tenantName(std::size_t i) { return "org-" + std::to_string(i); }
+std::string tenantName(std::size_t i) {
+  return "org-" + std::to_string(i);
+}
 
 std::vector<std::uint32_t> promptFor(std::uint64_t salt) {
   return testing::promptFor(salt, testing::kShortPrompts);
@@ -135,7 +137,8 @@ std::vector<std::uint32_t> openAll(fairsched_client* c) {
   }
   std::vector<std::uint32_t> handles(kTenants, FAIRSCHED_NO_TENANT);
   const auto t0 = Clock::now();
-  const fairsched_error e = fairsched_open_tenants(c, ptrs.data(), kTenants, nullptr, handles.data());
+  const fairsched_error e =
+      fairsched_open_tenants(c, ptrs.data(), kTenants, nullptr, handles.data());
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(e, FAIRSCHED_OK) << fairsched_last_error_message();
   std::printf("opened %zu tenants on one connection in %.1f ms (%.0f per second)\n", kTenants,
@@ -198,7 +201,8 @@ TEST_F(ManyTenants, TenThousandTenantsOnOneConnectionThroughTheCAbiEachCompleteW
 
   // Half of them released: the daemon holds the other half.
   for (std::size_t i = 0; i < kTenants; i += 2) {
-    ASSERT_EQ(fairsched_close_tenant(c, handles[i]), FAIRSCHED_OK) << fairsched_last_error_message();
+    ASSERT_EQ(fairsched_close_tenant(c, handles[i]), FAIRSCHED_OK)
+        << fairsched_last_error_message();
   }
   EXPECT_EQ(handlesOpen(), kTenants / 2);
   fairsched_submit_request r;

@@ -31,6 +31,7 @@
 #include "tests/support/run_command.hpp"
 #include "tests/support/seeded_rng.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/support/wait_until.hpp"
 #include "worker/cuda_step.hpp"
 #include "worker/reference_engine.hpp"
 
@@ -45,6 +46,7 @@ struct EndpointSetup {
   std::uint32_t client_buffer_chunks = 1024;
   bool requeue_on_loss = true;
   std::uint32_t max_output_tokens = 256;
+  std::uint32_t max_batch_tokens = 65536;
   bool preemption = false;  // with fairness = "recent", min_progress_tokens = 4
   std::string extra;        // more TOML
 };
@@ -54,10 +56,10 @@ config::Config makeConfig(const std::string& socket, const EndpointSetup& s = {}
   c.socket = socket;
   c.test_event_loop = true;
   c.body =
-      "[endpoints.chat]\nexecutor = \"worker\"\nmax_batch_tokens = 65536\n"
-      "max_output_tokens = " +
-      std::to_string(s.max_output_tokens) + "\nbatch_timeout_ms = 60000\n" +
-      (s.preemption ? "fairness = \"recent\"\n" : "") +
+      "[endpoints.chat]\nexecutor = \"worker\"\nmax_batch_tokens = " +
+      std::to_string(s.max_batch_tokens) +
+      "\nmax_output_tokens = " + std::to_string(s.max_output_tokens) +
+      "\nbatch_timeout_ms = 60000\n" + (s.preemption ? "fairness = \"recent\"\n" : "") +
       "[endpoints.chat.worker]\nmax_sequences = " + std::to_string(s.max_sequences) +
       (s.preemption ? "\npreemption = true\nmin_progress_tokens = 4\nmax_preemptions_per_s = 100.0"
                     : "") +
@@ -740,15 +742,23 @@ TEST_F(Workers, AWorkerBreakingTheProtocolIsDroppedAndTheDaemonAndOtherWorkersGo
   EXPECT_EQ(d.value().terminate(), 0);
 }
 
+nlohmann::json statusOf(const std::string& socket) {
+  std::string out;
+  EXPECT_EQ(testing::runFairschedctl("--socket " + socket + " status --json", &out), 0) << out;
+  return nlohmann::json::parse(out, nullptr, false);
+}
+
 TEST_F(Workers, AClientThatNeverReadsItsStreamEndsSlowConsumerAndOthersAreUnaffected) {
   EndpointSetup s;
   s.client_buffer_chunks = 64;
-  s.max_output_tokens = 60000;
+  s.max_output_tokens = 3'000'000;
+  s.max_batch_tokens = 4'000'000;
   auto d = daemon::ForkedDaemon::start(makeConfig(socket(), s));
   ASSERT_TRUE(d.ok()) << d.error().message;
   reference::EngineModel m = fastModel();
   m.step_us = 0;
   m.decode_token_us = 0;
+  m.kv_tokens = 1 << 23;
   WorkerProcess w(socket(), m);
   auto sleeper = connectClient(socket());
   ASSERT_TRUE(sleeper);
@@ -759,17 +769,20 @@ TEST_F(Workers, AClientThatNeverReadsItsStreamEndsSlowConsumerAndOthersAreUnaffe
   r.tenant = *st;
   r.endpoint = "chat";
   r.prompt = prompt;
-  r.max_output_tokens = 60000;  // more chunks than its ring and buffer hold
+  // More than its ring and buffer hold: 16,384 records and 64 chunks of up
+  // to 64 tokens each (tokens are packed into records while unread).
+  r.max_output_tokens = 3'000'000;
   r.stream = true;
   auto id = sleeper->submit(r);
   ASSERT_TRUE(id);
   // Meanwhile another client streams normally.
   const auto started = Clock::now();
   EXPECT_EQ(runStreamingClient(socket(), {"busy"}, 20, 99), "");
-  // The sleeper's ring (16384 chunks) and buffer (64) fill within this at
-  // 8,000 tokens/s or more — the worker's pace is several times that even
-  // under sanitizers.
-  std::this_thread::sleep_until(started + 3s);
+  // The sleeper's ring and buffer fill; then its request ends on the worker.
+  (void)started;
+  ASSERT_TRUE(
+      testing::waitUntil([&] { return statusOf(socket()).value("running_on_workers", 1) == 0; },
+                         180s, "the unread stream to end", 50ms));
   // Now the sleeper reads: a prefix of its tokens, in order, then SLOW_CONSUMER.
   std::map<RequestId, Seen> seen;
   seen[*id].prompt = prompt;
@@ -779,8 +792,65 @@ TEST_F(Workers, AClientThatNeverReadsItsStreamEndsSlowConsumerAndOthersAreUnaffe
   const Seen& got = seen[*id];
   EXPECT_EQ(got.error, "");
   EXPECT_EQ(got.final_completion.status, Status::kSlowConsumer);
-  EXPECT_LT(got.tokens.size(), 60000u);
+  EXPECT_LT(got.tokens.size(), 3'000'000u);
+  EXPECT_GE(got.tokens.size(), 16384u) << "records hold many tokens each while unread";
   EXPECT_GT(got.tokens.size(), 0u);
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+// 64 streams from a zero-cost engine emitting one token per sequence per
+// step, read by a client slower than the engine (64 records a millisecond):
+// its ring fills with one-token records, and what comes after waits in the
+// daemon packed into chunks of up to 64 tokens — 64 streams x 500 tokens
+// need at most 64 x 8 of them, well under client_buffer_chunks — so every
+// stream ends OK with all its tokens in order. (Before tokens were packed,
+// each one took a chunk of its own and the streams ended SLOW_CONSUMER.)
+TEST_F(Workers, AClientThatKeepsReadingIsNeverSlowConsumerWhenTheEngineEmitsOneTokenPerStep) {
+  EndpointSetup s;
+  s.max_output_tokens = 500;
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket(), s));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  reference::EngineModel m = fastModel();
+  m.max_sequences = 64;
+  m.step_us = 0;
+  m.decode_token_us = 0;
+  WorkerProcess w(socket(), m);
+  auto client = connectClient(socket());
+  ASSERT_TRUE(client);
+  auto t = client->openTenant("reader");
+  ASSERT_TRUE(t);
+  std::map<RequestId, Seen> seen;
+  for (int i = 0; i < 64; ++i) {
+    const std::vector<std::uint32_t> prompt = promptFor(1000 + i);
+    SubmitRequest r;
+    r.tenant = *t;
+    r.endpoint = "chat";
+    r.prompt = prompt;
+    r.max_output_tokens = 500;
+    r.stream = true;
+    auto id = client->submit(r);
+    ASSERT_TRUE(id) << id.error().toString();
+    seen[*id].prompt = prompt;
+    seen[*id].want = 500;
+  }
+  std::vector<Completion> batch;
+  std::size_t finals = 0;
+  const auto until = Clock::now() + 120s;
+  while (finals < seen.size() && Clock::now() < until) {
+    batch.clear();
+    client->poll(batch, 64);
+    for (const Completion& c : batch) {
+      account(seen, c);
+      if (!c.partial) ++finals;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(finals, seen.size());
+  for (const auto& [id, got] : seen) {
+    EXPECT_EQ(got.error, "") << id;
+    EXPECT_EQ(got.final_completion.status, Status::kOk) << id;
+    EXPECT_EQ(got.tokens.size(), 500u) << id;
+  }
   EXPECT_EQ(d.value().terminate(), 0);
 }
 
@@ -882,12 +952,6 @@ void expectCompleteStreams(const PreemptRun& run) {
     EXPECT_EQ(s.tokens.size(), s.want) << id;
     EXPECT_EQ(s.final_completion.output_tokens, s.want) << id;
   }
-}
-
-nlohmann::json statusOf(const std::string& socket) {
-  std::string out;
-  EXPECT_EQ(testing::runFairschedctl("--socket " + socket + " status --json", &out), 0) << out;
-  return nlohmann::json::parse(out, nullptr, false);
 }
 
 TEST_F(Workers, PreemptionGivesALightTenantASequenceAndTheStreamsGoOnWithoutARepeatOrAGap) {

@@ -249,7 +249,8 @@ TEST_F(DaemonServer, HandlesAreBoundedByMaxTenantsPerConnectionNotByTheLanes) {
     handles.push_back(h);
   }
   for (std::size_t i = 0; i < handles.size(); ++i) {
-    ASSERT_TRUE(c.submit(handles[i], i + 1, promptFor(i + 1), 8, 0, static_cast<std::uint32_t>(i % 8)));
+    ASSERT_TRUE(
+        c.submit(handles[i], i + 1, promptFor(i + 1), 8, 0, static_cast<std::uint32_t>(i % 8)));
   }
   const auto got = c.collect(handles.size());
   ASSERT_EQ(got.size(), handles.size());

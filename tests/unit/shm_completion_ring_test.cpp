@@ -106,6 +106,34 @@ TEST(CompletionRing, BatchWritesWhatFitsAndPublishesOnce) {
   EXPECT_EQ(producer.tryPushBatch({}), 0u);
 }
 
+TEST(CompletionRing, AnUnpublishedChunkGrowsAndTheClientSeesItOnlyWhole) {
+  RingFixture f(8);
+  std::vector<std::uint32_t> arena(8 * 4, 0);
+  f.mem.reply_arena = arena.data();
+  f.mem.reply_tokens_per_slot = 4;
+  CompletionProducer p(f.mem, 0);
+  CompletionConsumer c(f.mem);
+  CompletionSlot chunk;
+  chunk.request_id = 7;
+  chunk.status = kStreamChunk;
+  chunk.output_tokens = 1;
+  const std::uint64_t at = p.written();
+  p.write(chunk, std::vector<std::uint32_t>{10});
+  EXPECT_EQ(p.published(), 0u);
+  CompletionSlot out;
+  std::vector<std::uint32_t> payload;
+  auto words = [](const CompletionSlot& s) { return s.output_tokens; };
+  EXPECT_FALSE(c.tryPop(out, payload, words)) << "nothing published yet";
+  chunk.output_tokens = 3;
+  p.amend(at, chunk, 1, std::vector<std::uint32_t>{11, 12});
+  p.publish();
+  EXPECT_EQ(p.published(), p.written());
+  ASSERT_TRUE(c.tryPop(out, payload, words));
+  EXPECT_EQ(out.request_id, 7u);
+  EXPECT_EQ(out.output_tokens, 3u);
+  EXPECT_EQ(payload, (std::vector<std::uint32_t>{10, 11, 12}));
+}
+
 class CompletionRingWrap : public ::testing::TestWithParam<std::uint64_t> {};
 
 TEST_P(CompletionRingWrap, CrossesTheBoundaryWithFullAndEmptyIntact) {
