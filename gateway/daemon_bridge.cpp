@@ -55,19 +55,23 @@ void DaemonBridge::syncTenants() {
   if (!client_) return;
   std::map<std::string_view, const ApiKeyConfig*> wanted;  // tenant → its first key
   for (const ApiKeyConfig& k : cfg_.keys) wanted.emplace(k.tenant, &k);
-  std::size_t closed = 0;
-  for (auto it = tenants_.begin(); it != tenants_.end();) {
-    if (wanted.count(it->first) != 0) {
-      ++it;
-      continue;
+  std::vector<std::string> gone;
+  std::vector<Tenant> gone_handles;
+  for (const auto& [name, t] : tenants_) {
+    if (wanted.count(name) == 0) {
+      gone.push_back(name);
+      gone_handles.push_back(t);
     }
-    if (auto r = client_->closeTenant(it->second); !r) {
-      spdlog::warn("closing tenant '{}' (no key names it now): {}", it->first,
-                   r.error().toString());
-    }
-    ++closed;
-    it = tenants_.erase(it);
   }
+  const std::vector<Result<void>> closed_r = client_->closeTenants(gone_handles);
+  for (std::size_t i = 0; i < gone.size(); ++i) {
+    if (!closed_r[i]) {
+      spdlog::warn("closing tenant '{}' (no key names it now): {}", gone[i],
+                   closed_r[i].error().toString());
+    }
+    tenants_.erase(gone[i]);
+  }
+  const std::size_t closed = gone.size();
   // One batch per tier hint ("" for none).
   std::map<std::string, std::vector<std::string_view>> by_tier;
   for (const auto& [tenant, key] : wanted) {

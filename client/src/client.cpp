@@ -33,7 +33,12 @@ std::vector<Result<Tenant>> Client::openTenants(std::span<const std::string_view
 }
 
 Result<void> Client::closeTenant(Tenant tenant) {
-  return impl_->closeTenant(tenant);
+  std::vector<Result<void>> r = impl_->closeTenants(std::span(&tenant, 1));
+  return std::move(r.front());
+}
+
+std::vector<Result<void>> Client::closeTenants(std::span<const Tenant> tenants) {
+  return impl_->closeTenants(tenants);
 }
 
 Result<RequestId> Client::submit(const SubmitRequest& request) {

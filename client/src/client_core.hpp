@@ -118,7 +118,7 @@ class ClientCore {
   // reconnect.cpp. All three serialise on control_mu_.
   std::vector<Result<Tenant>> openTenants(std::span<const std::string_view> names,
                                           std::optional<std::string_view> tier);
-  Result<void> closeTenant(Tenant tenant);
+  std::vector<Result<void>> closeTenants(std::span<const Tenant> tenants);
   Result<void> reconnect();  // now, whatever the policy's backoff says
 
   // submit.cpp. `await_efd` non-null: a submitAndWait() call's; the

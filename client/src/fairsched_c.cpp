@@ -270,6 +270,20 @@ fairsched_error fairsched_close_tenant(fairsched_client* client, uint32_t tenant
   return FAIRSCHED_OK;
 }
 
+fairsched_error fairsched_close_tenants(fairsched_client* client, const uint32_t* tenants,
+                                        size_t count) {
+  if (client == nullptr || (count > 0 && tenants == nullptr)) {
+    return invalid("client and tenants must not be NULL");
+  }
+  std::vector<fairsched::Tenant> handles(count);
+  for (size_t i = 0; i < count; ++i) handles[i].index = tenants[i];
+  std::vector<fairsched::Result<void>> r = client->client.closeTenants(handles);
+  for (const fairsched::Result<void>& one : r) {
+    if (!one) return fail(one.error());
+  }
+  return FAIRSCHED_OK;
+}
+
 fairsched_error fairsched_submit(fairsched_client* client, const fairsched_submit_request* request,
                                  uint64_t* out_request_id) {
   if (client == nullptr || !validRequest(request)) {

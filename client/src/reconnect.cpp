@@ -235,33 +235,51 @@ std::vector<Result<Tenant>> ClientCore::openTenants(std::span<const std::string_
   return out;
 }
 
-Result<void> ClientCore::closeTenant(Tenant tenant) {
+std::vector<Result<void>> ClientCore::closeTenants(std::span<const Tenant> tenants) {
+  std::vector<Result<void>> out(tenants.size());
   std::lock_guard lk(control_mu_);
-  const TenantRegistry::Entry* e = tenants_.entry(tenant.index);
-  if (e == nullptr) {
-    return Error{ErrorCode::kUnknownTenant, 0, "not a tenant this client holds open"};
-  }
   std::shared_ptr<Session> s = current();
-  const bool was_open = tenants_.isOpen(tenant.index);
-  // From here submit() refuses the handle; what it already wrote ends CANCELLED.
-  tenants_.setOpen(tenant.index, false);
-  if (live(s) && was_open) {
-    TenantCall call{true, *e->name, {}, tenant.index, std::nullopt};
-    Result<void> sent = s->tenantCalls(std::span(&call, 1), next_seq_, options_.control_timeout);
-    if (!sent) {
-      if (sent.code() == ErrorCode::kDaemonLost) {
-        handleLoss(s);  // the daemon let go of everything; so does this client
-      } else {
-        tenants_.setOpen(tenant.index, true);
-        return std::move(sent).error();
-      }
-    } else if (call.error) {
-      tenants_.setOpen(tenant.index, true);
-      return *call.error;
+  std::vector<TenantCall> calls;
+  std::vector<std::size_t> call_of;
+  for (std::size_t i = 0; i < tenants.size(); ++i) {
+    const std::uint32_t h = tenants[i].index;
+    const TenantRegistry::Entry* e = tenants_.entry(h);
+    bool twice = false;  // the same handle twice in one batch: closed once
+    for (const TenantCall& c : calls) twice = twice || c.handle == h;
+    if (e == nullptr || twice) {
+      out[i] = Error{ErrorCode::kUnknownTenant, 0, "not a tenant this client holds open"};
+      continue;
+    }
+    const bool was_open = tenants_.isOpen(h);
+    // From here submit() refuses the handle; what it already wrote ends CANCELLED.
+    tenants_.setOpen(h, false);
+    if (live(s) && was_open) {
+      calls.push_back(TenantCall{true, *e->name, {}, h, std::nullopt});
+      call_of.push_back(i);
+    } else {
+      tenants_.remove(h);  // not open on this connection: only forgotten
     }
   }
-  tenants_.remove(tenant.index);
-  return {};
+  if (calls.empty()) return out;
+  Result<void> sent = s->tenantCalls(calls, next_seq_, options_.control_timeout);
+  if (!sent && sent.code() != ErrorCode::kDaemonLost) {
+    // Not known to be closed: still open here, the error is each one's.
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      tenants_.setOpen(calls[k].handle, true);
+      out[call_of[k]] = sent.error();
+    }
+    return out;
+  }
+  if (!sent) handleLoss(s);  // the daemon let go of everything; so does this client
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    if (sent && calls[k].error) {
+      tenants_.setOpen(calls[k].handle, true);
+      out[call_of[k]] = *calls[k].error;
+    } else {
+      tenants_.remove(calls[k].handle);
+    }
+  }
+  return out;
 }
 
 }  // namespace fairsched::client_detail

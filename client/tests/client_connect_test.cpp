@@ -221,6 +221,18 @@ TEST(ClientTenants, OpenTenantsOpensABatchAndReportsEachRefusal) {
   EXPECT_EQ(got[4]->index, got[0]->index) << "the same name twice is one tenant";
   EXPECT_TRUE(got[5]);
   EXPECT_EQ(fake.tenantsOpened().size(), 3u) << "a, b and c, each asked once";
+  const std::vector<Tenant> closing = {*got[0], *got[1], *got[0]};
+  std::vector<Result<void>> closed = client.closeTenants(closing);
+  ASSERT_EQ(closed.size(), 3u);
+  EXPECT_TRUE(closed[0]);
+  EXPECT_TRUE(closed[1]);
+  EXPECT_EQ(closed[2].code(), ErrorCode::kUnknownTenant) << "the same tenant twice: closed once";
+  SubmitRequest req;
+  req.tenant = *got[1];
+  req.endpoint = "chat";
+  EXPECT_EQ(client.submit(req).code(), ErrorCode::kUnknownTenant);
+  req.tenant = *got[5];
+  EXPECT_TRUE(client.submit(req)) << "c is still open";
 }
 
 TEST(ClientTenants, NamesThatDoNotFitAreRejectedLocally) {

@@ -258,6 +258,8 @@ class Scheduler {
   std::size_t activeTenantStates() const;
   // `now` > 0 fills recent_tokens.
   std::optional<TenantView> view(TenantId t, EndpointId e, TimeNs now = 0) const;
+  // Requests of tenant `t` queued on any endpoint (O(endpoints)).
+  std::uint64_t queuedOf(TenantId t) const;
   // Tokens served on `e` over the last RecentCounter::kSeconds, all tenants.
   std::uint64_t recentTokens(EndpointId e, TimeNs now) const {
     return endpoints_[e].recent.sum(now);

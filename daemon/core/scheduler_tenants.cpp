@@ -148,6 +148,15 @@ std::optional<TenantView> Scheduler::view(TenantId t, EndpointId e, TimeNs now) 
   return v;
 }
 
+std::uint64_t Scheduler::queuedOf(TenantId t) const {
+  std::uint64_t n = 0;
+  for (const EndpointState& ep : endpoints_) {
+    const std::uint32_t i = findState(ep, t);
+    if (i != kNoState) n += ep.states[i].queued;
+  }
+  return n;
+}
+
 std::vector<LimitUsage> Scheduler::limitUsage(TenantId t, EndpointId e, TimeNs now) {
   if (e >= endpoints_.size()) return {};
   EndpointState& ep = endpoints_[e];

@@ -338,7 +338,10 @@ void Server::handleCloseTenant(Connection& c, const shm::CloseTenantMessage& m) 
   --stats_.tenant_handles_open;
   std::size_t cancelled = 0;
   if (!closed->revoked) {  // a revoked one's queue was emptied, its series closed, at the revoke
-    cancelled = sched_.cancelOwner(c.id, Status::kCancelled, done_, closed->tenant);
+    // cancelOwner() scans every queued request: only when the tenant has some.
+    if (sched_.queuedOf(closed->tenant) > 0) {
+      cancelled = sched_.cancelOwner(c.id, Status::kCancelled, done_, closed->tenant);
+    }
     finishDone(done_);  // counted under the tenant's label before the handle lets go of it
     if (metrics_) metrics_->tenantClosed(closed->tenant);
   }

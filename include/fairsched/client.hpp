@@ -137,6 +137,8 @@ class FAIRSCHED_API Client {
   // again gives a new handle. While disconnected it only forgets the tenant.
   // Errors: kUnknownTenant (not open), kTimedOut, kRefused, kProtocol.
   Result<void> closeTenant(Tenant tenant);
+  // Closes many in one pipelined exchange: one result per tenant, in order.
+  std::vector<Result<void>> closeTenants(std::span<const Tenant> tenants);
 
   // Writes the request into its tenant's ring and returns its id; the result
   // arrives later as a Completion. Never blocks, except that with a reconnect

@@ -191,6 +191,9 @@ FAIRSCHED_C_API fairsched_error fairsched_open_tenants(fairsched_client* client,
  * the name again gives a new handle. A connection holds up to the daemon's
  * max_tenants_per_connection tenants open (65,536 by default). */
 FAIRSCHED_C_API fairsched_error fairsched_close_tenant(fairsched_client* client, uint32_t tenant);
+/* Closes count tenants in one pipelined exchange; the first error, or OK. */
+FAIRSCHED_C_API fairsched_error fairsched_close_tenants(fairsched_client* client,
+                                                        const uint32_t* tenants, size_t count);
 /* Writes one request into its tenant's ring; never blocks (see client.hpp
  * for the reconnect exception). out_request_id may be NULL. */
 FAIRSCHED_C_API fairsched_error fairsched_submit(fairsched_client* client,

@@ -162,6 +162,7 @@ _PROTOTYPES = [
         [c_void_p, POINTER(c_char_p), c_size_t, c_char_p, POINTER(c_uint32)],
     ),
     ("fairsched_close_tenant", c_int, [c_void_p, c_uint32]),
+    ("fairsched_close_tenants", c_int, [c_void_p, POINTER(c_uint32), c_size_t]),
     ("fairsched_submit", c_int, [c_void_p, POINTER(SubmitRequest), POINTER(c_uint64)]),
     ("fairsched_poll", c_size_t, [c_void_p, POINTER(CCompletion), c_size_t]),
     ("fairsched_cancel", c_int, [c_void_p, c_uint64]),

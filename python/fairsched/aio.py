@@ -255,6 +255,13 @@ class AsyncClient:
             self._tenants[(t.name, tier)] = t
         return opened
 
+    async def close_tenants(self, tenants: Iterable[Tenant]) -> None:
+        """Client.close_tenants in the loop's executor; the cached handles are forgotten."""
+        wanted = list(tenants)
+        for key in [k for k, v in self._tenants.items() if v in wanted]:
+            del self._tenants[key]
+        await off_loop(self._client.close_tenants, wanted)
+
     async def close_tenant(self, tenant: Tenant) -> None:
         """Client.close_tenant in the loop's executor; the cached handle is forgotten."""
         for key in [k for k, v in self._tenants.items() if v == tenant]:

@@ -298,6 +298,21 @@ class Client(Handle):
             )
         self._call(self._lib.fairsched_close_tenant, check_int("tenant", tenant.index, 0, U32))
 
+    def close_tenants(self, tenants: Iterable[Tenant]) -> None:
+        """Closes many tenants in one pipelined exchange; raises the first error
+        (the others are closed)."""
+        handles = []
+        for t in tenants:
+            if not isinstance(t, Tenant):
+                raise InvalidArgument(
+                    f"tenants must be Tenants from open_tenant(), not {type(t).__name__}"
+                )
+            handles.append(check_int("tenant", t.index, 0, U32))
+        if not handles:
+            return
+        arr = (c_uint32 * len(handles))(*handles)
+        self._call(self._lib.fairsched_close_tenants, arr, len(handles))
+
     def submit(
         self,
         tenant: Tenant,
