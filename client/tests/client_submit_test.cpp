@@ -150,22 +150,22 @@ TEST(ClientSubmit, LimitsAnnouncedByTheEndpointAreCheckedLocally) {
 }
 
 TEST(ClientSubmit, FullRingReturnsRingFullAndRecoversOnceDrained) {
-  FakeDaemon fake;  // ring capacity 16
+  FakeDaemon fake;  // 4 lanes of 16 cells: a thread spills over into the others
   fake.setPaused(true);
   fake.start();
   Client client = mustConnect(optionsFor(fake));
   const Tenant t = mustOpen(client, "acme");
-  for (std::uint64_t i = 0; i < 16; ++i) {
+  for (std::uint64_t i = 0; i < 64; ++i) {
     ASSERT_TRUE(client.submit(chatRequest(t, {}, i))) << i;
   }
-  Result<RequestId> full = client.submit(chatRequest(t, {}, 16));
+  Result<RequestId> full = client.submit(chatRequest(t, {}, 64));
   ASSERT_FALSE(full);
   EXPECT_EQ(full.code(), ErrorCode::kRingFull);
   EXPECT_EQ(client.stats().ring_full, 1u);
-  EXPECT_EQ(client.outstanding(), 16u) << "a rejected submit leaves nothing outstanding";
+  EXPECT_EQ(client.outstanding(), 64u) << "a rejected submit leaves nothing outstanding";
 
   fake.setPaused(false);
-  EXPECT_EQ(collect(client, 16).size(), 16u);
+  EXPECT_EQ(collect(client, 64).size(), 64u);
   EXPECT_TRUE(client.submit(chatRequest(t, {}, 17)));
   EXPECT_EQ(collect(client, 1).size(), 1u);
 }
