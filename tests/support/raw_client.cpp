@@ -66,8 +66,8 @@ shm::ControlStatus RawClient::connect(const std::string& path, std::string* why,
   const ssize_t n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
   if (n <= 0) return shm::ControlStatus::kInternal;
   if (shm::decode(
-          std::span(reinterpret_cast<const std::byte*>(&reply), static_cast<std::size_t>(n)),
-          reply, shm::kOldestControlVersion) != shm::DecodeError::kNone) {
+          std::span(reinterpret_cast<const std::byte*>(&reply), static_cast<std::size_t>(n)), reply,
+          shm::kOldestControlVersion) != shm::DecodeError::kNone) {
     return shm::ControlStatus::kInternal;
   }
   if (why) *why = std::string(*shm::getString(reply.message));
