@@ -58,6 +58,7 @@ void fuzzEvent(Bytes& in) {
     return;
   }
   require(slot.flags == 0);
+  require(slot.tenant == 0);  // a worker event names no tenant
   switch (e.kind) {
     case WorkerEventKind::kCapacity:
       require(slot.prompt_tokens == 0 && slot.params_bytes == 0);
