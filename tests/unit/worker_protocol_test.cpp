@@ -255,6 +255,13 @@ TEST(WorkerEventRefused, AnySubmissionFlagOnAnyKind) {
   }
 }
 
+TEST(WorkerEventRefused, ATenantHandleOnAnyKind) {
+  for (const WorkerEventKind kind : kAllKinds) {
+    EXPECT_EQ(decodeChanged(kind, [](SubmissionSlot& s) { s.tenant = 1; }), EventCheck::kBadFlags)
+        << "kind " << static_cast<int>(kind);
+  }
+}
+
 TEST(WorkerEventRefused, ParametersOnCapacityAndTokens) {
   expectEachDecodesAs(
       {WorkerEventKind::kCapacity, WorkerEventKind::kTokens},
