@@ -149,6 +149,23 @@ Result<> Server::listen() {
     if (live) return Error{Errc::kUnavailable, socket_path_ + ": another daemon is serving on it"};
     unlink(socket_path_.c_str());
   }
+  // The socket's directory: systemd's RuntimeDirectory= makes it; a daemon
+  // started by hand makes the last level itself (0755), as the unit would.
+  const std::string::size_type slash = socket_path_.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    const std::string dir = socket_path_.substr(0, slash);
+    if (mkdir(dir.c_str(), 0755) == 0) {
+      spdlog::info("created the socket's directory {}", dir);
+    } else if (errno != EEXIST) {
+      const int err = errno;
+      return Error{Errc::kConfig, "bind " + socket_path_ + ": its directory " + dir +
+                                      " does not exist and cannot be created (" +
+                                      std::strerror(err) +
+                                      "): create it (under systemd, RuntimeDirectory=fairsched "
+                                      "does), or set [daemon] socket to a path in a directory "
+                                      "that exists"};
+    }
+  }
   if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     return systemError("bind " + socket_path_);
   }

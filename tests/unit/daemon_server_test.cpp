@@ -22,6 +22,7 @@
 #include <variant>
 
 #include "daemon/config/config.hpp"
+#include "daemon/server/server.hpp"
 #include "kernels/workload_reference.hpp"
 #include "shm/control_protocol.hpp"
 #include "shm/segment.hpp"
@@ -269,6 +270,41 @@ TEST_F(DaemonServer, AClientOfLayoutTwoIsRefusedNamingBothVersions) {
   EXPECT_NE(why.find("layout 2"), std::string::npos) << why;
   EXPECT_NE(why.find("layout 3"), std::string::npos) << why;
   EXPECT_NE(why.find("protocol 2"), std::string::npos) << why;
+}
+
+TEST_F(DaemonServer, AMissingSocketDirectoryIsCreatedOrNamedWithHowToFixIt) {
+  // One missing level: made, as systemd's RuntimeDirectory= would.
+  {
+    auto parsed = config::parseConfig(configText(dir_ + "/run/fairsched.sock"), "test");
+    ASSERT_TRUE(parsed.ok()) << parsed.error().toString();
+    auto started = daemon::ForkedDaemon::start(parsed.value());
+    ASSERT_TRUE(started) << started.error().message;
+    RawClient c;
+    EXPECT_EQ(c.connect(dir_ + "/run/fairsched.sock"), shm::ControlStatus::kOk);
+  }
+  // Two: refused, saying what to do. (In a child: create() takes the signals.)
+  auto parsed = config::parseConfig(configText(dir_ + "/a/b/fairsched.sock"), "test");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().toString();
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(out[0]);
+    auto server = daemon::Server::create(parsed.value());
+    const std::string why = server ? "created" : server.error().toString();
+    [[maybe_unused]] const ssize_t w = write(out[1], why.data(), why.size());
+    _exit(0);
+  }
+  close(out[1]);
+  std::string why;
+  char buf[512];
+  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;)
+    why.append(buf, static_cast<std::size_t>(n));
+  close(out[0]);
+  waitpid(child, nullptr, 0);
+  EXPECT_NE(why.find(dir_ + "/a/b does not exist and cannot be created"), std::string::npos) << why;
+  EXPECT_NE(why.find("RuntimeDirectory=fairsched"), std::string::npos) << why;
 }
 
 TEST_F(DaemonServer, UnlistedTenantIsRefusedWithTheReason) {
