@@ -50,7 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                        m.open == 0 && m.closed != h;
       require(!table.checkOpen(h).has_value() == may);
       if (may) {
-        table.open(h, static_cast<fairsched::daemon::TenantId>(slot + 100));
+        table.open(h, static_cast<fairsched::TenantId>(slot + 100));
         m.open = h;
         ++open_count;
       }
