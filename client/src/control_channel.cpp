@@ -72,6 +72,10 @@ Result<shm::UniqueFd> connectControlSocket(const std::string& path,
                  "socket path must be 1 to " + std::to_string(sizeof(addr.sun_path) - 1) +
                      " bytes: '" + path + "'"};
   }
+  if (path.find('\0') != std::string::npos) {
+    // The kernel would stop at it and connect to another path.
+    return Error{ErrorCode::kInvalidArgument, 0, "socket path contains a NUL byte"};
+  }
   std::memcpy(addr.sun_path, path.data(), path.size());
   shm::UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!sock) return sysError(ErrorCode::kSystem, "socket(AF_UNIX, SOCK_SEQPACKET)");

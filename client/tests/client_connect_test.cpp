@@ -133,6 +133,17 @@ TEST(ClientConnect, HelloTimesOutWhenTheDaemonNeverAnswers) {
   ::rmdir(dir);
 }
 
+TEST(ClientConnect, ASocketPathWithANulInsideIsInvalidNotCutShort) {
+  FakeDaemon fake;
+  fake.start();
+  ClientOptions o = optionsFor(fake);
+  o.socket_path += std::string("\0x", 2);  // the kernel would connect to the part before it
+  Result<Client> c = Client::connect(o);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(c.error().message.find("NUL"), std::string::npos) << c.error().message;
+}
+
 TEST(ClientTenants, OpenReturnsAHandleAndReusesItForTheSameName) {
   FakeDaemon fake;
   Client client = startAndConnect(fake);

@@ -104,7 +104,7 @@ struct ClientStats {
 
 class FAIRSCHED_API Client {
  public:
-  // Connects, says Hello, maps the segment. Errors: kInvalidArgument (path or
+  // Connects, says Hello, maps the segment. Errors: kInvalidArgument (a NUL in the path, path or
   // name too long), kConnectFailed, kTimedOut, kUnauthorized (the daemon's
   // reason in the message), kVersionMismatch, kShuttingDown, kRefused,
   // kProtocol, kSystem. The reconnect policy only applies once connected.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import functools
+import os
 from ctypes import byref, c_void_p
 from typing import Any, Callable, NoReturn, Optional, TypeVar
 
@@ -56,9 +57,23 @@ def seconds_to_ns(name: str, value: Optional[float], *, allow_negative: bool = F
 
 
 def encode_name(what: str, value: str) -> bytes:
+    """``value`` as the C library takes it; a NUL inside it would cut it short
+    there (and name another tenant, endpoint or socket), so it is refused."""
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidArgument(f"{what} {value!r} contains a NUL character")
     return value.encode("utf-8")
+
+
+def encode_path(what: str, value: str) -> bytes:
+    """A filesystem path for the C library: os.fsencode, with no NUL inside."""
+    if not isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError(f"{what} must be a path, not {type(value).__name__}")
+    b = os.fsencode(value)
+    if b"\x00" in b:
+        raise InvalidArgument(f"{what} {value!r} contains a NUL character")
+    return b
 
 
 def connect(lib: ctypes.CDLL, connect_fn: Callable[..., int], options: ctypes.Structure) -> int:

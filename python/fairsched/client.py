@@ -25,7 +25,7 @@ from typing import Iterable, Optional, Union
 
 from . import _ffi
 from ._common import DEFAULT_SOCKET, POLL_BATCH, U32, U64, Handle, check_int, connect
-from ._common import encode_name, seconds_to_ns
+from ._common import encode_name, encode_path, seconds_to_ns
 from ._types import Completion, Status, Tenant
 from .errors import InvalidArgument
 from .retry import RetryOutcome, RetryPolicy
@@ -242,7 +242,7 @@ class Client(Handle):
         lib = _ffi.load()
         o = _ffi.Options()
         lib.fairsched_options_init(byref(o))
-        o.socket_path = os.fsencode(socket_path)
+        o.socket_path = encode_path("socket_path", socket_path)
         if name is not None:
             o.client_name = encode_name("name", name)
         o.connect_timeout_ns = seconds_to_ns("connect_timeout", connect_timeout)

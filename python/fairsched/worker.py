@@ -30,7 +30,7 @@ from typing import Iterable, Optional, Union
 
 from . import _ffi
 from ._common import DEFAULT_SOCKET, POLL_BATCH, U32, U64, Handle, check_int, connect
-from ._common import encode_name, seconds_to_ns
+from ._common import encode_name, encode_path, seconds_to_ns
 from ._types import Status, WorkerStats, WorkItem, WorkKind
 from .errors import InvalidArgument
 
@@ -97,7 +97,7 @@ class Worker(Handle):
         lib = _ffi.load()
         o = _ffi.WorkerOptions()
         lib.fairsched_worker_options_init(byref(o))
-        o.socket_path = os.fsencode(socket_path)
+        o.socket_path = encode_path("socket_path", socket_path)
         o.endpoint = encode_name("endpoint", endpoint)
         if name is not None:
             o.worker_name = encode_name("name", name)

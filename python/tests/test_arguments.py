@@ -113,6 +113,31 @@ def test_bad_tenant_and_tier_names_carry_the_librarys_reason(daemon: Daemon) -> 
         assert client.open_tenant("fine").name == "fine"
 
 
+def test_a_nul_inside_any_string_is_refused_not_cut_short(daemon: Daemon) -> None:
+    # The C library would stop at the NUL: "e1\x00evil" would open "e1",
+    # and the socket path would name another socket.
+    with pytest.raises(InvalidArgument, match="NUL"):
+        Client.connect(daemon.socket + "\x00x")
+    with pytest.raises(InvalidArgument, match="NUL"):
+        Client.connect(daemon.socket, name="py\x00evil")
+    with Client.connect(daemon.socket) as client:
+        e1 = client.open_tenant("e1")
+        for bad in ("e1\x00evil", "\x00"):
+            with pytest.raises(InvalidArgument, match="NUL"):
+                client.open_tenant(bad)
+        with pytest.raises(InvalidArgument, match="NUL"):
+            client.open_tenants(["ok", "e1\x00evil"])
+        with pytest.raises(InvalidArgument, match="NUL"):
+            client.open_tenant("fine", tier="paid\x00")
+        with pytest.raises(InvalidArgument, match="NUL"):
+            client.submit(e1, "embed\x00x", [1], max_output_tokens=0)
+        assert client.open_tenant("e1") == e1, "the client goes on"
+    with pytest.raises(InvalidArgument, match="NUL"):
+        Worker.connect(daemon.socket, "chat\x00x")
+    with pytest.raises(InvalidArgument, match="NUL"):
+        Worker.connect(daemon.socket + "\x00", "chat")
+
+
 def test_cancel_of_a_request_that_is_not_outstanding(daemon: Daemon) -> None:
     with Client.connect(daemon.socket) as client:
         with pytest.raises(InvalidArgument):
