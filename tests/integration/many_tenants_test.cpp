@@ -217,9 +217,16 @@ TEST_F(ManyTenants, TenThousandTenantsOnOneConnectionThroughTheCAbiEachCompleteW
 }
 
 TEST_F(ManyTenants, AClientKilledWithTenThousandTenantsOpenLeavesTheDaemonAsItWas) {
-  // The baseline: the daemon with no client, read before any admin
-  // connection (the daemon may still hold one a moment after its reply).
-  const std::size_t fds_before = daemonFds();
+  // The baseline: the daemon with no client. The connection that checked
+  // it was up may still be open a moment: read until two reads agree, and
+  // compare with at most that afterwards.
+  std::size_t fds_before = daemonFds();
+  for (int i = 0; i < 50; ++i) {
+    std::this_thread::sleep_for(20ms);
+    const std::size_t again = daemonFds();
+    if (again == fds_before) break;
+    fds_before = again;
+  }
   const std::size_t maps_before = daemonSegmentMappings();
   const std::uint64_t tenants_before = tenantsKnown();
   int ready[2];
@@ -261,7 +268,7 @@ TEST_F(ManyTenants, AClientKilledWithTenThousandTenantsOpenLeavesTheDaemonAsItWa
                                  "the 10,000 tenants forgotten"));
   EXPECT_TRUE(testing::waitUntil([&] { return daemonSegmentMappings() == maps_before; }, 10s,
                                  "the segment unmapped"));
-  EXPECT_TRUE(testing::waitUntil([&] { return daemonFds() == fds_before; }, 10s,
+  EXPECT_TRUE(testing::waitUntil([&] { return daemonFds() <= fds_before; }, 10s,
                                  "descriptors back to " + std::to_string(fds_before)));
   EXPECT_EQ(daemon_->terminate(), 0);
 }
