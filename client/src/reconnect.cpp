@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include "client_core.hpp"
@@ -164,6 +165,7 @@ std::vector<Result<Tenant>> ClientCore::openTenants(std::span<const std::string_
   std::vector<TenantCall> calls;
   std::vector<std::size_t> call_of;  // index into `names` of each call
   std::vector<bool> added;           // the call registered its tenant
+  std::unordered_set<std::uint32_t> asked;
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::string_view name = names[i];
     if (auto err = nameError(name)) {
@@ -181,9 +183,7 @@ std::vector<Result<Tenant>> ClientCore::openTenants(std::span<const std::string_
         continue;
       }
       const TenantRegistry::Entry* e = tenants_.entry(*h);
-      bool queued = false;  // the same name twice in one batch: one call
-      for (const TenantCall& c : calls) queued = queued || c.handle == *h;
-      if (!queued) {
+      if (asked.insert(*h).second) {  // the same name twice in one batch: one call
         calls.push_back(TenantCall{false, *e->name, tenants_.tierOf(*e), *h, std::nullopt});
         call_of.push_back(i);
         added.push_back(false);
@@ -200,13 +200,17 @@ std::vector<Result<Tenant>> ClientCore::openTenants(std::span<const std::string_
     calls.push_back(TenantCall{false, *e->name, tenants_.tierOf(*e), *h, std::nullopt});
     call_of.push_back(i);
     added.push_back(true);
+    asked.insert(*h);
     out[i] = Tenant{*h};
   }
   if (calls.empty()) return out;
   Result<void> sent = s->tenantCalls(calls, next_seq_, options_.control_timeout);
   if (!sent) {
+    // Which of the pipelined opens the daemon took is unknown now: the
+    // connection goes (the daemon lets go of all of them), and a reconnect
+    // opens what is registered, under the same handles.
     const Error e = std::move(sent).error();
-    if (e.code == ErrorCode::kDaemonLost) handleLoss(s);
+    handleLoss(s);
     for (std::size_t k = 0; k < calls.size(); ++k) {
       if (added[k]) tenants_.remove(calls[k].handle);
     }
@@ -241,12 +245,11 @@ std::vector<Result<void>> ClientCore::closeTenants(std::span<const Tenant> tenan
   std::shared_ptr<Session> s = current();
   std::vector<TenantCall> calls;
   std::vector<std::size_t> call_of;
+  std::unordered_set<std::uint32_t> seen;  // the same handle twice in one batch: closed once
   for (std::size_t i = 0; i < tenants.size(); ++i) {
     const std::uint32_t h = tenants[i].index;
     const TenantRegistry::Entry* e = tenants_.entry(h);
-    bool twice = false;  // the same handle twice in one batch: closed once
-    for (const TenantCall& c : calls) twice = twice || c.handle == h;
-    if (e == nullptr || twice) {
+    if (e == nullptr || !seen.insert(h).second) {
       out[i] = Error{ErrorCode::kUnknownTenant, 0, "not a tenant this client holds open"};
       continue;
     }
@@ -262,15 +265,10 @@ std::vector<Result<void>> ClientCore::closeTenants(std::span<const Tenant> tenan
   }
   if (calls.empty()) return out;
   Result<void> sent = s->tenantCalls(calls, next_seq_, options_.control_timeout);
-  if (!sent && sent.code() != ErrorCode::kDaemonLost) {
-    // Not known to be closed: still open here, the error is each one's.
-    for (std::size_t k = 0; k < calls.size(); ++k) {
-      tenants_.setOpen(calls[k].handle, true);
-      out[call_of[k]] = sent.error();
-    }
-    return out;
-  }
-  if (!sent) handleLoss(s);  // the daemon let go of everything; so does this client
+  // Lost, timed out or garbled: which closes the daemon took is unknown, so
+  // the connection goes, and with it every tenant the daemon held for it;
+  // these are closed either way.
+  if (!sent) handleLoss(s);
   for (std::size_t k = 0; k < calls.size(); ++k) {
     if (sent && calls[k].error) {
       tenants_.setOpen(calls[k].handle, true);

@@ -215,6 +215,21 @@ TEST(ClientTenants, MoreTenantsThanTheConnectionAllowsIsNoCapacityUntilOneCloses
   EXPECT_EQ(client.closeTenant(*t1).code(), ErrorCode::kUnknownTenant);
 }
 
+TEST(ClientTenants, ABatchThatTimesOutDropsTheConnectionAndRegistersNothing) {
+  FakeDaemonOptions fo;
+  fo.answer_tenants = false;
+  FakeDaemon fake(fo);
+  fake.start();
+  ClientOptions o = optionsFor(fake);
+  o.control_timeout = std::chrono::milliseconds(100);
+  Client client = mustConnect(o);
+  const std::vector<std::string_view> names = {"a", "b", "c"};
+  std::vector<Result<Tenant>> got = client.openTenants(names);
+  ASSERT_EQ(got.size(), 3u);
+  for (const Result<Tenant>& t : got) EXPECT_EQ(t.code(), ErrorCode::kTimedOut);
+  EXPECT_FALSE(client.connected()) << "which opens the daemon took is unknown: the connection goes";
+}
+
 TEST(ClientTenants, OpenTenantsOpensABatchAndReportsEachRefusal) {
   FakeDaemonOptions fo;
   fo.refused_tenants = {"mallory"};

@@ -302,6 +302,7 @@ void FakeDaemon::handleHello(Conn& c, const shm::HelloMessage& m) {
 }
 
 void FakeDaemon::handleOpenTenant(Conn& c, const shm::OpenTenantMessage& m) {
+  if (!options_.answer_tenants) return;
   auto reply = replyTo<shm::OpenTenantReplyMessage>(m.header, options_.reply_version);
   const std::string tenant(*shm::getString(m.tenant));
   const std::string tier(*shm::getString(m.tier));

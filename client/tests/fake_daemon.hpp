@@ -43,6 +43,7 @@ struct FakeDaemonOptions {
   std::string socket_path;  // empty: <fresh temp dir>/fairsched.sock
   shm::Geometry geometry{4, 16, 64, 64};
   std::uint32_t max_tenants = 1024;  // the HelloReply's max_tenants; beyond: NO_CAPACITY
+  bool answer_tenants = true;        // false: OpenTenant gets no reply (a stuck daemon)
   std::vector<FakeEndpoint> endpoints{{"chat", 7, 4096, 0}, {"embed", 9, 0, 0}};
   std::uint64_t client_id = 42;
   // Hello: answered with this status (and message; no descriptors unless OK).

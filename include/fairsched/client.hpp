@@ -127,15 +127,19 @@ class FAIRSCHED_API Client {
   // Opens many tenants in one pipelined exchange (over 100,000 a second on
   // one connection): one result per name, in order, each as openTenant()
   // would return it. A connection-wide error (kDaemonLost, kTimedOut, ...)
-  // is every unopened name's result.
+  // is the result of every name of the batch that was sent, and the
+  // connection is dropped (which of them the daemon took is unknown; with a
+  // reconnect policy the next call opens the registered tenants again).
   std::vector<Result<Tenant>> openTenants(std::span<const std::string_view> names,
                                           std::optional<std::string_view> tier = std::nullopt);
 
   // Releases a tenant: the daemon ends its queued requests CANCELLED (running
   // ones finish; requests still on their way end CANCELLED too), and the
   // handle is no longer valid for submit() (kUnknownTenant). Opening the name
-  // again gives a new handle. While disconnected it only forgets the tenant.
-  // Errors: kUnknownTenant (not open), kTimedOut, kRefused, kProtocol.
+  // again gives a new handle. While disconnected it only forgets the tenant;
+  // if the exchange fails (timeout, lost daemon) the connection is dropped,
+  // which releases the tenant in the daemon too. Errors: kUnknownTenant (not
+  // open), kRefused (the daemon says it is not open).
   Result<void> closeTenant(Tenant tenant);
   // Closes many in one pipelined exchange: one result per tenant, in order.
   std::vector<Result<void>> closeTenants(std::span<const Tenant> tenants);
