@@ -472,6 +472,8 @@ class AsyncWorker:
         self._worker = worker
         self._loop = loop
         self._fd = worker.event_fd()
+        self._closed = False
+        self._waiting: Optional[asyncio.Future[None]] = None  # wait()'s, while it waits
         self.set_capacity = worker.set_capacity
         self.emit = worker.emit
         self.finish = worker.finish
@@ -516,9 +518,13 @@ class AsyncWorker:
 
     async def wait(self, timeout: Optional[float] = None) -> bool:
         """Suspends until poll() has something (True) or ``timeout`` seconds
-        pass (False; None: forever). Raises DaemonLost."""
+        pass (False; None: forever). Raises DaemonLost, and NotConnected when
+        the worker is closed (also while a task waits here: close() ends the
+        wait at once)."""
         deadline = None if timeout is None else self._loop.time() + timeout
         while True:
+            if self._closed:
+                raise NotConnected("the worker is closed")
             if not self._worker.prepare_to_block():
                 return True
             ready: asyncio.Future[None] = self._loop.create_future()
@@ -528,6 +534,7 @@ class AsyncWorker:
                     ready.set_result(None)
 
             self._loop.add_reader(self._fd, on_ready)
+            self._waiting = ready
             try:
                 if deadline is None:
                     await ready
@@ -540,11 +547,16 @@ class AsyncWorker:
                     except asyncio.TimeoutError:
                         return False
             finally:
-                self._loop.remove_reader(self._fd)
+                self._waiting = None
+                if not self._closed:
+                    self._loop.remove_reader(self._fd)
 
     async def next_items(self, timeout: Optional[float] = None) -> list[WorkItem]:
         """The next assignments and aborts, waiting up to ``timeout`` seconds
-        for some; [] when none came."""
+        for some; [] when none came. Raises NotConnected once the worker is
+        closed, a wait in progress included."""
+        if self._closed:
+            raise NotConnected("the worker is closed")
         items = self._worker.poll()
         if items:
             return items
@@ -553,7 +565,19 @@ class AsyncWorker:
         return self._worker.poll()
 
     def close(self) -> None:
-        """Detaches (Worker.close); idempotent."""
+        """Detaches (Worker.close); a task waiting in wait() or next_items()
+        gets NotConnected at once. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            try:
+                self._loop.remove_reader(self._fd)
+            except (RuntimeError, ValueError):
+                pass  # the loop is closed already
+            if not waiting.done():
+                waiting.set_exception(NotConnected("the worker was closed while a task waited"))
         self._worker.close()
 
     async def __aenter__(self) -> "AsyncWorker":

@@ -14,12 +14,15 @@ import sys
 import threading
 import time
 
+import pytest
+
 from conftest import BIN, REPO, Daemon, Process, reference_tokens, run, seed
 from fairsched import (
     AsyncClient,
     AsyncWorker,
     Client,
     DaemonLost,
+    NotConnected,
     Status,
     Worker,
     WorkItem,
@@ -220,3 +223,19 @@ def test_the_docs_worker_example_serves_streams_and_aborts(daemon: Daemon) -> No
 
     run(main(), 30)
     assert worker.stop(signal.SIGTERM) == 0, worker.output()
+
+
+def test_closing_an_async_worker_ends_a_task_waiting_for_work(daemon: Daemon) -> None:
+    async def main() -> None:
+        worker = await AsyncWorker.connect(daemon.socket, "chat", name="py-closing")
+        waiting = asyncio.ensure_future(worker.next_items(None))  # nothing will come
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        worker.close()
+        with pytest.raises(NotConnected):
+            await asyncio.wait_for(waiting, 5)  # at once, not after the 5 s
+        with pytest.raises(NotConnected):
+            await worker.next_items(0.1)
+        worker.close()  # idempotent
+
+    asyncio.run(main())
