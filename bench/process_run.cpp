@@ -167,6 +167,7 @@ fairsched::Result<config::Config, std::string> echoDaemonConfig(const std::strin
 void prepareBenchConfig(config::Config& cfg, const std::string& dir) {
   cfg.daemon.socket = dir + "/fairsched.sock";
   cfg.daemon.log_level = "error";
+  cfg.daemon.state_dir.clear();  // every run starts clean
   config::ClientRule rule;
   rule.name = "fairsched-bench";
   rule.uids = {static_cast<std::uint32_t>(getuid())};

@@ -51,7 +51,7 @@ WORKLOADS = [
 
 def config(socket: str) -> str:
     return (
-        f'[daemon]\nsocket = "{socket}"\nsocket_mode = "0600"\nlog_level = "error"\n'
+        f'[daemon]\nsocket = "{socket}"\nsocket_mode = "0600"\nlog_level = "error"\nstate_dir = ""\n'
         '[[tiers]]\nname = "bench"\n'
         '[endpoints.chat]\nexecutor = "worker"\nmax_batch_tokens = 65536\n'
         "max_output_tokens = 8192\nbatch_timeout_ms = 0\n"

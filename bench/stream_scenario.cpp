@@ -67,7 +67,8 @@ fairsched::Result<config::Config, std::string> streamConfig(const std::string& d
   if (auto* err = parsed.errorOrNull()) return *err;
   config::Config cfg = std::move(parsed).value();
   cfg.daemon.socket = dir + "/fairsched.sock";
-  config::ClientRule rule;  // this uid: the client and the worker
+  cfg.daemon.state_dir.clear();  // every run starts clean
+  config::ClientRule rule;       // this uid: the client and the worker
   rule.name = "fairsched-bench";
   rule.uids = {static_cast<std::uint32_t>(getuid())};
   rule.tenants = {"*"};

@@ -173,6 +173,12 @@ struct DaemonConfig {
   // Tenants one client connection may hold open at once (its handle slots;
   // shm/tenant_handle.hpp). A reload applies to connections made after it.
   std::uint32_t max_tenants_per_connection = 65536;
+  // Where the daemon keeps what must survive a restart (limit windows,
+  // learned estimates; daemon/server/state_store.hpp). Empty: nothing is kept.
+  std::string state_dir = "/var/lib/fairsched";
+  // How often the state is written while anything changes; a crash loses at
+  // most this much.
+  std::uint64_t state_interval_s = 5;
 };
 
 // The Prometheus endpoint (docs/operations.md, "Metrics"). Tenant names are

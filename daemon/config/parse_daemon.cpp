@@ -27,6 +27,21 @@ bool readSocket(ParseContext& ctx, const toml::node& n, const std::string& path,
   return true;
 }
 
+bool readStateDir(ParseContext& ctx, const toml::node& n, const std::string& path,
+                  DaemonConfig& d) {
+  if (!ctx.readString(n, path, d.state_dir)) return false;
+  if (d.state_dir.empty()) return true;  // nothing is kept
+  if (d.state_dir.front() != '/') {
+    return ctx.fail(
+        n, path, "expected an absolute path (or \"\" to keep no state), got " + quote(d.state_dir));
+  }
+  if (d.state_dir.find('\0') != std::string::npos) {
+    return ctx.fail(n, path, "path must not contain a NUL byte");
+  }
+  if (d.state_dir.size() > 4000) return ctx.fail(n, path, "path is too long");
+  return true;
+}
+
 // Octal digits in a string ("0660"): a TOML integer 0660 would be decimal.
 bool readSocketMode(ParseContext& ctx, const toml::node& n, const std::string& path,
                     DaemonConfig& d) {
@@ -77,6 +92,8 @@ constexpr KeyRule<DaemonConfig> kDaemonKeys[] = {
     {"busy_poll_us", intKey<&DaemonConfig::busy_poll_us, 0, kMaxBusyPollUs>},
     {"max_tenants_per_connection",
      intKey<&DaemonConfig::max_tenants_per_connection, 1, shm::kMaxTenantsPerConnection>},
+    {"state_dir", readStateDir},
+    {"state_interval_s", intKey<&DaemonConfig::state_interval_s, 1, 3600>},
 };
 
 }  // namespace

@@ -35,6 +35,10 @@ class BacklogThrottle {
   }
 
   double tokensPerSecond() const { return rate_; }
+  // A restart: the rate measured by the last run, until batches say otherwise.
+  void restoreRate(double tokens_per_s) {
+    if (tokens_per_s > 0 && tokens_per_s < 1e18) rate_ = tokens_per_s;
+  }
   TimeNs target() const { return target_ns_; }
 
  private:

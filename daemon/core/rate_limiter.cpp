@@ -27,8 +27,9 @@ LimitDecision KeyLimiter::tryAdmit(std::uint64_t tokens, TimeNs now) {
   LimitDecision d;
   d.admitted = true;
   if (!windows_) return d;
-  now = clamp(now);
-  TimeNs admit_at = now;
+  const TimeNs at = clamp(now);  // window time; fleet accounts get the clock's
+  now = at - kEpoch;
+  TimeNs admit_at = at;
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     const LimitSpec& s = specs_[i];
     if (s.amount == 0) continue;
@@ -40,18 +41,18 @@ LimitDecision KeyLimiter::tryAdmit(std::uint64_t tokens, TimeNs now) {
       continue;
     }
     SlidingWindow& w = windows_[i];
-    w.advance(now, s.window_ns, widths_[i]);
+    w.advance(at, s.window_ns, widths_[i]);
     const std::uint64_t cost = costOf(s, tokens);
     if (w.used() + cost <= s.amount) continue;
-    const TimeNs at = w.admitAt(cost, s.amount, now, s.window_ns);
+    const TimeNs when = w.admitAt(cost, s.amount, at, s.window_ns);
     d.admitted = false;
-    if (at >= admit_at) {
-      admit_at = at;
+    if (when >= admit_at) {
+      admit_at = when;
       d.limiting_index = static_cast<std::int32_t>(i);
     }
   }
   if (!d.admitted) {
-    d.retry_after = admit_at == kNever ? kNever : admit_at - now;
+    d.retry_after = admit_at == kNever ? kNever : admit_at - at;
     return d;
   }
   if (!fleet_.empty()) {
@@ -71,7 +72,7 @@ LimitDecision KeyLimiter::tryAdmit(std::uint64_t tokens, TimeNs now) {
   }
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     if (specs_[i].amount == 0 || !local(i)) continue;
-    windows_[i].add(costOf(specs_[i], tokens), now, widths_[i]);
+    windows_[i].add(costOf(specs_[i], tokens), at, widths_[i]);
   }
   return d;
 }
@@ -100,7 +101,7 @@ void KeyLimiter::refundTokens(std::uint64_t unused_tokens, TimeNs admitted_at) {
       fleet_[i]->refund(unused_tokens, admitted_at);
       continue;
     }
-    windows_[i].refund(unused_tokens, admitted_at, widths_[i]);
+    windows_[i].refund(unused_tokens, admitted_at + kEpoch, widths_[i]);
   }
 }
 
@@ -113,6 +114,49 @@ bool KeyLimiter::idle(TimeNs now) {
     if (!windows_[i].empty()) return false;
   }
   return true;
+}
+
+void KeyLimiter::save(TimeNs now, SavedTenantState& out) {
+  if (!windows_) return;
+  now = clamp(now);
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    if (specs_[i].amount == 0 || !local(i)) continue;
+    SlidingWindow& w = windows_[i];
+    w.advance(now, specs_[i].window_ns, widths_[i]);
+    if (w.empty()) continue;
+    SavedWindow saved{specs_[i].unit, specs_[i].window_ns,
+                      static_cast<std::uint32_t>(out.buckets.size()), 0};
+    w.forEachCounted([&](std::uint64_t cost, TimeNs last) {
+      out.buckets.push_back({cost, now - last});
+      ++saved.count;
+    });
+    out.windows.push_back(saved);
+  }
+}
+
+void KeyLimiter::restore(LimitUnit unit, TimeNs window_ns, std::span<const SavedBucket> buckets,
+                         TimeNs now) {
+  if (!windows_) return;
+  now = clamp(now);
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    const LimitSpec& s = specs_[i];
+    if (s.amount == 0 || !local(i) || s.unit != unit || s.window_ns != window_ns) continue;
+    SlidingWindow& w = windows_[i];
+    // Oldest first, and never before what the window already counts (a
+    // window is only ever added to at its newest time).
+    TimeNs previous = 0;
+    w.forEachCounted([&](std::uint64_t, TimeNs last) { previous = std::max(previous, last); });
+    for (const SavedBucket& b : buckets) {
+      if (b.cost == 0 || b.age >= window_ns) continue;  // left the window meanwhile
+      // One out of order counts from the later time (so longer).
+      const TimeNs last = std::max(previous, now - std::max<TimeNs>(b.age, 0));
+      w.advance(last, window_ns, widths_[i]);
+      w.add(b.cost, last, widths_[i]);
+      previous = last;
+    }
+    w.advance(now, window_ns, widths_[i]);
+    return;
+  }
 }
 
 std::vector<LimitUsage> KeyLimiter::usage(TimeNs now) {

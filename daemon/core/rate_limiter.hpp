@@ -25,6 +25,7 @@
 
 #include "daemon/core/fleet_gate.hpp"
 #include "daemon/core/limit_spec.hpp"
+#include "daemon/core/saved_state.hpp"
 #include "daemon/core/sliding_window.hpp"
 #include "daemon/core/types.hpp"
 
@@ -72,14 +73,32 @@ class KeyLimiter {
   // match start empty.
   void carryOver(const KeyLimiter& old);
 
+  // A restart: appends each local limit's counted buckets at `now` to
+  // `out` (windows with nothing counted are left out).
+  void save(TimeNs now, SavedTenantState& out);
+  // Counts the saved buckets of a limit with `unit` and `window_ns` again
+  // (ages already include the time the daemon was down); a limit this
+  // limiter no longer has is ignored, one whose amount changed keeps the
+  // usage. Buckets older than the window are dropped; two that fall into
+  // one bucket now merge (counted until the later one leaves the window: the
+  // limiter may under-admit by that, never over-admit). Oldest bucket
+  // first; a bucket older than what the window already counts is counted
+  // at the window's newest time (longer, never shorter).
+  void restore(LimitUnit unit, TimeNs window_ns, std::span<const SavedBucket> buckets, TimeNs now);
+
   // Limits counted here (fleet-scoped ones are counted by the fleet backend).
   std::vector<LimitUsage> usage(TimeNs now);
   std::span<const LimitSpec> specs() const { return specs_; }
   bool unlimited() const { return windows_ == nullptr; }
 
  private:
+  // Windows count time from kEpoch before the clock's zero, so a restored
+  // admission older than the clock itself (a month of quota after a reboot
+  // a minute ago) still has a place: window times are `now + kEpoch`.
+  static constexpr TimeNs kEpoch = TimeNs{1} << 62;
+  // The window time of `now`; time that goes backwards counts as none passing.
   TimeNs clamp(TimeNs now) {
-    if (now > now_) now_ = now;
+    if (now + kEpoch > now_) now_ = now + kEpoch;
     return now_;
   }
   static std::uint64_t costOf(const LimitSpec& s, std::uint64_t tokens) {
@@ -92,7 +111,7 @@ class KeyLimiter {
 
   std::unique_ptr<SlidingWindow[]> windows_;          // one per spec; null when no spec limits
   std::vector<std::unique_ptr<FleetAccount>> fleet_;  // empty, or one per spec (null: local)
-  TimeNs now_ = 0;
+  TimeNs now_ = 0;                                    // window time (see kEpoch)
 };
 
 }  // namespace fairsched::core

@@ -40,6 +40,7 @@
 #include "daemon/core/preemption.hpp"
 #include "daemon/core/rate_limiter.hpp"
 #include "daemon/core/recent_counter.hpp"
+#include "daemon/core/saved_state.hpp"
 #include "daemon/core/scheduler_spec.hpp"
 #include "daemon/core/tenant_queue.hpp"
 #include "daemon/core/tenant_selector.hpp"
@@ -267,6 +268,27 @@ class Scheduler {
   std::vector<LimitUsage> limitUsage(TenantId t, EndpointId e, TimeNs now);
   const BacklogThrottle& throttle(EndpointId e) const { return endpoints_[e].throttle; }
 
+  // Keeping what the scheduler learned across a restart (the daemon's state
+  // file, daemon/server/state_store.hpp): limit windows, the adaptive cost
+  // estimate and fairness service of each tenant on each endpoint.
+  // saveStates passes the tenant states of endpoint `e` from `cursor` on to
+  // `sink` (those with nothing worth keeping are skipped), looking at most
+  // `budget` of them, and advances `cursor`: a snapshot of 100,000 tenants
+  // is taken a slice per loop pass. True when the endpoint is done.
+  bool saveStates(EndpointId e, std::size_t& cursor, std::size_t budget, TimeNs now,
+                  SavedStateSink& sink);
+  // Tenant `t`'s state on `e` as saved `elapsed` ago (ages in `s` are as of
+  // the snapshot; `elapsed` is added to them and service decays over it).
+  // Creates the tenant's state, which stays like one a submission made:
+  // until it is idle and its windows are empty. Limits the config no longer
+  // has are ignored; changed amounts keep the usage. Call it before the first
+  // submit().
+  void restoreState(EndpointId e, TenantId t, const SavedTenantState& s, TimeNs elapsed,
+                    TimeNs now);
+  void restoreServiceRate(EndpointId e, double tokens_per_s) {
+    endpoints_[e].throttle.restoreRate(tokens_per_s);
+  }
+
  private:
   enum class SlotState : std::uint8_t { kFree, kQueued, kInFlight };
   struct Slot {
@@ -329,6 +351,7 @@ class Scheduler {
     RecentCounter recent;
     PreemptionBudget preemption_budget;  // PreemptionSpec::max_per_s
   };
+  SavedTenantState saved_;  // saveStates()'s scratch
   VictimChooser victim_chooser_;
   std::vector<PreemptionCandidate> preemption_candidates_;  // scratch of preemptionVictim()
   struct DeadlineEntry {

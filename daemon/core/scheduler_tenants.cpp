@@ -157,6 +157,44 @@ std::uint64_t Scheduler::queuedOf(TenantId t) const {
   return n;
 }
 
+bool Scheduler::saveStates(EndpointId e, std::size_t& cursor, std::size_t budget, TimeNs now,
+                           SavedStateSink& sink) {
+  if (e >= endpoints_.size()) return true;
+  EndpointState& ep = endpoints_[e];
+  for (; cursor < ep.states.size() && budget > 0; ++cursor, --budget) {
+    TenantState& ts = ep.states[cursor];
+    if (!ts.live) continue;
+    saved_.clear();
+    saved_.tenant = ts.tenant;
+    saved_.expected_output = ts.expected_output;
+    const auto f = static_cast<std::uint32_t>(cursor);
+    saved_.service = ep.tenant_selectors[ts.tier].service(f, now);
+    if (ts.limiter) ts.limiter->save(now, saved_);
+    if (!saved_.empty()) sink.add(saved_);
+  }
+  return cursor >= ep.states.size();
+}
+
+void Scheduler::restoreState(EndpointId e, TenantId t, const SavedTenantState& s, TimeNs elapsed,
+                             TimeNs now) {
+  if (e >= endpoints_.size() || !tenants_.valid(t)) return;
+  EndpointState& ep = endpoints_[e];
+  const std::uint32_t i = stateFor(ep, t, now);
+  TenantState& ts = ep.states[i];
+  elapsed = std::max<TimeNs>(elapsed, 0);
+  if (ts.limiter) {
+    std::vector<SavedBucket> aged;
+    for (const SavedWindow& w : s.windows) {
+      if (w.first > s.buckets.size() || w.count > s.buckets.size() - w.first) continue;
+      aged.assign(s.buckets.begin() + w.first, s.buckets.begin() + w.first + w.count);
+      for (SavedBucket& b : aged) b.age = b.age > kNever - elapsed ? kNever : b.age + elapsed;
+      ts.limiter->restore(w.unit, w.window_ns, aged, now);
+    }
+  }
+  if (s.expected_output >= 0 && ts.expected_output < 0) ts.expected_output = s.expected_output;
+  if (s.service > 0) ep.tenant_selectors[ts.tier].restoreService(i, s.service, elapsed, now);
+}
+
 std::vector<LimitUsage> Scheduler::limitUsage(TenantId t, EndpointId e, TimeNs now) {
   if (e >= endpoints_.size()) return {};
   EndpointState& ep = endpoints_[e];

@@ -88,6 +88,17 @@ void ServiceSelector::forget(FlowId f) {
   flows_[f] = Flow{};
 }
 
+void ServiceSelector::restore(FlowId f, double per_weight, TimeNs elapsed, TimeNs now) {
+  if (!(per_weight > 0) || !std::isfinite(per_weight)) return;
+  if (half_life_ != 0 && elapsed > 0) {
+    per_weight *= std::exp2(-static_cast<double>(elapsed) / static_cast<double>(half_life_));
+  }
+  const double g = inflation(now);
+  Flow& fl = flow(f);
+  fl.stored = std::max(fl.stored, per_weight * fl.weight * g);
+  if (fl.pos != kNotQueued) siftDown(fl.pos);
+}
+
 double ServiceSelector::service(FlowId f, TimeNs now) const {
   if (f >= flows_.size()) return 0.0;
   double g = last_g_;

@@ -59,6 +59,9 @@ class ServiceSelector {
   void remove(FlowId f);
   // Reset an idle flow so its id can serve another tenant.
   void forget(FlowId f);
+  // A restart: the flow had `per_weight` service (service() of the last
+  // run) `elapsed` ago; it decays over `elapsed` as if the daemon had run.
+  void restore(FlowId f, double per_weight, TimeNs elapsed, TimeNs now);
 
   bool backlogged(FlowId f) const { return f < flows_.size() && flows_[f].pos != kNotQueued; }
   bool anyBacklogged() const { return !heap_.empty(); }

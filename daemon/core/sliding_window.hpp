@@ -59,6 +59,17 @@ class SlidingWindow {
   // True when nothing is counted any more (the state may be dropped).
   bool empty() const { return sum_ == 0; }
 
+  // The buckets counted after the last advance(), oldest first:
+  // f(cost, time of its last admission).
+  template <class F>
+  void forEachCounted(F&& f) const {
+    if (head_ < 0) return;
+    for (std::int64_t i = tail_; i <= head_; ++i) {
+      const auto s = static_cast<std::size_t>(i & kMask);
+      if (cost_[s] != 0) f(cost_[s], last_[s]);
+    }
+  }
+
  private:
   std::int64_t head_ = -1;  // index of the newest bucket seen; -1 = none yet
   std::int64_t tail_ = 0;   // oldest bucket that may still count

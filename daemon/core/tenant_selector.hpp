@@ -77,6 +77,10 @@ class TenantSelector {
   // the counters are not kept.
   double service(FlowId f, TimeNs now) const { return track_ ? svc_.service(f, now) : 0.0; }
   bool tracksService() const { return track_; }
+  // A restart: see ServiceSelector::restore (nothing when not kept).
+  void restoreService(FlowId f, double per_weight, TimeNs elapsed, TimeNs now) {
+    if (track_) svc_.restore(f, per_weight, elapsed, now);
+  }
 
   // DRR's order of the coming turns, for prefetching; kNone otherwise.
   FlowId upcoming() const { return usesDrr() ? drr_.upcoming() : kNone; }

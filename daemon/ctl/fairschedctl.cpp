@@ -117,7 +117,28 @@ void printStatus(const json& s) {
   std::cout << ")\n";
   std::cout << "clients   " << s.value("clients", 0) << "   tenants " << s.value("tenants", 0)
             << "   queued " << s.value("queued", 0) << "   in flight " << s.value("in_flight", 0)
-            << " (" << s.value("in_flight_batches", 0) << " batches)\n\n";
+            << " (" << s.value("in_flight_batches", 0) << " batches)\n";
+  if (s.contains("state_file") && s["state_file"].is_object()) {
+    const json& st = s["state_file"];
+    std::cout << "state     ";
+    if (!st.value("enabled", false)) {
+      std::cout << "not kept (" << text(st, "problem", "?") << ")";
+    } else {
+      std::cout << text(st, "path", "?") << ": ";
+      if (st.contains("age_s") && st["age_s"].is_number()) {
+        std::cout << st.value("tenant_states", 0ull) << " tenant states, written "
+                  << duration(st["age_s"].get<double>()) << " ago";
+      } else {
+        std::cout << "not written yet";
+      }
+      if (!text(st, "problem", "").empty())
+        std::cout << "; last write failed: " << text(st, "problem", "");
+      if (!text(st, "at_start", "").empty())
+        std::cout << "; at start: " << text(st, "at_start", "");
+    }
+    std::cout << "\n";
+  }
+  std::cout << "\n";
   std::printf("%-16s %-8s %10s %14s %10s %14s\n", "ENDPOINT", "EXECUTOR", "QUEUED", "QUEUED_TOKENS",
               "FREE_SLOTS", "TOKENS_10S");
   for (const json& e : s["endpoints"]) {

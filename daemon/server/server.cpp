@@ -54,6 +54,10 @@ Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg,
     s->sched_.setFleetGate(s->fleet_.get());
     s->fleet_->start();
   }
+  // Before anything is admitted, with the fleet gate in place (restored
+  // tenant states open their fleet accounts like new ones).
+  s->state_.open(cfg.daemon.state_dir, static_cast<TimeNs>(cfg.daemon.state_interval_s) * kNsPerSec,
+                 s->sched_, env.now());
   s->signal_fd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   if (s->signal_fd_ < 0) return systemError("signalfd");
   std::string refused;
@@ -142,10 +146,17 @@ Result<> Server::listen() {
     if (!S_ISSOCK(st.st_mode)) {
       return Error{Errc::kConfig, socket_path_ + " exists and is not a socket"};
     }
-    const int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    const bool live =
-        probe >= 0 && connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    if (probe >= 0) close(probe);
+    // A daemon killed a moment ago may still accept for a few milliseconds
+    // (the kernel tears its io_uring down after the process is gone), so a
+    // live socket is probed again for up to a second before it is another
+    // daemon's.
+    bool live = true;
+    for (int attempt = 0; attempt < 50 && live; ++attempt) {
+      if (attempt > 0) usleep(20'000);
+      const int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+      live = probe >= 0 && connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+      if (probe >= 0) close(probe);
+    }
     if (live) return Error{Errc::kUnavailable, socket_path_ + ": another daemon is serving on it"};
     unlink(socket_path_.c_str());
   }
@@ -203,6 +214,7 @@ int Server::run() {
   started_at_ = env_.now();
   if (notifier_->watchdogInterval() > 0) next_watchdog_ = env_.now();
   const int rc = loop_->run();
+  state_.saveNow(sched_, env_.now());
   if (rc == 0 && lost_executor_ != kNoExecutor) return EIO;
   return rc;
 }
@@ -317,6 +329,7 @@ Result<> Server::reload() {
   if (auto err = sched_.reconfigure(config::buildSchedulerSpec(next)))
     return fail(Errc::kConfig, path + ": " + *err);
   cfg_ = std::move(next);
+  state_.setInterval(static_cast<TimeNs>(cfg_.daemon.state_interval_s) * kNsPerSec);
   rules_ = ClientRules(cfg_);  // every Connection::rule points into the old rules: re-match now
   reapplyRules();
   finishDone(done_);
@@ -422,6 +435,7 @@ bool Server::poll() {
   worked = assignToWorkers(now) || worked;
   worked = flush() || worked;
   sched_.collectIdle(now, kIdleCollectBudget);
+  state_.tick(sched_, now, stateActivity());
   if (shutting_down_ && shutdownStep(now)) loop_->stop();
   return worked;
 }
@@ -459,6 +473,7 @@ bool Server::beforeSleep() {
   }
   if (metrics_) wake = std::min(wake, metrics_->publishDueAt());
   if (workers_.running() > 0) wake = std::min(wake, workers_.nextRunningCheck());
+  wake = std::min(wake, state_.dueAt(env_.now(), stateActivity()));
   for (std::size_t e = 0; e < executors_.size(); ++e) {
     if (executors_[e]->freeSlots() > 0)
       wake = std::min(wake, sched_.batchDueAt(static_cast<EndpointId>(e)));

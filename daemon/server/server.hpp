@@ -59,6 +59,7 @@
 #include "daemon/server/notifier.hpp"
 #include "daemon/server/pending_slab.hpp"
 #include "daemon/server/server_stats.hpp"
+#include "daemon/server/state_store.hpp"
 #include "daemon/server/worker_pool.hpp"
 #include "shm/control_protocol.hpp"
 #include "shm/doorbell.hpp"
@@ -310,6 +311,12 @@ class Server {
   std::unique_ptr<Notifier> notifier_;
   std::unique_ptr<Metrics> metrics_;  // null: no metrics endpoint
   TimeNs next_watchdog_ = kNever;
+  // Limit windows and learned estimates across restarts ([daemon] state_dir).
+  StateStore state_;
+  // Counts up with anything that changes what state_ would write.
+  std::uint64_t stateActivity() const {
+    return stats_.submissions + stats_.completions_delivered + reloads_ok_;
+  }
   // Declared last: destroyed (stopped, leases given back) before the rest.
   std::unique_ptr<fleet::FleetLimiter> fleet_;
 };

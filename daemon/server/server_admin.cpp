@@ -5,6 +5,7 @@
 // has room). Kept apart from server.cpp so the JSON library stays out of the
 // hot path's translation unit.
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -184,6 +185,27 @@ std::string Server::statusJson() const {
   j["policy"] = cfg_.daemon.policy == Policy::kFair ? "fair" : "fifo";
   j["reloads"] = {
       {"ok", reloads_ok_}, {"failed", reloads_failed_}, {"last_error", last_reload_error_}};
+  {
+    // What a restart keeps (docs/operations.md, "What survives a restart").
+    const StateStore::Status st = state_.status(stateActivity());
+    timespec wall{};
+    clock_gettime(CLOCK_REALTIME, &wall);
+    const TimeNs wall_now = static_cast<TimeNs>(wall.tv_sec) * kNsPerSec + wall.tv_nsec;
+    j["state_file"] = {
+        {"enabled", st.enabled},
+        {"path", st.path},
+        {"age_s", st.saved_wall > 0 ? json(seconds(std::max<TimeNs>(0, wall_now - st.saved_wall)))
+                                    : json(nullptr)},
+        {"tenant_states", st.states},
+        {"bytes", st.bytes},
+        {"writes", st.writes},
+        {"up_to_date", st.up_to_date},
+        {"failures", st.failures},
+        {"problem", st.problem},
+        {"at_start", st.restored_from},
+        {"slice_max_ms", seconds(st.slice_max_ns) * 1e3},
+        {"snapshot_ms", seconds(st.snapshot_ns) * 1e3}};
+  }
   j["clients"] = clients_;
   j["tenants"] = sched_.tenants().size();
   j["active_tenant_states"] = sched_.activeTenantStates();

@@ -76,6 +76,7 @@ BENCH_CONFIG = """[daemon]
 socket = "{socket}"
 socket_mode = "0600"
 log_level = "warn"
+state_dir = ""
 shutdown_grace_ms = 500
 [[tiers]]
 name = "paid"

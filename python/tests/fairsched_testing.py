@@ -62,7 +62,7 @@ def daemon_section(socket: str) -> str:
     loop = os.environ.get("FAIRSCHED_TEST_EVENT_LOOP", "")
     loop_line = f'event_loop = "{loop}"\n' if loop in ("epoll", "io_uring") else ""
     return (
-        f'[daemon]\nsocket = "{socket}"\nsocket_mode = "0600"\nlog_level = "error"\n'
+        f'[daemon]\nsocket = "{socket}"\nsocket_mode = "0600"\nlog_level = "error"\nstate_dir = ""\n'
         f"shutdown_grace_ms = 500\n{loop_line}"
         '[[tiers]]\nname = "paid"\n'
     )

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -21,9 +22,12 @@ struct DaemonConfigText {
   std::string socket;                // "" leaves daemon.socket out
   std::string socket_mode = "0600";  // "" leaves it out
   std::string log_level = "error";   // "" leaves it out
-  std::string daemon_extra;          // more [daemon] lines
-  bool test_event_loop = false;      // event_loop from FAIRSCHED_TEST_EVENT_LOOP, if set
-  std::string before_tiers;          // tables between [daemon] and [[tiers]] ([fleet], [metrics])
+  // [daemon] state_dir: "" (the default here) keeps no state, so no test
+  // sees another's; nullopt leaves the key out (the daemon's default).
+  std::optional<std::string> state_dir = std::string();
+  std::string daemon_extra;      // more [daemon] lines
+  bool test_event_loop = false;  // event_loop from FAIRSCHED_TEST_EVENT_LOOP, if set
+  std::string before_tiers;      // tables between [daemon] and [[tiers]] ([fleet], [metrics])
   std::vector<std::string> tiers{"paid"};  // one [[tiers]] each, by name
   std::string body;                        // [endpoints.*], [tenants.*] tables, verbatim
   // The [[clients]] rule for this uid.
@@ -39,6 +43,7 @@ struct DaemonConfigText {
     if (!socket.empty()) t += "socket = \"" + socket + "\"\n";
     if (!socket_mode.empty()) t += "socket_mode = \"" + socket_mode + "\"\n";
     if (!log_level.empty()) t += "log_level = \"" + log_level + "\"\n";
+    if (state_dir) t += "state_dir = \"" + *state_dir + "\"\n";
     t += daemon_extra;
     if (test_event_loop) t += testEventLoopLine();
     t += before_tiers;

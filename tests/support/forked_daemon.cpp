@@ -125,6 +125,12 @@ void ForkedDaemon::kill() {
   ::kill(pid_, SIGKILL);
   waitpid(pid_, nullptr, 0);
   pid_ = -1;
+  // The kernel tears a dead process's io_uring down after the process is
+  // reaped; until then the listening socket may still accept. Bounded.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (accepts(socket_) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 }  // namespace fairsched::daemon
