@@ -152,6 +152,7 @@ bool ClientCore::ready(const std::shared_ptr<Session>& s) {
 }
 
 std::size_t ClientCore::poll(std::vector<Completion>& out, std::size_t max) {
+  if (birth_.inherited()) return 0;  // the parent's completions
   std::size_t n = router_.takeLocal(out, max);
   std::shared_ptr<Session> s = current();
   if (s && n < max) {
@@ -176,6 +177,7 @@ std::size_t ClientCore::poll(std::vector<Completion>& out, std::size_t max) {
 }
 
 Result<void> ClientCore::wait(nanoseconds timeout) {
+  if (std::optional<Error> e = unusable()) return *e;
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = deadlineAfter(timeout);
   const std::uint64_t epoch = loss_epoch_.load(std::memory_order_acquire);
@@ -190,6 +192,7 @@ Result<void> ClientCore::wait(nanoseconds timeout) {
   // Spin: a completion that is microseconds away costs no sleep and wake-up.
   const Clock::time_point spin_end = start + options_.spin;
   for (;;) {
+    if (closed()) return closedError();
     if (lostSince(epoch)) return daemonLost();
     if (ready(s)) return {};
     const auto now = Clock::now();
@@ -203,6 +206,7 @@ Result<void> ClientCore::wait(nanoseconds timeout) {
     SleepScope scope(*s);
     s->bell.drain();
     router_.consumeNotify();
+    if (closed()) return closedError();  // shutdown() from another thread
     if (lostSince(epoch)) return daemonLost();
     if (ready(s)) return {};
     if (!probe(s)) {
@@ -219,6 +223,7 @@ Result<void> ClientCore::wait(nanoseconds timeout) {
 }
 
 Result<bool> ClientCore::prepareToBlock() {
+  if (std::optional<Error> e = unusable()) return *e;
   router_.consumeNotify();
   if (router_.hasLocal()) return false;
   std::shared_ptr<Session> s = current();
@@ -242,6 +247,7 @@ Result<bool> ClientCore::prepareToBlock() {
 }
 
 Result<Completion> ClientCore::submitAndWait(const SubmitRequest& req, nanoseconds timeout) {
+  if (std::optional<Error> e = unusable()) return *e;
   shm::EventFd* efd = threadEventFd();
   if (efd == nullptr) return Error{ErrorCode::kSystem, errno, "eventfd for submitAndWait"};
   efd->drain();
@@ -251,6 +257,10 @@ Result<Completion> ClientCore::submitAndWait(const SubmitRequest& req, nanosecon
   const Clock::time_point deadline = deadlineAfter(timeout);
   const Clock::time_point spin_end = Clock::now() + options_.spin;
   for (;;) {
+    if (closed()) {  // shutdown() from another thread: the completion is dropped
+      router_.closeMailbox(id);
+      return closedError();
+    }
     if (auto c = router_.takeMailbox(id)) {
       bump(counters_.completed);
       return *c;

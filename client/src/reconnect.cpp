@@ -19,9 +19,19 @@ ClientCore::ClientCore(ClientOptions options, CompletionFds fds)
       router_(std::move(fds)) {}
 
 ClientCore::~ClientCore() {
+  if (birth_.inherited()) return;  // the parent's connection: it still uses it
   if (auto s = session_.load()) {
     ::shutdown(s->sock, SHUT_RDWR);
   }
+}
+
+void ClientCore::shutdown() {
+  if (birth_.inherited()) return;
+  closed_.store(true, std::memory_order_release);
+  // As a loss: the daemon sees EOF, and every thread blocked on the socket,
+  // the bell or completionFd() wakes up and finds closed_ set.
+  if (std::shared_ptr<Session> s = current()) handleLoss(s);
+  router_.signalNotify();
 }
 
 Result<std::unique_ptr<ClientCore>> ClientCore::connect(ClientOptions options) {
@@ -54,11 +64,13 @@ void ClientCore::install(const std::shared_ptr<Session>& s) {
 }
 
 Result<void> ClientCore::reconnect() {
+  if (std::optional<Error> e = unusable()) return *e;
   std::lock_guard lk(control_mu_);
   return reconnectLocked(true);
 }
 
 Result<void> ClientCore::reconnectLocked(bool force) {
+  if (std::optional<Error> e = unusable()) return *e;
   std::shared_ptr<Session> cur = current();
   if (live(cur)) return {};
   if (cur) return notConnected();  // another thread is still tearing the old one down
@@ -141,6 +153,10 @@ void ClientCore::handleLoss(const std::shared_ptr<Session>& s) {
 std::vector<Result<Tenant>> ClientCore::openTenants(std::span<const std::string_view> names,
                                                     std::optional<std::string_view> tier) {
   std::vector<Result<Tenant>> out(names.size(), Result<Tenant>(Tenant{}));
+  if (std::optional<Error> e = unusable()) {
+    for (auto& r : out) r = *e;
+    return out;
+  }
   // The daemon refuses a name that breaks the rule; say so before asking it.
   std::optional<Error> bad_tier;
   if (tier && !tier->empty()) {
@@ -241,6 +257,10 @@ std::vector<Result<Tenant>> ClientCore::openTenants(std::span<const std::string_
 
 std::vector<Result<void>> ClientCore::closeTenants(std::span<const Tenant> tenants) {
   std::vector<Result<void>> out(tenants.size());
+  if (std::optional<Error> e = unusable()) {
+    for (auto& r : out) r = *e;
+    return out;
+  }
   std::lock_guard lk(control_mu_);
   std::shared_ptr<Session> s = current();
   std::vector<TenantCall> calls;

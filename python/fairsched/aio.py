@@ -181,7 +181,6 @@ class AsyncClient:
         self._loop = loop
         self._lib = client._lib
         self._submit = client._lib.fairsched_submit
-        self._handle = client._h()
         self._rid = c_uint64()
         self._requests: dict[int, Request] = {}
         self._tenants: dict[tuple[str, Optional[str]], Tenant] = {}
@@ -290,7 +289,12 @@ class AsyncClient:
             raise NotConnected("the client is closed")
         c = _Request(tenant, endpoint, prompt, max_output_tokens, priority, timeout, deadline,
                      params, prompt_token_count, stream, tag)
-        rc = self._submit(self._handle, byref(c.c), byref(self._rid))
+        client = self._client
+        h = client._enter()
+        try:
+            rc = self._submit(h, byref(c.c), byref(self._rid))
+        finally:
+            client._leave()
         if rc != 0:
             raise_error(self._lib, rc)
         rid = self._rid.value
@@ -441,10 +445,13 @@ class AsyncClient:
         if self._closed:
             return
         self._closed = True
-        try:
-            self._loop.remove_reader(self._fd)
-        except (RuntimeError, ValueError):
-            pass  # the loop is closed already
+        # In a child of fork() the loop's epoll instance is the parent's too:
+        # leave it as it is.
+        if not self._client._in_forked_child():
+            try:
+                self._loop.remove_reader(self._fd)
+            except (RuntimeError, ValueError):
+                pass  # the loop is closed already
         pending = list(self._requests.values())
         self._requests.clear()
         for req in pending:
@@ -572,10 +579,11 @@ class AsyncWorker:
         self._closed = True
         waiting, self._waiting = self._waiting, None
         if waiting is not None:
-            try:
-                self._loop.remove_reader(self._fd)
-            except (RuntimeError, ValueError):
-                pass  # the loop is closed already
+            if not self._worker._in_forked_child():  # else the parent's epoll instance
+                try:
+                    self._loop.remove_reader(self._fd)
+                except (RuntimeError, ValueError):
+                    pass  # the loop is closed already
             if not waiting.done():
                 waiting.set_exception(NotConnected("the worker was closed while a task waited"))
         self._worker.close()
