@@ -114,12 +114,18 @@ std::size_t ClientCore::popLocked(Session& s, std::vector<Completion>* out, std:
       const std::optional<Pending> p = pending_.find(slot.request_id);
       if (!p) {
         bump(counters_.unknown_completions);
-      } else if (!p->awaited) {  // submitAndWait() returns the final completion only
+        continue;
+      }
+      // Chunks come in order without gaps: this one's end is the count so far.
+      s.streamed[slot.request_id] = static_cast<std::uint32_t>(
+          std::min<std::uint64_t>(slot.queue_wait_ns + s.chunk_tokens.size(), UINT32_MAX));
+      if (!p->awaited) {  // submitAndWait() returns the final completion only
         deliver(chunkFromSlot(slot, *p, s.chunk_tokens), *p, out);
         ++n;
       }
       continue;
     }
+    if (!s.streamed.empty()) s.streamed.erase(slot.request_id);
     std::optional<Pending> p = pending_.erase(slot.request_id);
     if (!p) {
       bump(counters_.unknown_completions);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -135,12 +136,20 @@ void ClientCore::handleLoss(const std::shared_ptr<Session>& s) {
   // A submit() that inserts after this scan sees alive == false afterwards
   // (two seq_cst fences order it: pending_table.hpp) and withdraws its
   // request itself.
-  for (auto& [id, p] : pending_.takeGeneration(s->generation)) {
+  std::vector<std::pair<RequestId, Pending>> lost = pending_.takeGeneration(s->generation);
+  std::unordered_map<RequestId, std::uint32_t> streamed;
+  {
+    std::lock_guard lk(s->consumer_mu);
+    streamed.swap(s->streamed);
+  }
+  for (auto& [id, p] : lost) {
     Completion c;
     c.request_id = id;
     c.tag = p.tag;
     c.status = Status::kShuttingDown;
     c.local = true;
+    // A stream ends with what reached this client of it.
+    if (auto it = streamed.find(id); it != streamed.end()) c.output_tokens = it->second;
     bump(counters_.local_completions);
     deliver(c, p, nullptr);
   }
