@@ -28,7 +28,18 @@ import asyncio
 import collections
 import time
 from ctypes import byref, c_uint64
-from typing import AsyncIterator, Awaitable, Callable, Generator, Iterable, Optional
+from typing import (
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Generic,
+    Iterable,
+    Optional,
+    TypeVar,
+)
 
 from ._common import DEFAULT_SOCKET, POLL_BATCH, off_loop, raise_error, seconds_to_ns
 from .client import Client, Params, Prompt, _Request
@@ -41,6 +52,46 @@ from .worker import Worker
 # the cap, until the request's final completion arrives.
 _CANCEL_RETRY_FIRST = 0.0005
 _CANCEL_RETRY_MAX = 0.05
+
+# How soon asubmit() tries again after RingFull, doubling up to the cap: the
+# daemon takes submissions off the rings continuously, so room comes back
+# within microseconds to a few milliseconds.
+_ROOM_RETRY_FIRST = 0.0001
+_ROOM_RETRY_MAX = 0.005
+
+C = TypeVar("C", "AsyncClient", "AsyncWorker")
+
+
+class Connecting(Generic[C]):
+    """What ``AsyncClient.connect()`` and ``AsyncWorker.connect()`` return:
+    ``await`` it for the connected object, or enter it directly with
+    ``async with`` (the object is closed when the block ends):
+
+        async with AsyncClient.connect(path) as client:
+            ...
+
+    Use it once, one way or the other.
+    """
+
+    __slots__ = ("_coro", "_connected")
+
+    def __init__(self, coro: Coroutine[Any, Any, C]) -> None:
+        self._coro = coro
+        self._connected: Optional[C] = None
+
+    def __await__(self) -> Generator[Any, None, C]:
+        return self._coro.__await__()
+
+    async def __aenter__(self) -> C:
+        self._connected = await self._coro
+        return self._connected
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._connected is not None:
+            await self._connected.aclose()
+
+    def __repr__(self) -> str:
+        return f"<fairsched.Connecting {self._coro.__qualname__}>"
 
 
 class Request:
@@ -188,11 +239,12 @@ class AsyncClient:
         self._closed = False
         self.retry_budget = RetryBudget()
         self.unclaimed = 0  # completions of requests this object did not submit (dropped)
+        self.ring_full_waits = 0  # times asubmit() waited for room
         loop.add_reader(self._fd, self._drain)
         self._drain()  # descriptor mode starts with the first prepare_to_block
 
     @classmethod
-    async def connect(
+    def connect(
         cls,
         socket_path: str = DEFAULT_SOCKET,
         *,
@@ -202,9 +254,28 @@ class AsyncClient:
         reconnect: bool = False,
         reconnect_initial_delay: float = 0.1,
         reconnect_max_delay: float = 5.0,
-    ) -> "AsyncClient":
+    ) -> "Connecting[AsyncClient]":
         """Client.connect in a thread of the loop's executor (the Hello round
-        trip may take up to connect_timeout), then the reader on its descriptor."""
+        trip may take up to connect_timeout), then the reader on its
+        descriptor. ``await`` it (``client = await AsyncClient.connect(…)``)
+        or enter it (``async with AsyncClient.connect(…) as client:``, closed
+        at the end). Raises what Client.connect raises."""
+        return Connecting(cls._connect(
+            socket_path, name, connect_timeout, control_timeout, reconnect,
+            reconnect_initial_delay, reconnect_max_delay,
+        ))
+
+    @classmethod
+    async def _connect(
+        cls,
+        socket_path: str,
+        name: Optional[str],
+        connect_timeout: float,
+        control_timeout: float,
+        reconnect: bool,
+        reconnect_initial_delay: float,
+        reconnect_max_delay: float,
+    ) -> "AsyncClient":
         client = await off_loop(
             Client.connect,
             socket_path,
@@ -283,8 +354,8 @@ class AsyncClient:
         tag: int = 0,
     ) -> Request:
         """Client.submit; returns the Request to iterate or await. Never
-        blocks. Raises what Client.submit raises (RingFull: back off, or use
-        submit_with_retry)."""
+        blocks. Raises what Client.submit raises (RingFull: back off, or
+        ``await asubmit(…)``, which waits for room instead)."""
         if self._closed:
             raise NotConnected("the client is closed")
         c = _Request(tenant, endpoint, prompt, max_output_tokens, priority, timeout, deadline,
@@ -301,6 +372,49 @@ class AsyncClient:
         req = Request(self, rid, tag, stream)
         self._requests[rid] = req
         return req
+
+    async def asubmit(
+        self,
+        tenant: Tenant,
+        endpoint: str,
+        prompt: Prompt = (),
+        *,
+        max_output_tokens: int,
+        priority: int = 0,
+        timeout: Optional[float] = None,
+        deadline: Optional[float] = None,
+        params: Optional[Params] = None,
+        prompt_token_count: Optional[int] = None,
+        stream: bool = False,
+        tag: int = 0,
+    ) -> Request:
+        """submit(), awaited: while the submission lanes are full (RingFull)
+        the task waits for room — the daemon takes submissions off them
+        continuously — instead of the error being raised; then it returns the
+        Request. A ``timeout`` counts from this call (it becomes a deadline),
+        and a deadline bounds the wait: past it, RingFull is raised. Raises
+        what submit() raises otherwise. Cancelling the task while it waits
+        submits nothing."""
+        if timeout is not None:
+            ns = seconds_to_ns("timeout", timeout)
+            if ns <= 0:
+                raise InvalidArgument(f"timeout = {timeout} must be positive (None: no timeout)")
+            t = time.monotonic() + ns / 1e9
+            deadline = t if deadline is None or t < deadline else deadline
+        delay = _ROOM_RETRY_FIRST
+        while True:
+            try:
+                return self.submit(
+                    tenant, endpoint, prompt, max_output_tokens=max_output_tokens,
+                    priority=priority, deadline=deadline, params=params,
+                    prompt_token_count=prompt_token_count, stream=stream, tag=tag,
+                )
+            except RingFull:
+                if deadline is not None and time.monotonic() + delay >= deadline:
+                    raise
+            self.ring_full_waits += 1
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _ROOM_RETRY_MAX)
 
     def cancel(self, request_id: int) -> bool:
         """Request.cancel() by id; False when no such request is outstanding here."""
@@ -458,6 +572,10 @@ class AsyncClient:
             req._on_error(NotConnected(f"the client was closed with request {req.id} outstanding"))
         self._client.close()
 
+    async def aclose(self) -> None:
+        """close(), awaitable (as in aiohttp, redis.asyncio and httpx)."""
+        self.close()
+
     async def __aenter__(self) -> "AsyncClient":
         return self
 
@@ -488,7 +606,7 @@ class AsyncWorker:
         self.poll = worker.poll
 
     @classmethod
-    async def connect(
+    def connect(
         cls,
         socket_path: str = DEFAULT_SOCKET,
         endpoint: str = "",
@@ -496,8 +614,22 @@ class AsyncWorker:
         name: Optional[str] = None,
         connect_timeout: float = 5.0,
         event_timeout: float = 1.0,
+    ) -> "Connecting[AsyncWorker]":
+        """Worker.connect in the loop's executor. ``await`` it or enter it
+        (``async with AsyncWorker.connect(…) as worker:``, closed at the
+        end). Raises what Worker.connect raises."""
+        return Connecting(cls._connect(socket_path, endpoint, name, connect_timeout,
+                                       event_timeout))
+
+    @classmethod
+    async def _connect(
+        cls,
+        socket_path: str,
+        endpoint: str,
+        name: Optional[str],
+        connect_timeout: float,
+        event_timeout: float,
     ) -> "AsyncWorker":
-        """Worker.connect in the loop's executor."""
         worker = await off_loop(
             Worker.connect,
             socket_path,
@@ -587,6 +719,10 @@ class AsyncWorker:
             if not waiting.done():
                 waiting.set_exception(NotConnected("the worker was closed while a task waited"))
         self._worker.close()
+
+    async def aclose(self) -> None:
+        """close(), awaitable."""
+        self.close()
 
     async def __aenter__(self) -> "AsyncWorker":
         return self
