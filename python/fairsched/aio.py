@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import time
 from ctypes import byref, c_uint64
 from typing import (
@@ -41,9 +42,10 @@ from typing import (
     TypeVar,
 )
 
-from ._common import DEFAULT_SOCKET, POLL_BATCH, off_loop, raise_error, seconds_to_ns
+from ._common import DEFAULT_SOCKET, POLL_BATCH, U32, check_int, off_loop, raise_error
+from ._common import seconds_to_ns
 from .client import Client, Params, Prompt, _Request
-from ._types import Completion, Tenant, WorkerStats, WorkItem
+from ._types import Completion, Status, Tenant, WorkerStats, WorkItem
 from .errors import FairschedError, InvalidArgument, NotConnected, RingFull, TimedOut
 from .retry import RetryBudget, RetryOutcome, RetryPolicy, RetryStop, retry_delay
 from .worker import Worker
@@ -56,6 +58,10 @@ _CANCEL_RETRY_MAX = 0.05
 # How soon asubmit() tries again after RingFull, doubling up to the cap: the
 # daemon takes submissions off the rings continuously, so room comes back
 # within microseconds to a few milliseconds.
+# AsyncClient.stream_buffer_tokens by default: the endpoints' default
+# max_output_tokens, about 1.4 MB of Completion objects.
+DEFAULT_STREAM_BUFFER_TOKENS = 4096
+
 _ROOM_RETRY_FIRST = 0.0001
 _ROOM_RETRY_MAX = 0.005
 
@@ -103,7 +109,8 @@ class Request:
     Without ``stream`` there are no chunks.
     """
 
-    __slots__ = ("id", "tag", "stream", "_client", "_chunks", "_waiters", "_final", "_error")
+    __slots__ = ("id", "tag", "stream", "_client", "_chunks", "_buffered", "_slow", "_waiters",
+                 "_final", "_error")
 
     def __init__(self, client: "AsyncClient", request_id: int, tag: int, stream: bool) -> None:
         self.id = request_id
@@ -111,6 +118,8 @@ class Request:
         self.stream = stream
         self._client = client
         self._chunks: collections.deque[Completion] = collections.deque()
+        self._buffered = 0  # tokens in _chunks
+        self._slow = False  # past the client's stream_buffer_tokens: ending SLOW_CONSUMER
         # Futures of the tasks suspended on this request, woken by any news.
         self._waiters: list[asyncio.Future[None]] = []
         self._final: Optional[Completion] = None
@@ -129,11 +138,24 @@ class Request:
                 w.set_result(None)
 
     def _on_chunk(self, c: Completion) -> None:
+        if self._slow:
+            return  # the request is being ended SLOW_CONSUMER: nothing more is kept
+        limit = self._client.stream_buffer_tokens
+        if limit is not None and self._buffered + len(c.tokens) > limit:
+            # The daemon's slow-consumer policy, applied here: what was kept
+            # is delivered, the request is aborted on its worker, and its
+            # final completion says SLOW_CONSUMER.
+            self._slow = True
+            self._client._send_cancel(self)
+            return
+        self._buffered += len(c.tokens)
         self._chunks.append(c)
         if self._waiters:
             self._wake()
 
     def _on_final(self, c: Completion) -> None:
+        if self._slow and c.status in (Status.OK, Status.CANCELLED):
+            c = dataclasses.replace(c, status=Status.SLOW_CONSUMER)
         self._final = c
         self._wake()
 
@@ -209,7 +231,9 @@ class Request:
     async def __anext__(self) -> Completion:
         while True:
             if self._chunks:
-                return self._chunks.popleft()
+                c = self._chunks.popleft()
+                self._buffered -= len(c.tokens)
+                return c
             if self._final is not None:
                 raise StopAsyncIteration
             if self._error is not None:
@@ -240,6 +264,9 @@ class AsyncClient:
         self.retry_budget = RetryBudget()
         self.unclaimed = 0  # completions of requests this object did not submit (dropped)
         self.ring_full_waits = 0  # times asubmit() waited for room
+        # The most output tokens kept for one request that its reader has not
+        # taken yet (None: no bound); past it the request ends SLOW_CONSUMER.
+        self.stream_buffer_tokens: Optional[int] = DEFAULT_STREAM_BUFFER_TOKENS
         loop.add_reader(self._fd, self._drain)
         self._drain()  # descriptor mode starts with the first prepare_to_block
 
@@ -254,15 +281,21 @@ class AsyncClient:
         reconnect: bool = False,
         reconnect_initial_delay: float = 0.1,
         reconnect_max_delay: float = 5.0,
+        stream_buffer_tokens: Optional[int] = DEFAULT_STREAM_BUFFER_TOKENS,
     ) -> "Connecting[AsyncClient]":
         """Client.connect in a thread of the loop's executor (the Hello round
         trip may take up to connect_timeout), then the reader on its
         descriptor. ``await`` it (``client = await AsyncClient.connect(…)``)
         or enter it (``async with AsyncClient.connect(…) as client:``, closed
-        at the end). Raises what Client.connect raises."""
+        at the end). ``stream_buffer_tokens``: the most output tokens kept
+        for one streamed request that its reader has not taken yet (None: no
+        bound); a request past it ends SLOW_CONSUMER. Raises what
+        Client.connect raises."""
+        if stream_buffer_tokens is not None:
+            check_int("stream_buffer_tokens", stream_buffer_tokens, 1, U32)
         return Connecting(cls._connect(
             socket_path, name, connect_timeout, control_timeout, reconnect,
-            reconnect_initial_delay, reconnect_max_delay,
+            reconnect_initial_delay, reconnect_max_delay, stream_buffer_tokens,
         ))
 
     @classmethod
@@ -275,6 +308,7 @@ class AsyncClient:
         reconnect: bool,
         reconnect_initial_delay: float,
         reconnect_max_delay: float,
+        stream_buffer_tokens: Optional[int],
     ) -> "AsyncClient":
         client = await off_loop(
             Client.connect,
@@ -288,10 +322,12 @@ class AsyncClient:
             reconnect_max_delay=reconnect_max_delay,
         )
         try:
-            return cls(client, asyncio.get_running_loop())
+            connected = cls(client, asyncio.get_running_loop())
         except BaseException:
             client.close()
             raise
+        connected.stream_buffer_tokens = stream_buffer_tokens
+        return connected
 
     @property
     def client(self) -> Client:

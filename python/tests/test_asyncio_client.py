@@ -19,6 +19,7 @@ from fairsched import (
     RetryStop,
     RingFull,
     Status,
+    WorkKind,
 )
 
 
@@ -326,5 +327,40 @@ def test_asubmit_retries_a_full_ring_and_gives_up_at_the_deadline(daemon: Daemon
                 await client.asubmit(t, "embed", [1], max_output_tokens=0,
                                      deadline=time.monotonic())
             client.submit = real_submit  # type: ignore[method-assign]
+
+    run(main(), 30)
+
+
+def test_a_stream_nobody_reads_ends_slow_consumer_past_the_clients_buffer(daemon: Daemon) -> None:
+    async def main() -> None:
+        async with AsyncWorker.connect(daemon.socket, "chat") as worker, \
+                AsyncClient.connect(daemon.socket, stream_buffer_tokens=16) as client:
+            assert client.stream_buffer_tokens == 16
+            worker.set_capacity(2, 100_000)
+            t = await client.open_tenant("acme")
+            req = client.submit(t, "chat", [1], max_output_tokens=1000, stream=True)
+            [item] = await worker.next_items(10)
+            emitted = list(range(100, 140))
+            for i in range(0, 40, 5):  # nobody reads: it piles up in the client
+                worker.emit(item.id, emitted[i:i + 5])
+            aborted = await worker.next_items(10)
+            assert [(i.kind, i.id) for i in aborted] == [(WorkKind.ABORT, item.id)]
+            worker.finish(item.id, Status.CANCELLED, 40)
+            final = await asyncio.wait_for(req.completion(), 10)
+            assert final.status == Status.SLOW_CONSUMER
+            assert final.output_tokens == 40
+            kept = [tok for chunk in [c async for c in req] for tok in chunk.tokens]
+            assert len(kept) <= 16 and kept == emitted[:len(kept)]
+
+            # A stream that is read keeps going past the bound.
+            req = client.submit(t, "chat", [2], max_output_tokens=1000, stream=True)
+            [item] = await worker.next_items(10)
+            got: list[int] = []
+            for i in range(0, 40, 5):
+                worker.emit(item.id, emitted[i:i + 5])
+                while len(got) < i + 5:
+                    got += (await asyncio.wait_for(req.__anext__(), 10)).tokens
+            worker.finish(item.id, Status.OK, 40)
+            assert (await req).status == Status.OK and got == emitted
 
     run(main(), 30)
