@@ -74,6 +74,10 @@ Result<void> Client::reconnect() {
   return impl_->reconnect();
 }
 
+void Client::shutdown() {
+  impl_->shutdown();
+}
+
 bool Client::connected() const {
   return impl_->connected();
 }

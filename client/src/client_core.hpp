@@ -48,6 +48,7 @@
 
 #include "completion_router.hpp"
 #include "fairsched/client.hpp"
+#include "fork_guard.hpp"
 #include "pending_table.hpp"
 #include "session.hpp"
 #include "tenant_registry.hpp"
@@ -56,6 +57,10 @@ namespace fairsched::client_detail {
 
 inline Error notConnected() {
   return Error{ErrorCode::kNotConnected, 0, "not connected to the daemon"};
+}
+
+inline Error closedError() {
+  return Error{ErrorCode::kNotConnected, 0, "the client is closed"};
 }
 
 inline Error daemonLost() {
@@ -110,7 +115,8 @@ class ClientCore {
   // the first session. Errors: those of Client::connect().
   static Result<std::unique_ptr<ClientCore>> connect(ClientOptions options);
   // Shuts the current session's socket down, so the daemon cancels what it
-  // still holds for this client.
+  // still holds for this client (not in a child of fork() that inherited
+  // it: there it only releases the child's copies).
   ~ClientCore();
   ClientCore(const ClientCore&) = delete;
   ClientCore& operator=(const ClientCore&) = delete;
@@ -132,8 +138,11 @@ class ClientCore {
   Result<bool> prepareToBlock();
   Result<Completion> submitAndWait(const SubmitRequest& req, std::chrono::nanoseconds timeout);
 
+  // Client::shutdown(): any thread, with other calls in progress.
+  void shutdown();
+
   int completionFd() const { return router_.fd(); }
-  bool connected() const { return live(current()); }
+  bool connected() const { return !birth_.inherited() && !closed() && live(current()); }
   std::vector<EndpointDescription> endpoints() const {
     std::shared_ptr<Session> s = current();
     return s ? s->endpoints : std::vector<EndpointDescription>{};
@@ -155,6 +164,15 @@ class ClientCore {
   }
   bool lostSince(std::uint64_t epoch) const {
     return loss_epoch_.load(std::memory_order_acquire) != epoch;
+  }
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+  // Why a call cannot go on: inherited across fork(), or shut down. The
+  // calls that would touch the connection ask first (submit() and poll()
+  // only the former: a shut-down client has no session to use).
+  std::optional<Error> unusable() const {
+    if (birth_.inherited()) return birth_.inheritedError("client");
+    if (closed()) return closedError();
+    return std::nullopt;
   }
 
   // ---- reconnect.cpp ----------------------------------------------------
@@ -206,6 +224,8 @@ class ClientCore {
   }
 
   const ClientOptions options_;
+  const Birth birth_ = Birth::now();
+  std::atomic<bool> closed_{false};  // shutdown() was called
 
   // The control connection (reconnect.cpp).
   std::mutex control_mu_;

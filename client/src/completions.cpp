@@ -114,12 +114,18 @@ std::size_t ClientCore::popLocked(Session& s, std::vector<Completion>* out, std:
       const std::optional<Pending> p = pending_.find(slot.request_id);
       if (!p) {
         bump(counters_.unknown_completions);
-      } else if (!p->awaited) {  // submitAndWait() returns the final completion only
+        continue;
+      }
+      // Chunks come in order without gaps: this one's end is the count so far.
+      s.streamed[slot.request_id] = static_cast<std::uint32_t>(
+          std::min<std::uint64_t>(slot.queue_wait_ns + s.chunk_tokens.size(), UINT32_MAX));
+      if (!p->awaited) {  // submitAndWait() returns the final completion only
         deliver(chunkFromSlot(slot, *p, s.chunk_tokens), *p, out);
         ++n;
       }
       continue;
     }
+    if (!s.streamed.empty()) s.streamed.erase(slot.request_id);
     std::optional<Pending> p = pending_.erase(slot.request_id);
     if (!p) {
       bump(counters_.unknown_completions);
@@ -152,6 +158,7 @@ bool ClientCore::ready(const std::shared_ptr<Session>& s) {
 }
 
 std::size_t ClientCore::poll(std::vector<Completion>& out, std::size_t max) {
+  if (birth_.inherited()) return 0;  // the parent's completions
   std::size_t n = router_.takeLocal(out, max);
   std::shared_ptr<Session> s = current();
   if (s && n < max) {
@@ -176,6 +183,7 @@ std::size_t ClientCore::poll(std::vector<Completion>& out, std::size_t max) {
 }
 
 Result<void> ClientCore::wait(nanoseconds timeout) {
+  if (std::optional<Error> e = unusable()) return *e;
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = deadlineAfter(timeout);
   const std::uint64_t epoch = loss_epoch_.load(std::memory_order_acquire);
@@ -190,6 +198,7 @@ Result<void> ClientCore::wait(nanoseconds timeout) {
   // Spin: a completion that is microseconds away costs no sleep and wake-up.
   const Clock::time_point spin_end = start + options_.spin;
   for (;;) {
+    if (closed()) return closedError();
     if (lostSince(epoch)) return daemonLost();
     if (ready(s)) return {};
     const auto now = Clock::now();
@@ -203,6 +212,7 @@ Result<void> ClientCore::wait(nanoseconds timeout) {
     SleepScope scope(*s);
     s->bell.drain();
     router_.consumeNotify();
+    if (closed()) return closedError();  // shutdown() from another thread
     if (lostSince(epoch)) return daemonLost();
     if (ready(s)) return {};
     if (!probe(s)) {
@@ -219,6 +229,7 @@ Result<void> ClientCore::wait(nanoseconds timeout) {
 }
 
 Result<bool> ClientCore::prepareToBlock() {
+  if (std::optional<Error> e = unusable()) return *e;
   router_.consumeNotify();
   if (router_.hasLocal()) return false;
   std::shared_ptr<Session> s = current();
@@ -242,6 +253,7 @@ Result<bool> ClientCore::prepareToBlock() {
 }
 
 Result<Completion> ClientCore::submitAndWait(const SubmitRequest& req, nanoseconds timeout) {
+  if (std::optional<Error> e = unusable()) return *e;
   shm::EventFd* efd = threadEventFd();
   if (efd == nullptr) return Error{ErrorCode::kSystem, errno, "eventfd for submitAndWait"};
   efd->drain();
@@ -251,6 +263,10 @@ Result<Completion> ClientCore::submitAndWait(const SubmitRequest& req, nanosecon
   const Clock::time_point deadline = deadlineAfter(timeout);
   const Clock::time_point spin_end = Clock::now() + options_.spin;
   for (;;) {
+    if (closed()) {  // shutdown() from another thread: the completion is dropped
+      router_.closeMailbox(id);
+      return closedError();
+    }
     if (auto c = router_.takeMailbox(id)) {
       bump(counters_.completed);
       return *c;

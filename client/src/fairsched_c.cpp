@@ -376,6 +376,10 @@ int fairsched_connected(const fairsched_client* client) {
   return client != nullptr && client->client.connected() ? 1 : 0;
 }
 
+void fairsched_shutdown(fairsched_client* client) {
+  if (client != nullptr) client->client.shutdown();
+}
+
 void fairsched_close(fairsched_client* client) {
   delete client;
 }
@@ -489,6 +493,10 @@ void fairsched_worker_get_stats(const fairsched_worker* worker, fairsched_worker
   out->tokens_emitted = s.tokens_emitted;
   out->finished = s.finished;
   out->ring_full_waits = s.ring_full_waits;
+}
+
+void fairsched_worker_shutdown(fairsched_worker* worker) {
+  if (worker != nullptr) worker->worker.shutdown();
 }
 
 void fairsched_worker_close(fairsched_worker* worker) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -19,9 +20,19 @@ ClientCore::ClientCore(ClientOptions options, CompletionFds fds)
       router_(std::move(fds)) {}
 
 ClientCore::~ClientCore() {
+  if (birth_.inherited()) return;  // the parent's connection: it still uses it
   if (auto s = session_.load()) {
     ::shutdown(s->sock, SHUT_RDWR);
   }
+}
+
+void ClientCore::shutdown() {
+  if (birth_.inherited()) return;
+  closed_.store(true, std::memory_order_release);
+  // As a loss: the daemon sees EOF, and every thread blocked on the socket,
+  // the bell or completionFd() wakes up and finds closed_ set.
+  if (std::shared_ptr<Session> s = current()) handleLoss(s);
+  router_.signalNotify();
 }
 
 Result<std::unique_ptr<ClientCore>> ClientCore::connect(ClientOptions options) {
@@ -54,11 +65,13 @@ void ClientCore::install(const std::shared_ptr<Session>& s) {
 }
 
 Result<void> ClientCore::reconnect() {
+  if (std::optional<Error> e = unusable()) return *e;
   std::lock_guard lk(control_mu_);
   return reconnectLocked(true);
 }
 
 Result<void> ClientCore::reconnectLocked(bool force) {
+  if (std::optional<Error> e = unusable()) return *e;
   std::shared_ptr<Session> cur = current();
   if (live(cur)) return {};
   if (cur) return notConnected();  // another thread is still tearing the old one down
@@ -123,12 +136,20 @@ void ClientCore::handleLoss(const std::shared_ptr<Session>& s) {
   // A submit() that inserts after this scan sees alive == false afterwards
   // (two seq_cst fences order it: pending_table.hpp) and withdraws its
   // request itself.
-  for (auto& [id, p] : pending_.takeGeneration(s->generation)) {
+  std::vector<std::pair<RequestId, Pending>> lost = pending_.takeGeneration(s->generation);
+  std::unordered_map<RequestId, std::uint32_t> streamed;
+  {
+    std::lock_guard lk(s->consumer_mu);
+    streamed.swap(s->streamed);
+  }
+  for (auto& [id, p] : lost) {
     Completion c;
     c.request_id = id;
     c.tag = p.tag;
     c.status = Status::kShuttingDown;
     c.local = true;
+    // A stream ends with what reached this client of it.
+    if (auto it = streamed.find(id); it != streamed.end()) c.output_tokens = it->second;
     bump(counters_.local_completions);
     deliver(c, p, nullptr);
   }
@@ -141,6 +162,10 @@ void ClientCore::handleLoss(const std::shared_ptr<Session>& s) {
 std::vector<Result<Tenant>> ClientCore::openTenants(std::span<const std::string_view> names,
                                                     std::optional<std::string_view> tier) {
   std::vector<Result<Tenant>> out(names.size(), Result<Tenant>(Tenant{}));
+  if (std::optional<Error> e = unusable()) {
+    for (auto& r : out) r = *e;
+    return out;
+  }
   // The daemon refuses a name that breaks the rule; say so before asking it.
   std::optional<Error> bad_tier;
   if (tier && !tier->empty()) {
@@ -241,6 +266,10 @@ std::vector<Result<Tenant>> ClientCore::openTenants(std::span<const std::string_
 
 std::vector<Result<void>> ClientCore::closeTenants(std::span<const Tenant> tenants) {
   std::vector<Result<void>> out(tenants.size());
+  if (std::optional<Error> e = unusable()) {
+    for (auto& r : out) r = *e;
+    return out;
+  }
   std::lock_guard lk(control_mu_);
   std::shared_ptr<Session> s = current();
   std::vector<TenantCall> calls;

@@ -18,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "control_channel.hpp"
@@ -112,6 +113,10 @@ class Session {
   std::mutex consumer_mu;
   shm::CompletionConsumer consumer;         // guarded by consumer_mu
   std::vector<std::uint32_t> chunk_tokens;  // a stream chunk's tokens; guarded by consumer_mu
+  // Output tokens streamed so far, per request with a chunk taken off this
+  // ring and no final completion yet: what a completion made up after a
+  // loss reports. Guarded by consumer_mu.
+  std::unordered_map<RequestId, std::uint32_t> streamed;
 
  private:
   Session(std::uint64_t gen, shm::UniqueFd sock, shm::Segment segment, shm::EventFd doorbell,

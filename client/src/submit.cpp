@@ -15,6 +15,7 @@
 namespace fairsched::client_detail {
 
 Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventFd* await_efd) {
+  if (birth_.inherited()) return birth_.inheritedError("client");
   const std::uint32_t handle = req.tenant.index;
   std::shared_ptr<Session> s = current();
   if (!live(s)) {
@@ -123,15 +124,16 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
     bump(counters_.doorbell_rings);
   }
   if (!s->alive.load(std::memory_order_acquire) && withdraw(id, await_efd != nullptr)) {
-    // Lost while we pushed, and the loss handler did not see our entry:
-    // no completion will come, so the caller hears it now.
-    return daemonLost();
+    // Lost (or shut down) while we pushed, and the loss handler did not see
+    // our entry: no completion will come, so the caller hears it now.
+    return closed() ? closedError() : daemonLost();
   }
   bump(counters_.submitted);
   return id;
 }
 
 Result<void> ClientCore::cancel(RequestId id) {
+  if (std::optional<Error> e = unusable()) return *e;
   const std::optional<Pending> p = pending_.find(id);
   if (!p) {
     return Error{ErrorCode::kInvalidArgument, 0,

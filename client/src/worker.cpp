@@ -18,12 +18,14 @@
 #include <thread>
 
 #include "fairsched/name.hpp"
+#include "fork_guard.hpp"
 #include "session.hpp"
 #include "shm/worker_protocol.hpp"
 
 namespace fairsched {
 namespace worker_detail {
 
+using client_detail::Birth;
 using client_detail::Clock;
 using client_detail::Session;
 
@@ -67,11 +69,22 @@ class WorkerCore {
   }
 
   ~WorkerCore() {
-    ::shutdown(s_->sock, SHUT_RDWR);
+    // In a child of fork() the connection is the parent's: only the child's
+    // copies go.
+    if (!birth_.inherited()) ::shutdown(s_->sock, SHUT_RDWR);
     ::close(epoll_fd_);
   }
 
+  void shutdown() {
+    if (birth_.inherited()) return;
+    closed_.store(true, std::memory_order_release);
+    // The daemon sees EOF; wait() and a push waiting for room see the
+    // socket hung up and then closed_.
+    ::shutdown(s_->sock, SHUT_RDWR);
+  }
+
   Result<void> setCapacity(std::uint32_t free_sequences, std::uint64_t free_kv_tokens) {
+    if (std::optional<Error> e = unusable()) return *e;
     shm::WorkerEvent ev;
     ev.kind = shm::WorkerEventKind::kCapacity;
     ev.free_sequences = free_sequences;
@@ -83,6 +96,7 @@ class WorkerCore {
   }
 
   std::size_t poll(std::vector<WorkItem>& out, std::size_t max) {
+    if (birth_.inherited()) return 0;  // the parent's assignments
     std::lock_guard lk(s_->consumer_mu);
     std::size_t n = 0;
     shm::CompletionSlot slot;
@@ -138,11 +152,13 @@ class WorkerCore {
   }
 
   Result<void> wait(std::chrono::nanoseconds timeout) {
+    if (std::optional<Error> e = unusable()) return *e;
     const auto deadline = timeout.count() < 0 || timeout > std::chrono::hours(24 * 365)
                               ? Clock::time_point::max()
                               : Clock::now() + timeout;
     const auto spin_end = Clock::now() + std::chrono::microseconds(20);
     for (;;) {
+      if (closed_.load(std::memory_order_acquire)) return closedError();
       if (lost()) return daemonLost();
       if (ready()) return {};
       const auto now = Clock::now();
@@ -169,6 +185,7 @@ class WorkerCore {
   }
 
   Result<bool> prepareToBlock() {
+    if (std::optional<Error> e = unusable()) return *e;
     if (lost()) return daemonLost();
     s_->arm();
     s_->bell.drain();
@@ -176,6 +193,7 @@ class WorkerCore {
   }
 
   Result<void> emit(std::uint64_t id, std::span<const std::uint32_t> tokens) {
+    if (std::optional<Error> e = unusable()) return *e;
     if (tokens.empty()) return Error{ErrorCode::kInvalidArgument, 0, "no tokens to emit"};
     const std::int64_t now = Clock::now().time_since_epoch().count();
     for (std::size_t i = 0; i < tokens.size(); i += shm::kWorkerTokensPerEvent) {
@@ -192,6 +210,7 @@ class WorkerCore {
 
   Result<void> finish(std::uint64_t id, Status status, std::uint32_t output_tokens,
                       std::string_view message, std::uint32_t input_tokens) {
+    if (std::optional<Error> e = unusable()) return *e;
     if (message.size() > shm::kMaxParamsBytes) message = message.substr(0, shm::kMaxParamsBytes);
     shm::WorkerEvent ev;
     ev.kind = shm::WorkerEventKind::kFinish;
@@ -206,6 +225,7 @@ class WorkerCore {
   }
 
   Result<void> preempted(std::uint64_t id, std::uint32_t output_tokens) {
+    if (std::optional<Error> e = unusable()) return *e;
     shm::WorkerEvent ev;
     ev.kind = shm::WorkerEventKind::kPreempted;
     ev.assignment = id;
@@ -213,7 +233,9 @@ class WorkerCore {
     return push(shm::encodeWorkerEvent(ev), {}, {});
   }
 
-  bool connected() { return !lost(); }
+  bool connected() {
+    return !birth_.inherited() && !closed_.load(std::memory_order_acquire) && !lost();
+  }
   EndpointDescription endpoint() const { return s_->endpoints.front(); }
   std::uint64_t workerId() const { return s_->client_id; }
   int eventFd() const { return epoll_fd_; }
@@ -234,6 +256,13 @@ class WorkerCore {
 
   static Error daemonLost() {
     return Error{ErrorCode::kDaemonLost, 0, "the connection to the daemon was lost"};
+  }
+  static Error closedError() { return Error{ErrorCode::kNotConnected, 0, "the worker is closed"}; }
+  // Inherited across fork(), or shut down: the call cannot go on.
+  std::optional<Error> unusable() const {
+    if (birth_.inherited()) return birth_.inheritedError("worker");
+    if (closed_.load(std::memory_order_acquire)) return closedError();
+    return std::nullopt;
   }
 
   // The socket carries nothing after the Hello: readable or hung up means gone.
@@ -263,6 +292,7 @@ class WorkerCore {
         waited = true;
         ++stats_.ring_full_waits;
       }
+      if (closed_.load(std::memory_order_acquire)) return closedError();
       if (lost()) return daemonLost();
       if (Clock::now() >= deadline) return Error{ErrorCode::kRingFull, 0, "event ring full"};
       if (s_->daemon_sleeping.sleeping()) s_->doorbell.signal();
@@ -274,6 +304,8 @@ class WorkerCore {
   }
 
   const WorkerOptions options_;
+  const Birth birth_ = Birth::now();
+  std::atomic<bool> closed_{false};  // shutdown() was called
   std::shared_ptr<Session> s_;
   const int epoll_fd_;
   std::vector<std::uint32_t> payload_;  // guarded by s_->consumer_mu
@@ -320,6 +352,9 @@ Result<void> Worker::preempted(std::uint64_t id, std::uint32_t output_tokens) {
 Result<void> Worker::finish(std::uint64_t id, Status status, std::uint32_t output_tokens,
                             std::string_view message, std::uint32_t input_tokens) {
   return impl_->finish(id, status, output_tokens, message, input_tokens);
+}
+void Worker::shutdown() {
+  impl_->shutdown();
 }
 bool Worker::connected() const {
   return impl_->connected();

@@ -16,7 +16,7 @@
 //
 // Threading. Every method may be called from any number of threads at once,
 // except that the destructor (and move) REQUIRES that no other call is in
-// progress. In detail:
+// progress; shutdown() is how another thread ends calls that block. In detail:
 //   submit()       lock-free on the ring (many producers); the library's own
 //                  bookkeeping of outstanding requests takes one of 16 sharded
 //                  mutexes for a hash-map insert (no system call under it).
@@ -32,6 +32,12 @@
 // Every request that submit() accepted gets exactly one Completion, from the
 // daemon or — when the daemon goes away first — made up by the library with
 // status SHUTTING_DOWN and `local` set. A request submit() rejected gets none.
+//
+// fork(): a child inherits the Client but not the connection. Every call in
+// the child fails with kNotConnected (connected() is false, poll() returns
+// nothing) and destroying it there only releases the child's copies of the
+// mappings and descriptors: the parent's connection is not touched, whatever
+// the child does. A child connects its own Client.
 #pragma once
 
 #include <chrono>
@@ -207,6 +213,16 @@ class FAIRSCHED_API Client {
   // Tries to connect now when disconnected (regardless of the reconnect
   // policy's delay). OK when connected afterwards.
   Result<void> reconnect();
+
+  // Ends the connection for good, as shutdown(2) before close(2): the daemon
+  // cancels what it holds for this client, the requests outstanding complete
+  // SHUTTING_DOWN (local), calls blocked in wait(), submitAndWait() or a
+  // control round trip return at once, and every later call fails with
+  // kNotConnected ("the client is closed"; poll() hands out what is left).
+  // Unlike the destructor, it may be called from any thread while other
+  // calls are in progress; destroy the Client once they have returned.
+  // Idempotent; does nothing in a child of fork().
+  void shutdown();
 
   bool connected() const;
   // The daemon's endpoints of the current connection (empty when none).

@@ -11,9 +11,14 @@
  *
  * Threading: as in client.hpp. Every function but fairsched_close may be
  * called from many threads at once; fairsched_close REQUIRES that no other
- * call on the handle is in progress. Each request fairsched_submit accepted
- * gets exactly one completion (status SHUTTING_DOWN, `local` set, when the
- * daemon went away first).
+ * call on the handle is in progress (fairsched_shutdown ends those that
+ * block). Each request fairsched_submit accepted gets exactly one completion
+ * (status SHUTTING_DOWN, `local` set, when the daemon went away first).
+ *
+ * fork(): in a child, a handle the parent connected fails every call with
+ * FAIRSCHED_ERR_NOT_CONNECTED, and fairsched_close there only releases the
+ * child's copies of its mappings and descriptors: the parent's connection
+ * is not touched. A child connects its own.
  *
  * Errors are fairsched_error values; fairsched_last_error_message() gives
  * the calling thread's message for its last failed call. Times are int64_t
@@ -242,6 +247,14 @@ FAIRSCHED_C_API fairsched_error fairsched_submit_with_retry(fairsched_client* cl
                                                             int32_t* attempts);
 /* Nonzero when connected. */
 FAIRSCHED_C_API int fairsched_connected(const fairsched_client* client);
+/* Ends the connection for good without freeing the handle, as shutdown(2)
+ * before close(2): calls blocked in fairsched_wait, _submit_and_wait or a
+ * control round trip return FAIRSCHED_ERR_NOT_CONNECTED at once, and so does
+ * every later call (fairsched_poll hands out what is left: the outstanding
+ * requests completed SHUTTING_DOWN). May be called from any thread while
+ * other calls on the handle are in progress; fairsched_close it once they
+ * have returned. Idempotent; NULL is fine. */
+FAIRSCHED_C_API void fairsched_shutdown(fairsched_client* client);
 /* Closes the connection and frees the handle; NULL is fine. */
 FAIRSCHED_C_API void fairsched_close(fairsched_client* client);
 
@@ -250,8 +263,9 @@ FAIRSCHED_C_API void fairsched_close(fairsched_client* client);
  *
  * Threading: fairsched_worker_set_capacity, _emit, _finish, _connected and
  * _get_stats may be called from any number of threads at once; _poll, _wait and
- * _prepare_to_block from one thread at a time; fairsched_worker_close
- * REQUIRES that no other call on the handle is in progress. */
+ * _prepare_to_block from one thread at a time; fairsched_worker_shutdown from
+ * any thread at any time; fairsched_worker_close REQUIRES that no other call
+ * on the handle is in progress. */
 
 /* Fill with fairsched_worker_options_init(), then set at least endpoint. */
 typedef struct fairsched_worker_options {
@@ -356,6 +370,12 @@ FAIRSCHED_C_API int fairsched_worker_connected(const fairsched_worker* worker);
 /* Counters since connect (relaxed). */
 FAIRSCHED_C_API void fairsched_worker_get_stats(const fairsched_worker* worker,
                                                 fairsched_worker_stats* out);
+/* Detaches for good without freeing the handle: a fairsched_worker_wait or
+ * an event waiting for room in the ring returns FAIRSCHED_ERR_NOT_CONNECTED
+ * at once, and so does every later call. May be called from any thread while
+ * other calls on the handle are in progress; fairsched_worker_close it once
+ * they have returned. Idempotent; NULL is fine. */
+FAIRSCHED_C_API void fairsched_worker_shutdown(fairsched_worker* worker);
 /* Detaches and frees the handle; NULL is fine. What it still runs ends
  * EXECUTOR_FAILED at its clients, or goes back to its queue when nothing of
  * it was streamed yet and the endpoint's worker.requeue_on_loss says so. */

@@ -26,8 +26,13 @@
 //
 // Thread-safety: emit(), finish() and setCapacity() may be called from any
 // number of threads at once (the event ring is multi-producer); poll(),
-// wait() and prepareToBlock() from one thread at a time. Moving or
-// destroying a Worker requires that no other call is in progress.
+// wait() and prepareToBlock() from one thread at a time; shutdown() from any
+// thread at any time. Moving or destroying a Worker requires that no other
+// call is in progress.
+//
+// fork(): in a child that inherited a Worker every call fails with
+// kNotConnected and destroying it releases only the child's copies; the
+// parent's attachment is not touched.
 //
 // If the worker dies, its running requests end EXECUTOR_FAILED at their
 // clients — or go back to their queue when nothing was streamed yet and the
@@ -153,6 +158,14 @@ class FAIRSCHED_API Worker {
   // in all, every one emitted. (When it had finished already, finish() was
   // the answer and nothing more is needed.) Errors: kDaemonLost, kRingFull.
   Result<void> preempted(std::uint64_t id, std::uint32_t output_tokens);
+
+  // Detaches for good, as shutdown(2) before close(2): the daemon treats the
+  // worker as gone (above), a wait() or an event push waiting for room
+  // returns at once, and every later call fails with kNotConnected ("the
+  // worker is closed"). May be called from any thread while other calls are
+  // in progress; destroy the Worker once they have returned. Idempotent;
+  // does nothing in a child of fork().
+  void shutdown();
 
   bool connected() const;
   // The endpoint served, as the daemon described it.

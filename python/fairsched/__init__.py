@@ -9,7 +9,7 @@ which). docs/python.md is the guide.
 
 from ._ffi import MAX_PARAMS_BYTES, LibraryNotFound, library_path
 from ._types import Completion, Status, Tenant, WorkerStats, WorkItem, WorkKind
-from .aio import AsyncClient, AsyncWorker, Request
+from .aio import AsyncClient, AsyncWorker, Connecting, Request
 from .client import DEFAULT_SOCKET, Client, monotonic_deadline
 from .errors import (
     ConnectFailed,
@@ -51,6 +51,7 @@ __all__ = [
     "Client",
     "Completion",
     "ConnectFailed",
+    "Connecting",
     "DaemonLost",
     "DEFAULT_SOCKET",
     "ErrorCode",

@@ -11,6 +11,7 @@ import asyncio
 import ctypes
 import functools
 import os
+import threading
 from ctypes import byref, c_void_p
 from typing import Any, Callable, NoReturn, Optional, TypeVar
 
@@ -96,52 +97,153 @@ async def off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 H = TypeVar("H", bound="Handle")
 
+# This process's id, as of its last fork (os.register_at_fork keeps it): a
+# handle made in another process was inherited by a child of fork().
+_pid = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 class Handle:
     """A handle of the C API owned by one Python object: closed once, by
     close(), a ``with`` block or the garbage collector.
 
-    A subclass names its C functions: ``_close_fn`` (frees the handle) and
-    ``_connected_fn`` (nonzero while the connection is live), and says what
-    it is in ``_role`` for the NotConnected of a call after close().
+    Every call into the library goes through ``_enter()``/``_leave()``, which
+    count it, so close() never frees the handle under a call in progress:
+    it shuts the connection down (``_shutdown_fn``: calls blocked in the
+    library return at once, with NotConnected) and the last call to leave
+    frees it. A handle inherited by a child of os.fork() (the redis-py
+    rule) raises NotConnected in the child, and closing it there releases
+    only the child's copies: the parent's connection is not touched.
+
+    A subclass names its C functions: ``_close_fn`` (frees the handle),
+    ``_shutdown_fn`` (ends it without freeing) and ``_connected_fn`` (nonzero
+    while the connection is live), and says what it is in ``_role`` for the
+    messages.
     """
 
     _close_fn = ""
+    _shutdown_fn = ""
     _connected_fn = ""
     _role = ""
 
     def __init__(self, handle: int) -> None:
         self._lib = _ffi.load()
         self._handle: Optional[int] = handle
+        self._pid = _pid
+        # One entry per call in progress: list.append and list.pop are atomic
+        # (under the GIL, and in free-threaded builds), and cheaper than a lock
+        # around every call.
+        self._calls: list[None] = []
+        self._close_lock = threading.Lock()
+        self._to_free: Optional[int] = None  # closed, freed by the last call to leave
+
+    def _in_forked_child(self) -> bool:
+        """True in a child of fork() that inherited this object."""
+        return self._pid != _pid
+
+    def _inherited(self) -> NotConnected:
+        return NotConnected(
+            f"this {self._role} was connected by process {self._pid}; a child of fork() "
+            f"must connect its own"
+        )
+
+    def _enter(self) -> int:
+        """The handle, counted as in use until ``_leave()``. Raises
+        NotConnected when closed or inherited across fork()."""
+        if self._pid != _pid:
+            raise self._inherited()
+        self._calls.append(None)
+        h = self._handle
+        if h is None:
+            self._leave()
+            raise NotConnected(f"the {self._role} is closed")
+        return h
+
+    def _leave(self) -> None:
+        self._calls.pop()
+        if self._handle is None and not self._calls and self._to_free is not None:
+            self._free()
+
+    def _free(self) -> None:
+        with self._close_lock:
+            h, self._to_free = self._to_free, None
+        if h is not None:
+            getattr(self._lib, self._close_fn)(h)
 
     def _h(self) -> int:
+        """The handle for a call that cannot overlap close() (the caller
+        holds no count): only for values, never to call the library."""
         h = self._handle
         if h is None:
             raise NotConnected(f"the {self._role} is closed")
         return h
 
+    def _raise(self, rc: int) -> NoReturn:
+        """Raises the error of ``rc``; NotConnected when close() came first
+        (a call it ended may have seen the connection go before the close)."""
+        if self._handle is None and rc != ErrorCode.INVALID_ARGUMENT:
+            raise NotConnected(f"the {self._role} was closed during the call")
+        raise_error(self._lib, rc)
+
     def _call(self, fn: Callable[..., int], *args: Any) -> None:
         """``fn(handle, *args)``; raises what it failed with."""
-        rc = fn(self._h(), *args)
+        h = self._enter()
+        try:
+            rc = fn(h, *args)
+        finally:
+            self._leave()
         if rc != 0:
-            raise_error(self._lib, rc)
+            self._raise(rc)
 
     def _wait(self, fn: Callable[[int, int], int], timeout: Optional[float]) -> bool:
         """``fn(handle, timeout_ns)``, a wait: True when it returned for news,
-        False when ``timeout`` passed; raises what it failed with."""
-        rc = fn(self._h(), seconds_to_ns("timeout", timeout))
+        False when ``timeout`` passed; raises what it failed with (NotConnected
+        when close() ended it)."""
+        ns = seconds_to_ns("timeout", timeout)
+        h = self._enter()
+        try:
+            rc = fn(h, ns)
+        finally:
+            self._leave()
         if rc == ErrorCode.TIMED_OUT:
             return False
         if rc != 0:
-            raise_error(self._lib, rc)
+            self._raise(rc)
         return True
 
     def close(self) -> None:
-        """Frees the handle (the class says what is left behind); idempotent.
-        REQUIRES that no other call on this object is in progress."""
-        h, self._handle = self._handle, None
-        if h is not None:
-            getattr(self._lib, self._close_fn)(h)
+        """Closes the connection; idempotent. Safe while other threads are in
+        calls on this object: those blocked in the library (wait(), a round
+        trip) raise NotConnected at once, and the handle is freed when the
+        last of them returns. In a child of fork() that inherited the
+        object, only the child's copies are released."""
+        if self._pid != _pid:
+            h, self._handle = self._handle, None
+            # The library leaves the parent's connection alone; a call that
+            # was in progress at the fork may have left its state half-way,
+            # so then nothing is freed.
+            if h is not None and not self._calls:
+                getattr(self._lib, self._close_fn)(h)
+            return
+        with self._close_lock:
+            h = self._handle
+            if h is None:
+                return
+            self._calls.append(None)  # close's own use of h, until _leave()
+            self._handle = None
+            self._to_free = h
+        try:
+            if len(self._calls) > 1:
+                getattr(self._lib, self._shutdown_fn)(h)
+        finally:
+            self._leave()
 
     def __enter__(self: H) -> H:
         return self
@@ -154,7 +256,21 @@ class Handle:
             self.close()
 
     @property
+    def closed(self) -> bool:
+        """True once close() was called."""
+        return self._handle is None
+
+    @property
     def connected(self) -> bool:
-        """True while the connection is live (False once lost or closed)."""
-        h = self._handle
-        return h is not None and getattr(self._lib, self._connected_fn)(h) != 0
+        """True while the connection is live (False once lost or closed, and
+        in a child of fork())."""
+        if self._pid != _pid or self._handle is None:
+            return False
+        try:
+            h = self._enter()
+        except NotConnected:
+            return False
+        try:
+            return getattr(self._lib, self._connected_fn)(h) != 0
+        finally:
+            self._leave()

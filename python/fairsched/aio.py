@@ -26,13 +26,26 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import time
 from ctypes import byref, c_uint64
-from typing import AsyncIterator, Awaitable, Callable, Generator, Iterable, Optional
+from typing import (
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Generic,
+    Iterable,
+    Optional,
+    TypeVar,
+)
 
-from ._common import DEFAULT_SOCKET, POLL_BATCH, off_loop, raise_error, seconds_to_ns
+from ._common import DEFAULT_SOCKET, POLL_BATCH, U32, check_int, off_loop, raise_error
+from ._common import seconds_to_ns
 from .client import Client, Params, Prompt, _Request
-from ._types import Completion, Tenant, WorkerStats, WorkItem
+from ._types import Completion, Status, Tenant, WorkerStats, WorkItem
 from .errors import FairschedError, InvalidArgument, NotConnected, RingFull, TimedOut
 from .retry import RetryBudget, RetryOutcome, RetryPolicy, RetryStop, retry_delay
 from .worker import Worker
@@ -41,6 +54,50 @@ from .worker import Worker
 # the cap, until the request's final completion arrives.
 _CANCEL_RETRY_FIRST = 0.0005
 _CANCEL_RETRY_MAX = 0.05
+
+# How soon asubmit() tries again after RingFull, doubling up to the cap: the
+# daemon takes submissions off the rings continuously, so room comes back
+# within microseconds to a few milliseconds.
+# AsyncClient.stream_buffer_tokens by default: the endpoints' default
+# max_output_tokens, about 1.4 MB of Completion objects.
+DEFAULT_STREAM_BUFFER_TOKENS = 4096
+
+_ROOM_RETRY_FIRST = 0.0001
+_ROOM_RETRY_MAX = 0.005
+
+C = TypeVar("C", "AsyncClient", "AsyncWorker")
+
+
+class Connecting(Generic[C]):
+    """What ``AsyncClient.connect()`` and ``AsyncWorker.connect()`` return:
+    ``await`` it for the connected object, or enter it directly with
+    ``async with`` (the object is closed when the block ends):
+
+        async with AsyncClient.connect(path) as client:
+            ...
+
+    Use it once, one way or the other.
+    """
+
+    __slots__ = ("_coro", "_connected")
+
+    def __init__(self, coro: Coroutine[Any, Any, C]) -> None:
+        self._coro = coro
+        self._connected: Optional[C] = None
+
+    def __await__(self) -> Generator[Any, None, C]:
+        return self._coro.__await__()
+
+    async def __aenter__(self) -> C:
+        self._connected = await self._coro
+        return self._connected
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._connected is not None:
+            await self._connected.aclose()
+
+    def __repr__(self) -> str:
+        return f"<fairsched.Connecting {self._coro.__qualname__}>"
 
 
 class Request:
@@ -52,7 +109,8 @@ class Request:
     Without ``stream`` there are no chunks.
     """
 
-    __slots__ = ("id", "tag", "stream", "_client", "_chunks", "_waiters", "_final", "_error")
+    __slots__ = ("id", "tag", "stream", "_client", "_chunks", "_buffered", "_slow", "_waiters",
+                 "_final", "_error")
 
     def __init__(self, client: "AsyncClient", request_id: int, tag: int, stream: bool) -> None:
         self.id = request_id
@@ -60,6 +118,8 @@ class Request:
         self.stream = stream
         self._client = client
         self._chunks: collections.deque[Completion] = collections.deque()
+        self._buffered = 0  # tokens in _chunks
+        self._slow = False  # past the client's stream_buffer_tokens: ending SLOW_CONSUMER
         # Futures of the tasks suspended on this request, woken by any news.
         self._waiters: list[asyncio.Future[None]] = []
         self._final: Optional[Completion] = None
@@ -78,11 +138,24 @@ class Request:
                 w.set_result(None)
 
     def _on_chunk(self, c: Completion) -> None:
+        if self._slow:
+            return  # the request is being ended SLOW_CONSUMER: nothing more is kept
+        limit = self._client.stream_buffer_tokens
+        if limit is not None and self._buffered + len(c.tokens) > limit:
+            # The daemon's slow-consumer policy, applied here: what was kept
+            # is delivered, the request is aborted on its worker, and its
+            # final completion says SLOW_CONSUMER.
+            self._slow = True
+            self._client._send_cancel(self)
+            return
+        self._buffered += len(c.tokens)
         self._chunks.append(c)
         if self._waiters:
             self._wake()
 
     def _on_final(self, c: Completion) -> None:
+        if self._slow and c.status in (Status.OK, Status.CANCELLED):
+            c = dataclasses.replace(c, status=Status.SLOW_CONSUMER)
         self._final = c
         self._wake()
 
@@ -158,7 +231,9 @@ class Request:
     async def __anext__(self) -> Completion:
         while True:
             if self._chunks:
-                return self._chunks.popleft()
+                c = self._chunks.popleft()
+                self._buffered -= len(c.tokens)
+                return c
             if self._final is not None:
                 raise StopAsyncIteration
             if self._error is not None:
@@ -181,7 +256,6 @@ class AsyncClient:
         self._loop = loop
         self._lib = client._lib
         self._submit = client._lib.fairsched_submit
-        self._handle = client._h()
         self._rid = c_uint64()
         self._requests: dict[int, Request] = {}
         self._tenants: dict[tuple[str, Optional[str]], Tenant] = {}
@@ -189,11 +263,15 @@ class AsyncClient:
         self._closed = False
         self.retry_budget = RetryBudget()
         self.unclaimed = 0  # completions of requests this object did not submit (dropped)
+        self.ring_full_waits = 0  # times asubmit() waited for room
+        # The most output tokens kept for one request that its reader has not
+        # taken yet (None: no bound); past it the request ends SLOW_CONSUMER.
+        self.stream_buffer_tokens: Optional[int] = DEFAULT_STREAM_BUFFER_TOKENS
         loop.add_reader(self._fd, self._drain)
         self._drain()  # descriptor mode starts with the first prepare_to_block
 
     @classmethod
-    async def connect(
+    def connect(
         cls,
         socket_path: str = DEFAULT_SOCKET,
         *,
@@ -203,9 +281,35 @@ class AsyncClient:
         reconnect: bool = False,
         reconnect_initial_delay: float = 0.1,
         reconnect_max_delay: float = 5.0,
-    ) -> "AsyncClient":
+        stream_buffer_tokens: Optional[int] = DEFAULT_STREAM_BUFFER_TOKENS,
+    ) -> "Connecting[AsyncClient]":
         """Client.connect in a thread of the loop's executor (the Hello round
-        trip may take up to connect_timeout), then the reader on its descriptor."""
+        trip may take up to connect_timeout), then the reader on its
+        descriptor. ``await`` it (``client = await AsyncClient.connect(…)``)
+        or enter it (``async with AsyncClient.connect(…) as client:``, closed
+        at the end). ``stream_buffer_tokens``: the most output tokens kept
+        for one streamed request that its reader has not taken yet (None: no
+        bound); a request past it ends SLOW_CONSUMER. Raises what
+        Client.connect raises."""
+        if stream_buffer_tokens is not None:
+            check_int("stream_buffer_tokens", stream_buffer_tokens, 1, U32)
+        return Connecting(cls._connect(
+            socket_path, name, connect_timeout, control_timeout, reconnect,
+            reconnect_initial_delay, reconnect_max_delay, stream_buffer_tokens,
+        ))
+
+    @classmethod
+    async def _connect(
+        cls,
+        socket_path: str,
+        name: Optional[str],
+        connect_timeout: float,
+        control_timeout: float,
+        reconnect: bool,
+        reconnect_initial_delay: float,
+        reconnect_max_delay: float,
+        stream_buffer_tokens: Optional[int],
+    ) -> "AsyncClient":
         client = await off_loop(
             Client.connect,
             socket_path,
@@ -218,10 +322,12 @@ class AsyncClient:
             reconnect_max_delay=reconnect_max_delay,
         )
         try:
-            return cls(client, asyncio.get_running_loop())
+            connected = cls(client, asyncio.get_running_loop())
         except BaseException:
             client.close()
             raise
+        connected.stream_buffer_tokens = stream_buffer_tokens
+        return connected
 
     @property
     def client(self) -> Client:
@@ -284,19 +390,67 @@ class AsyncClient:
         tag: int = 0,
     ) -> Request:
         """Client.submit; returns the Request to iterate or await. Never
-        blocks. Raises what Client.submit raises (RingFull: back off, or use
-        submit_with_retry)."""
+        blocks. Raises what Client.submit raises (RingFull: back off, or
+        ``await asubmit(…)``, which waits for room instead)."""
         if self._closed:
             raise NotConnected("the client is closed")
         c = _Request(tenant, endpoint, prompt, max_output_tokens, priority, timeout, deadline,
                      params, prompt_token_count, stream, tag)
-        rc = self._submit(self._handle, byref(c.c), byref(self._rid))
+        client = self._client
+        h = client._enter()
+        try:
+            rc = self._submit(h, byref(c.c), byref(self._rid))
+        finally:
+            client._leave()
         if rc != 0:
             raise_error(self._lib, rc)
         rid = self._rid.value
         req = Request(self, rid, tag, stream)
         self._requests[rid] = req
         return req
+
+    async def asubmit(
+        self,
+        tenant: Tenant,
+        endpoint: str,
+        prompt: Prompt = (),
+        *,
+        max_output_tokens: int,
+        priority: int = 0,
+        timeout: Optional[float] = None,
+        deadline: Optional[float] = None,
+        params: Optional[Params] = None,
+        prompt_token_count: Optional[int] = None,
+        stream: bool = False,
+        tag: int = 0,
+    ) -> Request:
+        """submit(), awaited: while the submission lanes are full (RingFull)
+        the task waits for room — the daemon takes submissions off them
+        continuously — instead of the error being raised; then it returns the
+        Request. A ``timeout`` counts from this call (it becomes a deadline),
+        and a deadline bounds the wait: past it, RingFull is raised. Raises
+        what submit() raises otherwise. Cancelling the task while it waits
+        submits nothing."""
+        if timeout is not None:
+            ns = seconds_to_ns("timeout", timeout)
+            if ns <= 0:
+                raise InvalidArgument(f"timeout = {timeout} must be positive (None: no timeout)")
+            t = time.monotonic() + ns / 1e9
+            deadline = t if deadline is None or t < deadline else deadline
+        delay = _ROOM_RETRY_FIRST
+        while True:
+            try:
+                return self.submit(
+                    tenant, endpoint, prompt, max_output_tokens=max_output_tokens,
+                    priority=priority, deadline=deadline, params=params,
+                    prompt_token_count=prompt_token_count, stream=stream, tag=tag,
+                )
+            except RingFull:
+                if deadline is not None and time.monotonic() + delay >= deadline:
+                    raise
+            self.ring_full_waits += 1
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _ROOM_RETRY_MAX)
 
     def cancel(self, request_id: int) -> bool:
         """Request.cancel() by id; False when no such request is outstanding here."""
@@ -441,15 +595,22 @@ class AsyncClient:
         if self._closed:
             return
         self._closed = True
-        try:
-            self._loop.remove_reader(self._fd)
-        except (RuntimeError, ValueError):
-            pass  # the loop is closed already
+        # In a child of fork() the loop's epoll instance is the parent's too:
+        # leave it as it is.
+        if not self._client._in_forked_child():
+            try:
+                self._loop.remove_reader(self._fd)
+            except (RuntimeError, ValueError):
+                pass  # the loop is closed already
         pending = list(self._requests.values())
         self._requests.clear()
         for req in pending:
             req._on_error(NotConnected(f"the client was closed with request {req.id} outstanding"))
         self._client.close()
+
+    async def aclose(self) -> None:
+        """close(), awaitable (as in aiohttp, redis.asyncio and httpx)."""
+        self.close()
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -481,7 +642,7 @@ class AsyncWorker:
         self.poll = worker.poll
 
     @classmethod
-    async def connect(
+    def connect(
         cls,
         socket_path: str = DEFAULT_SOCKET,
         endpoint: str = "",
@@ -489,8 +650,22 @@ class AsyncWorker:
         name: Optional[str] = None,
         connect_timeout: float = 5.0,
         event_timeout: float = 1.0,
+    ) -> "Connecting[AsyncWorker]":
+        """Worker.connect in the loop's executor. ``await`` it or enter it
+        (``async with AsyncWorker.connect(…) as worker:``, closed at the
+        end). Raises what Worker.connect raises."""
+        return Connecting(cls._connect(socket_path, endpoint, name, connect_timeout,
+                                       event_timeout))
+
+    @classmethod
+    async def _connect(
+        cls,
+        socket_path: str,
+        endpoint: str,
+        name: Optional[str],
+        connect_timeout: float,
+        event_timeout: float,
     ) -> "AsyncWorker":
-        """Worker.connect in the loop's executor."""
         worker = await off_loop(
             Worker.connect,
             socket_path,
@@ -572,13 +747,18 @@ class AsyncWorker:
         self._closed = True
         waiting, self._waiting = self._waiting, None
         if waiting is not None:
-            try:
-                self._loop.remove_reader(self._fd)
-            except (RuntimeError, ValueError):
-                pass  # the loop is closed already
+            if not self._worker._in_forked_child():  # else the parent's epoll instance
+                try:
+                    self._loop.remove_reader(self._fd)
+                except (RuntimeError, ValueError):
+                    pass  # the loop is closed already
             if not waiting.done():
                 waiting.set_exception(NotConnected("the worker was closed while a task waited"))
         self._worker.close()
+
+    async def aclose(self) -> None:
+        """close(), awaitable."""
+        self.close()
 
     async def __aenter__(self) -> "AsyncWorker":
         return self

@@ -2,9 +2,13 @@
 
 Threading: every method may be called from any number of threads at once
 (the library is thread-safe and ctypes releases the GIL during each call),
-except close(), which REQUIRES that no other call on the client is in
-progress. Blocking calls (wait, submit_and_wait, submit_with_retry) block
-only the calling thread.
+close() included: calls blocked in the library then raise NotConnected at
+once. Blocking calls (wait, submit_and_wait, submit_with_retry) block only
+the calling thread.
+
+fork(): a child that inherited a Client gets NotConnected from every call,
+and dropping or closing it there leaves the parent's connection alone; a
+child connects its own.
 
 Every request submit() accepted gets exactly one final Completion, from
 the daemon or, when the daemon goes away first, made up by the library with
@@ -203,13 +207,14 @@ def _poll_buffer(size: int) -> "ctypes.Array[_ffi.CCompletion]":
 class Client(Handle):
     """A connection to fairschedd in the client role (fairsched_client).
 
-    Use ``Client.connect(...)``; close it with ``close()`` (REQUIRES that no
-    other call on the client is in progress; requests still outstanding get
-    no completion) or a ``with`` block. Times are in seconds; deadlines are
+    Use ``Client.connect(...)``; close it with ``close()`` (from any thread:
+    calls in progress raise NotConnected; requests still outstanding get no
+    completion) or a ``with`` block. Times are in seconds; deadlines are
     time.monotonic() values (CLOCK_MONOTONIC, the daemon's clock).
     """
 
     _close_fn = "fairsched_close"
+    _shutdown_fn = "fairsched_shutdown"
     _connected_fn = "fairsched_connected"
     _role = "client"
 
@@ -252,10 +257,6 @@ class Client(Handle):
         o.reconnect_initial_delay_ns = seconds_to_ns("reconnect_initial_delay", reconnect_initial_delay)
         o.reconnect_max_delay_ns = seconds_to_ns("reconnect_max_delay", reconnect_max_delay)
         return cls(connect(lib, lib.fairsched_connect, o), socket_path)
-
-    @property
-    def closed(self) -> bool:
-        return self._handle is None
 
     # -- tenants and requests ---------------------------------------------
 
@@ -358,7 +359,11 @@ class Client(Handle):
         if max <= 0:
             return []
         buf = _poll_buffer(max)
-        n = self._lib.fairsched_poll(self._h(), buf, max)
+        h = self._enter()
+        try:
+            n = self._lib.fairsched_poll(h, buf, max)
+        finally:
+            self._leave()
         if n == 0:
             return []
         unpack = _COMPLETION.unpack_from
@@ -386,7 +391,11 @@ class Client(Handle):
         """A descriptor for select/epoll, readable when poll() may have
         something or the connection was lost. Never read from it. Call
         prepare_to_block() before every blocking wait on it."""
-        return int(self._lib.fairsched_completion_fd(self._h()))
+        h = self._enter()
+        try:
+            return int(self._lib.fairsched_completion_fd(h))
+        finally:
+            self._leave()
 
     def prepare_to_block(self) -> bool:
         """True: block on completion_fd() now; False: poll() first. The first

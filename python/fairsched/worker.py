@@ -17,7 +17,10 @@ failed it, INVALID when it can never serve it.
 
 Threading: set_capacity(), emit() and finish() may be called from any
 number of threads at once; poll(), wait() and prepare_to_block() from one
-thread at a time; close() REQUIRES that no other call is in progress.
+thread at a time; close() from any thread at any time (a wait() in progress
+raises NotConnected at once). A child of os.fork() that inherited a Worker
+gets NotConnected from every call, and dropping it there leaves the
+parent's attachment alone.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class Worker(Handle):
     """
 
     _close_fn = "fairsched_worker_close"
+    _shutdown_fn = "fairsched_worker_shutdown"
     _connected_fn = "fairsched_worker_connected"
     _role = "worker"
 
@@ -121,8 +125,13 @@ class Worker(Handle):
         if max <= 0:
             return []
         buf = self._items if max <= POLL_BATCH else (_ffi.CWorkItem * max)()
-        n = self._lib.fairsched_worker_poll(self._h(), buf, max)
-        return [_item_from_c(buf[i]) for i in range(n)]
+        h = self._enter()
+        try:
+            n = self._lib.fairsched_worker_poll(h, buf, max)
+            # The items point into the library's buffer until the next poll.
+            return [_item_from_c(buf[i]) for i in range(n)]
+        finally:
+            self._leave()
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Blocks until poll() has something (True) or ``timeout`` seconds
@@ -132,7 +141,11 @@ class Worker(Handle):
     def event_fd(self) -> int:
         """A descriptor readable when poll() may have something or the daemon
         went away. Call prepare_to_block() before every blocking wait on it."""
-        return int(self._lib.fairsched_worker_event_fd(self._h()))
+        h = self._enter()
+        try:
+            return int(self._lib.fairsched_worker_event_fd(h))
+        finally:
+            self._leave()
 
     def prepare_to_block(self) -> bool:
         """True: block on event_fd() now; False: poll() first. Raises DaemonLost."""
@@ -198,6 +211,10 @@ class Worker(Handle):
     def stats(self) -> WorkerStats:
         """Counters since connect."""
         s = _ffi.CWorkerStats()
-        self._lib.fairsched_worker_get_stats(self._h(), byref(s))
+        h = self._enter()
+        try:
+            self._lib.fairsched_worker_get_stats(h, byref(s))
+        finally:
+            self._leave()
         return WorkerStats(s.assigned, s.aborted, s.tokens_emitted, s.finished, s.ring_full_waits)
 

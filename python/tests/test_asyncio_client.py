@@ -13,10 +13,13 @@ import pytest
 from conftest import Daemon, reference_tokens, run, seed
 from fairsched import (
     AsyncClient,
+    AsyncWorker,
     NotConnected,
     RetryPolicy,
     RetryStop,
+    RingFull,
     Status,
+    WorkKind,
 )
 
 
@@ -249,3 +252,115 @@ def test_closing_the_client_fails_outstanding_requests_with_not_connected(daemon
         client.close()  # idempotent
 
     run(main(), 20)
+
+
+def test_connect_is_an_async_context_manager_and_aclose_closes(daemon: Daemon) -> None:
+    async def main() -> None:
+        async with AsyncClient.connect(daemon.socket, name="py-with") as client:
+            assert isinstance(client, AsyncClient) and client.connected
+            t = await client.open_tenant("acme")
+            assert (await client.submit(t, "embed", [1], max_output_tokens=0)).ok
+        assert not client.connected
+        with pytest.raises(NotConnected):
+            client.submit(t, "embed", [1], max_output_tokens=0)
+
+        async with AsyncWorker.connect(daemon.socket, "chat", name="py-with") as worker:
+            assert isinstance(worker, AsyncWorker) and worker.connected
+            assert await worker.next_items(0.01) == []
+        with pytest.raises(NotConnected):
+            await worker.next_items(0.01)
+
+        # Awaited, as before; aclose() closes.
+        client = await AsyncClient.connect(daemon.socket)
+        worker = await AsyncWorker.connect(daemon.socket, "chat")
+        await client.aclose()
+        await worker.aclose()
+        assert not client.connected and not worker.connected
+        await client.aclose()  # idempotent
+
+    run(main(), 30)
+
+
+def test_asubmit_waits_for_room_instead_of_raising_ring_full(daemon: Daemon) -> None:
+    async def main() -> None:
+        async with AsyncClient.connect(daemon.socket) as client:
+            t = await client.open_tenant("acme")
+            # More in one loop turn than the lanes hold (8 x 256 slots): none
+            # is refused, whether or not the daemon kept up.
+            n = 3000
+            submits = [client.asubmit(t, "embed", [i], max_output_tokens=0, tag=i)
+                       for i in range(n)]
+            requests = await asyncio.gather(*submits)
+            finals = await asyncio.gather(*requests)
+            assert [f.tag for f in finals] == list(range(n))
+            assert all(f.status == Status.OK for f in finals)
+            print(f"asubmit waited for room {client.ring_full_waits} times")
+
+    run(main(), 120)
+
+
+def test_asubmit_retries_a_full_ring_and_gives_up_at_the_deadline(daemon: Daemon) -> None:
+    async def main() -> None:
+        async with AsyncClient.connect(daemon.socket) as client:
+            t = await client.open_tenant("acme")
+            real_submit = client.submit
+            refusals = [3]
+
+            def full_three_times(*args: object, **kwargs: object) -> object:
+                if refusals[0] > 0:
+                    refusals[0] -= 1
+                    raise RingFull("the lanes are full (the test says)")
+                return real_submit(*args, **kwargs)  # type: ignore[arg-type]
+
+            client.submit = full_three_times  # type: ignore[method-assign]
+            req = await client.asubmit(t, "embed", [1], max_output_tokens=0, tag=5)
+            assert (await req).status == Status.OK and req.tag == 5
+            assert client.ring_full_waits == 3
+
+            def always_full(*args: object, **kwargs: object) -> object:
+                raise RingFull("the lanes are full (the test says)")
+
+            client.submit = always_full  # type: ignore[method-assign]
+            with pytest.raises(RingFull):
+                await client.asubmit(t, "embed", [1], max_output_tokens=0, timeout=0.05)
+            with pytest.raises(RingFull):
+                await client.asubmit(t, "embed", [1], max_output_tokens=0,
+                                     deadline=time.monotonic())
+            client.submit = real_submit  # type: ignore[method-assign]
+
+    run(main(), 30)
+
+
+def test_a_stream_nobody_reads_ends_slow_consumer_past_the_clients_buffer(daemon: Daemon) -> None:
+    async def main() -> None:
+        async with AsyncWorker.connect(daemon.socket, "chat") as worker, \
+                AsyncClient.connect(daemon.socket, stream_buffer_tokens=16) as client:
+            assert client.stream_buffer_tokens == 16
+            worker.set_capacity(2, 100_000)
+            t = await client.open_tenant("acme")
+            req = client.submit(t, "chat", [1], max_output_tokens=1000, stream=True)
+            [item] = await worker.next_items(10)
+            emitted = list(range(100, 140))
+            for i in range(0, 40, 5):  # nobody reads: it piles up in the client
+                worker.emit(item.id, emitted[i:i + 5])
+            aborted = await worker.next_items(10)
+            assert [(i.kind, i.id) for i in aborted] == [(WorkKind.ABORT, item.id)]
+            worker.finish(item.id, Status.CANCELLED, 40)
+            final = await asyncio.wait_for(req.completion(), 10)
+            assert final.status == Status.SLOW_CONSUMER
+            assert final.output_tokens == 40
+            kept = [tok for chunk in [c async for c in req] for tok in chunk.tokens]
+            assert len(kept) <= 16 and kept == emitted[:len(kept)]
+
+            # A stream that is read keeps going past the bound.
+            req = client.submit(t, "chat", [2], max_output_tokens=1000, stream=True)
+            [item] = await worker.next_items(10)
+            got: list[int] = []
+            for i in range(0, 40, 5):
+                worker.emit(item.id, emitted[i:i + 5])
+                while len(got) < i + 5:
+                    got += (await asyncio.wait_for(req.__anext__(), 10)).tokens
+            worker.finish(item.id, Status.OK, 40)
+            assert (await req).status == Status.OK and got == emitted
+
+    run(main(), 30)

@@ -124,3 +124,42 @@ def test_blocking_clients_in_threads_all_see_the_loss(daemon: Daemon) -> None:
     wait_until(lambda: not any(c.connected for c in clients), 5, "every client to see the loss")
     for c in clients:
         c.close()
+
+
+def test_a_stream_cut_by_the_loss_reports_the_tokens_it_streamed(daemon: Daemon) -> None:
+    from fairsched import Worker
+
+    worker = Worker.connect(daemon.socket, "chat")
+    worker.set_capacity(1, 10_000)
+    client = Client.connect(daemon.socket)
+    t = client.open_tenant("acme")
+    rid = client.submit(t, "chat", [1, 2], max_output_tokens=100, stream=True)
+    assert worker.wait(10)
+    [item] = worker.poll()
+    worker.emit(item.id, [5, 6, 7])
+    worker.emit(item.id, [8, 9])
+    streamed: list[int] = []
+    deadline = time.monotonic() + 10
+    while len(streamed) < 5:
+        assert time.monotonic() < deadline, "the chunks did not arrive"
+        client.wait(1.0)
+        streamed += [tok for c in client.poll() for tok in c.tokens]
+    assert streamed == [5, 6, 7, 8, 9]
+
+    daemon.stop(signal.SIGKILL)
+    final = None
+    deadline = time.monotonic() + 10
+    while final is None:
+        assert time.monotonic() < deadline, "no final completion after the loss"
+        try:
+            client.wait(1.0)
+        except DaemonLost:
+            pass
+        for c in client.poll():
+            assert not c.partial
+            final = c
+    assert final.request_id == rid
+    assert final.status == Status.SHUTTING_DOWN and final.local
+    assert final.output_tokens == 5
+    client.close()
+    worker.close()
