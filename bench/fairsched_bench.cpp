@@ -65,6 +65,8 @@ constexpr ScenarioInfo kScenarios[] = {
      fairsched::bench::runSimNoisyNeighbor, fairsched::bench::plotNoisyNeighbor},
     {"fleet", "limiter admissions/s: host, fleet (Redis) and naive",
      fairsched::bench::runFleetScenario, nullptr},
+    {"flood", "steady clients' latency while 8 clients flood with rejected submissions",
+     fairsched::bench::runFlood, nullptr},
 };
 
 const ScenarioInfo* findScenario(std::string_view name) {

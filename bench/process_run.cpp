@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 
@@ -15,6 +17,7 @@
 
 #include <atomic>
 
+#include "daemon/ctl/admin_client.hpp"
 #include "fairsched/client.hpp"
 #include "fairsched/worker.hpp"
 #include "tests/support/daemon_config.hpp"
@@ -42,6 +45,71 @@ SubmitRequest submitRequest(Tenant t, const std::string& endpoint,
   r.prompt = prompt;
   r.max_output_tokens = max_output;
   return r;
+}
+
+// A flooding client (FloodPlan); writes its FloodCounts to `out_path`.
+int floodProcess(const std::string& socket, const FloodPlan& plan, Clock::time_point start,
+                 const std::string& out_path) {
+  ClientOptions opts;
+  opts.socket_path = socket;
+  opts.client_name = "bench-" + plan.prefix;
+  auto client = Client::connect(opts);
+  if (!client) {
+    std::fprintf(stderr, "bench flooder %s: %s\n", plan.prefix.c_str(),
+                 client.error().toString().c_str());
+    return 1;
+  }
+  std::vector<Tenant> tenants;
+  for (int k = 0; k < plan.tenants; ++k) {
+    auto t = client->openTenant(plan.prefix + "-" + std::to_string(k));
+    if (!t) {
+      std::fprintf(stderr, "bench flooder %s: %s\n", plan.prefix.c_str(),
+                   t.error().toString().c_str());
+      return 1;
+    }
+    tenants.push_back(*t);
+  }
+  FloodCounts n;
+  std::vector<Completion> done;
+  auto take = [&] {
+    done.clear();
+    const std::size_t got = client->poll(done, 256);
+    for (const Completion& c : done) {
+      if (c.status == Status::kOk) {
+        ++n.ok;
+      } else if (c.status == Status::kRateLimited || c.status == Status::kQueueFull ||
+                 c.status == Status::kOverloaded) {
+        ++n.rejected;
+      } else {
+        ++n.other;
+      }
+    }
+    return got;
+  };
+  const std::vector<std::uint32_t> prompt{1, 2, 3, 4};
+  std::this_thread::sleep_until(start);
+  const auto until = start + plan.duration;
+  for (std::size_t i = 0; Clock::now() < until; ++i) {
+    auto id = client->submit(submitRequest(tenants[i % tenants.size()], plan.endpoint, prompt, 1));
+    if (id) {
+      ++n.submitted;
+    } else if (id.error().code == ErrorCode::kRingFull) {
+      ++n.ring_full;  // and again at once: what a flood does
+    } else {
+      std::fprintf(stderr, "bench flooder %s: %s\n", plan.prefix.c_str(),
+                   id.error().toString().c_str());
+      return 1;
+    }
+    take();
+  }
+  const auto give_up = Clock::now() + 60s;
+  while (n.ok + n.rejected + n.other < n.submitted && Clock::now() < give_up) {
+    if (take() == 0) (void)client->wait(10ms);
+  }
+  n.unanswered = n.submitted - std::min(n.submitted, n.ok + n.rejected + n.other);
+  std::ofstream out(out_path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&n), sizeof n);
+  return out ? 0 : 1;
 }
 
 // The client process of one tenant: follows its plan from `start`, records
@@ -174,13 +242,46 @@ void prepareBenchConfig(config::Config& cfg, const std::string& dir) {
   rule.tenants = {"*"};
   rule.endpoints = {"*"};
   rule.workers = {"*"};  // the reference workers runProcesses starts
+  rule.admin = true;     // runProcesses reads `status` at the end
   cfg.clients.insert(cfg.clients.begin(), rule);
+}
+
+std::optional<std::uint64_t> cpuTimeNs(pid_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::error_code ec;
+  std::uint64_t sum = 0;
+  bool any = false;
+  for (const auto& task : std::filesystem::directory_iterator(proc + "/task", ec)) {
+    std::ifstream f(task.path() / "schedstat");
+    std::uint64_t ns = 0;
+    if (f >> ns) {
+      sum += ns;
+      any = true;
+    }
+  }
+  if (any) return sum;
+  std::ifstream f(proc + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return std::nullopt;
+  const std::size_t paren = line.rfind(')');  // the command may hold spaces
+  if (paren == std::string::npos) return std::nullopt;
+  std::istringstream rest(line.substr(paren + 2));
+  std::string field;
+  std::uint64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {  // fields 14 and 15 of proc(5)
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  const long hz = sysconf(_SC_CLK_TCK);
+  if (hz <= 0) return std::nullopt;
+  return (utime + stime) * (1'000'000'000ull / static_cast<std::uint64_t>(hz));
 }
 
 std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
                                                       const std::vector<TenantPlan>& plans,
                                                       const std::string& dir,
-                                                      std::chrono::seconds timeout) {
+                                                      std::chrono::seconds timeout,
+                                                      RunExtras* extras) {
   auto started = daemon::ForkedDaemon::start(cfg);
   if (!started) return started.error().message;
   daemon::ForkedDaemon& d = started.value();
@@ -210,6 +311,14 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
     });
     children.push_back({&plan, pid, path});
   }
+  std::vector<std::pair<pid_t, std::string>> flooders;
+  if (extras != nullptr) {
+    for (const FloodPlan& f : extras->floods) {
+      const std::string path = dir + "/flood-" + f.prefix;
+      flooders.emplace_back(group.spawn([&] { return floodProcess(d.socket(), f, start, path); }),
+                            path);
+    }
+  }
   // Each client gives up `timeout` after the start by itself; past that and
   // a margin, it is killed.
   const auto deadline = start + timeout + kExitMargin;
@@ -223,6 +332,22 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
             static_cast<std::streamsize>(r.size() * sizeof(RequestRecord)));
     if (!in) failure = "no records from " + c.plan->tenant;
     records[c.plan->tenant] = std::move(r);
+  }
+  if (extras != nullptr) {
+    extras->flooded.clear();
+    for (const auto& [pid, path] : flooders) {
+      if (group.wait(pid, deadline) != 0) failure = "a flooding client failed";
+      FloodCounts n;
+      std::ifstream in(path, std::ios::binary);
+      in.read(reinterpret_cast<char*>(&n), sizeof n);
+      if (!in) failure = "no counts from a flooding client";
+      extras->flooded.push_back(n);
+    }
+    extras->daemon_cpu_ns = cpuTimeNs(d.pid()).value_or(0);
+    auto status = daemon::adminCommand(d.socket(), shm::AdminCommand::kStatus);
+    if (status && status->status == shm::ControlStatus::kOk) {
+      extras->status = nlohmann::json::parse(status->json, nullptr, false);
+    }
   }
   for (const pid_t w : workers) {
     if (group.stop(w, ProcessGroup::in(kExitMargin)) != 0 && failure.empty()) {

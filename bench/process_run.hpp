@@ -6,11 +6,16 @@
 // tiers, token-cost).
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "bench/noisy_neighbor_report.hpp"
 #include "daemon/config/config.hpp"
@@ -48,6 +53,36 @@ void prepareBenchConfig(config::Config& cfg, const std::string& dir);
 
 using TenantRecords = std::map<std::string, std::vector<RequestRecord>>;
 
+// A client process that floods: it opens `tenants` tenants "PREFIX-k" and,
+// from the common start for `duration`, submits one-token requests to them
+// in turn as fast as it can, resubmitting at once on RING_FULL; then it
+// collects every answer. What it counted comes back in FloodCounts.
+struct FloodPlan {
+  std::string prefix;
+  std::string endpoint;
+  int tenants = 1;
+  std::chrono::milliseconds duration{0};
+};
+struct FloodCounts {
+  std::uint64_t submitted = 0;  // accepted by submit()
+  std::uint64_t ok = 0;
+  std::uint64_t rejected = 0;   // RATE_LIMITED, QUEUE_FULL, OVERLOADED
+  std::uint64_t other = 0;      // any other status
+  std::uint64_t ring_full = 0;  // submit() calls that found the rings full
+  std::uint64_t unanswered = 0;
+};
+// CPU time of process `pid`, all its threads, in ns (/proc/PID/task/*/schedstat,
+// or /proc/PID/stat in clock ticks where schedstat is missing).
+std::optional<std::uint64_t> cpuTimeNs(pid_t pid);
+
+// What runProcesses can hand back beyond the records.
+struct RunExtras {
+  std::vector<FloodPlan> floods;     // in: flooding clients besides the plans
+  std::vector<FloodCounts> flooded;  // out: one per flood plan
+  nlohmann::json status;             // out: `fairschedctl status --json` at the end
+  std::uint64_t daemon_cpu_ns = 0;   // out: the daemon's CPU time, start to end
+};
+
 // Starts the daemon with `cfg` and, for each endpoint with executor =
 // "worker", one reference worker (worker/reference_engine.hpp) modelling its
 // [endpoints.NAME.engine]; forks one client per plan (streaming, with first
@@ -57,6 +92,7 @@ using TenantRecords = std::map<std::string, std::vector<RequestRecord>>;
 std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
                                                       const std::vector<TenantPlan>& plans,
                                                       const std::string& dir,
-                                                      std::chrono::seconds timeout);
+                                                      std::chrono::seconds timeout,
+                                                      RunExtras* extras = nullptr);
 
 }  // namespace fairsched::bench

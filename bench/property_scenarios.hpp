@@ -34,5 +34,8 @@ ScenarioResult runTokenCost(const ScenarioOptions& options);
 // rate-limit (bench/rate_limit_scenario.cpp): limits hold in every window,
 // retry jitter, the retry budget under sustained rejection.
 ScenarioResult runRateLimit(const ScenarioOptions& options);
+// flood (bench/flood_scenario.cpp): steady clients' latency while other
+// clients flood the daemon with submissions their limits refuse.
+ScenarioResult runFlood(const ScenarioOptions& options);
 
 }  // namespace fairsched::bench

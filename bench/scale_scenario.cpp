@@ -334,40 +334,6 @@ int clientProcess(const std::string& socket, const ProcessPlan& plan, int ready_
   return out && ran ? 0 : 1;
 }
 
-// Nanoseconds `pid` has spent on a CPU, all its threads: the first field of
-// each /proc/PID/task/TID/schedstat, or, where the kernel has no schedstat,
-// utime + stime of /proc/PID/stat (clock ticks). nullopt when neither reads.
-std::optional<std::uint64_t> cpuTimeNs(pid_t pid) {
-  const std::string proc = "/proc/" + std::to_string(pid);
-  std::error_code ec;
-  std::uint64_t sum = 0;
-  bool any = false;
-  for (const auto& task : std::filesystem::directory_iterator(proc + "/task", ec)) {
-    std::ifstream f(task.path() / "schedstat");
-    std::uint64_t ns = 0;
-    if (f >> ns) {
-      sum += ns;
-      any = true;
-    }
-  }
-  if (any) return sum;
-  std::ifstream f(proc + "/stat");
-  std::string line;
-  if (!std::getline(f, line)) return std::nullopt;
-  const std::size_t paren = line.rfind(')');  // the command may hold spaces
-  if (paren == std::string::npos) return std::nullopt;
-  std::istringstream rest(line.substr(paren + 2));
-  std::string field;
-  std::uint64_t utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {  // fields 14 and 15 of proc(5)
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
-  }
-  const long hz = sysconf(_SC_CLK_TCK);
-  if (hz <= 0) return std::nullopt;
-  return (utime + stime) * (1'000'000'000ull / static_cast<std::uint64_t>(hz));
-}
-
 // Lets this process and its children hold `need` descriptors, within the hard limit.
 std::optional<std::string> raiseFdLimit(std::uint64_t need) {
   rlimit r{};

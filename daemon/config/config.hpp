@@ -179,6 +179,10 @@ struct DaemonConfig {
   // How often the state is written while anything changes; a crash loses at
   // most this much.
   std::uint64_t state_interval_s = 5;
+  // Submissions of one client connection the daemon rejects per second at
+  // most (daemon/server/reject_budget.hpp); past it the connection is not
+  // read until its budget is back. 0: no bound.
+  std::uint64_t max_rejections_per_s = 5000;
 };
 
 // The Prometheus endpoint (docs/operations.md, "Metrics"). Tenant names are

@@ -94,6 +94,7 @@ constexpr KeyRule<DaemonConfig> kDaemonKeys[] = {
      intKey<&DaemonConfig::max_tenants_per_connection, 1, shm::kMaxTenantsPerConnection>},
     {"state_dir", readStateDir},
     {"state_interval_s", intKey<&DaemonConfig::state_interval_s, 1, 3600>},
+    {"max_rejections_per_s", intKey<&DaemonConfig::max_rejections_per_s, 0, 100'000'000>},
 };
 
 }  // namespace

@@ -1,14 +1,17 @@
 #include "daemon/loop/event_loop.hpp"
 
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 
 namespace fairsched::daemon {
 
 EventLoop::~EventLoop() {
   if (wake_fd_ >= 0) close(wake_fd_);
+  if (schedstat_fd_ >= 0) close(schedstat_fd_);
 }
 
 Result<> EventLoop::openWakeFd() {
@@ -56,6 +59,32 @@ bool EventLoop::finish(OpId id, int result) {
   return true;
 }
 
+bool EventLoop::contended(TimeNs now) {
+  const TimeNs window = now - contention_checked_;
+  if (window < kContentionCheckNs) return now < contended_until_;
+  contention_checked_ = now;
+  // The loop thread's time waiting for a CPU while runnable: the second
+  // field of /proc/thread-self/schedstat.
+  if (schedstat_fd_ == -1) {
+    schedstat_fd_ = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (schedstat_fd_ < 0) schedstat_fd_ = -2;  // not there: never contended
+  }
+  if (schedstat_fd_ < 0) return false;
+  char buf[96];
+  const ssize_t n = ::pread(schedstat_fd_, buf, sizeof buf - 1, 0);
+  if (n <= 0) return now < contended_until_;
+  buf[n] = '\0';
+  unsigned long long ran = 0, waited = 0;
+  if (std::sscanf(buf, "%llu %llu", &ran, &waited) != 2) return now < contended_until_;
+  const auto delay = static_cast<TimeNs>(waited);
+  // More than a quarter of the window spent waiting for a CPU: contended.
+  if (run_delay_ != 0 && (delay - run_delay_) * 4 > window) {
+    contended_until_ = now + kContendedForNs;
+  }
+  run_delay_ = delay;
+  return now < contended_until_;
+}
+
 int EventLoop::run() {
   running_ = true;
   TimeNs idle_since = 0;   // when the current run of idle passes began
@@ -72,11 +101,20 @@ int EventLoop::run() {
       // The clock is read on the first idle pass and every 16th after it:
       // an idle pass is short, and the one a request lands in should be
       // shorter still.
+      // On contended cores (see event_loop.hpp) spinning would only give
+      // the loop the share of a spinning client: it sleeps at once instead,
+      // and a sleeper is what the kernel runs first when a doorbell or an
+      // executor wakes it.
       if (idle++ == 0) {
         idle_since = monotonicNow();
+        if (!contended(idle_since)) continue;
+        ++contended_sleeps_;
+      } else if (idle % 16 != 0) {
         continue;
+      } else if (const TimeNs now = monotonicNow(); now - idle_since < hooks_.spin_ns) {
+        if (!contended(now)) continue;
+        ++contended_sleeps_;
       }
-      if (idle % 16 != 0 || monotonicNow() - idle_since < hooks_.spin_ns) continue;
     }
     idle = 0;
     if (hooks_.before_sleep && hooks_.before_sleep()) continue;

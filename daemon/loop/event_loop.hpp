@@ -21,6 +21,15 @@
 // `spin_ns` (`[daemon] busy_poll_us`) it calls `before_sleep` (advertise "sleeping", re-check) and
 // then blocks until an operation completes or the next timer is due.
 //
+// Spinning is only worth it on a core nobody else wants. When the loop
+// thread spends more than a quarter of its time runnable but waiting for a
+// CPU (its run delay in /proc/thread-self/schedstat, looked at every 2 ms at
+// most) the cores are contended: for the next 100 ms the loop sleeps as
+// soon as it is idle. A spinning thread gets no more CPU than any
+// other spinning thread — eight clients spinning on RING_FULL would leave it
+// a ninth of the cores — while one that sleeps is run first when its
+// doorbell or an executor wakes it.
+//
 // Threading: everything here is loop-thread only, except wake(), which any
 // thread may call to end a sleep.
 #pragma once
@@ -81,6 +90,9 @@ class EventLoop {
   void wake();
 
   std::size_t pending() const { return live_; }
+  // Idle passes that slept at once, without spinning, because the cores
+  // were contended.
+  std::uint64_t contendedSleeps() const { return contended_sleeps_; }
 
  protected:
   EventLoop() = default;
@@ -116,6 +128,16 @@ class EventLoop {
   std::size_t live_ = 0;
   bool running_ = false;
   Hooks hooks_;
+  // Contention (see the top of this file): the loop thread's run delay when
+  // last looked at, when, and until when it counts as contended.
+  static constexpr TimeNs kContentionCheckNs = 2'000'000;
+  static constexpr TimeNs kContendedForNs = 100'000'000;
+  bool contended(TimeNs now);
+  int schedstat_fd_ = -1;  // -2: the kernel has none
+  TimeNs run_delay_ = 0;
+  TimeNs contention_checked_ = 0;
+  TimeNs contended_until_ = 0;
+  std::uint64_t contended_sleeps_ = 0;
 };
 
 }  // namespace fairsched::daemon

@@ -231,6 +231,10 @@ void renderDaemon(const MetricsSnapshot& s, Families& out) {
        "Submissions naming a tenant handle their connection does not hold open",
        st.bad_tenant_handles},
       {"fairsched_batches_total", "Batches dispatched to executors", st.batches},
+      {"fairsched_reject_throttled_total",
+       "Loop passes that left a connection's submissions in its rings because it had spent its "
+       "rejection budget (max_rejections_per_s)",
+       st.reject_throttled},
       {"fairsched_completions_delivered_total", "Completions written to client rings",
        st.completions_delivered},
       {"fairsched_completions_dropped_total", "Completions whose client was gone",

@@ -22,7 +22,8 @@ json serverStatsJson(const ServerStats& s, std::span<const std::string> endpoint
             {"bad_tenant_handles", s.bad_tenant_handles},
             {"tenant_handles_open", s.tenant_handles_open},
             {"tokens_streamed", s.tokens_streamed},
-            {"batches", s.batches}}},
+            {"batches", s.batches},
+            {"reject_throttled", s.reject_throttled}}},
           {"preemptions", std::move(preempted)},
           {"preempts_ignored", s.preempts_ignored}};
 }

@@ -21,6 +21,7 @@
 #include "daemon/config/config.hpp"
 #include "daemon/core/types.hpp"
 #include "daemon/loop/event_loop.hpp"
+#include "daemon/server/reject_budget.hpp"
 #include "daemon/server/tenant_handles.hpp"
 #include "shm/doorbell.hpp"
 #include "shm/segment.hpp"
@@ -91,6 +92,8 @@ struct Connection {
   std::vector<shm::SubmissionConsumer> lanes;
   TenantHandles tenants;
   std::vector<std::uint32_t> pending_rings;  // rings taken from the bitmap, not yet drained dry
+  // Rejections this connection may still cause; spent, its lanes wait.
+  RejectBudget reject_budget;
   std::vector<bool> ring_pending;
   std::deque<Outgoing> backlog;       // completions and stream chunks not yet in the ring
   std::uint64_t backlog_popped = 0;   // records that left the front of `backlog` so far

@@ -455,18 +455,25 @@ bool Server::beforeSleep() {
   for (Connection* c : conns_.active()) {
     if (!c->closing) conns_.queueDemote(*c);
   }
+  const TimeNs now = env_.now();
+  // A connection that spent its rejection budget keeps its cells until the
+  // budget is back: the loop sleeps until then rather than spin for it.
+  TimeNs throttled_until = kNever;
   if (conns_.demote()) {
     for (const Connection* c : conns_.active()) {
       const bool credit =
           c->outstanding + c->backlog.size() < c->segment->layout().geometry.completion_capacity;
-      if (!c->closing && credit && (!c->pending_rings.empty() || c->bitmap.anySet())) {
-        for (Connection* a : conns_.active()) a->own_sleep.clear();
-        return true;
+      if (c->closing || !credit || (c->pending_rings.empty() && !c->bitmap.anySet())) continue;
+      if (!c->reject_budget.allows(now)) {
+        throttled_until = std::min(throttled_until, c->reject_budget.nextAt());
+        continue;
       }
+      for (Connection* a : conns_.active()) a->own_sleep.clear();
+      return true;
     }
   }
   // Sleep until the next batch is due or a deadline passes, if sooner than anything else.
-  TimeNs wake = std::min(sched_.nextDeadline(), next_watchdog_);
+  TimeNs wake = std::min({sched_.nextDeadline(), next_watchdog_, throttled_until});
   // expireBatches looks every 10 ms at most: waking sooner would only spin.
   if (batches_.tracked() > 0) {
     wake = std::min(wake, std::max(batches_.earliestDeadline(), next_batch_check_));

@@ -202,6 +202,9 @@ void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
   for (std::uint32_t r = 0; r < rings; ++r) c.lanes.emplace_back(c.segment->submissionRing(r), 0);
   c.ring_pending.assign(rings, false);
   c.tenants = TenantHandles(cfg_.daemon.max_tenants_per_connection);
+  c.reject_budget =
+      RejectBudget(cfg_.daemon.max_rejections_per_s,
+                   std::max<std::uint64_t>(64, cfg_.daemon.max_rejections_per_s / 50));
 
   reply.ring_count = rings;
   reply.max_tenants = cfg_.daemon.max_tenants_per_connection;

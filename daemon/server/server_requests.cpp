@@ -51,7 +51,13 @@ bool Server::ingest(Connection& c, TimeNs now) {
     shm::SubmissionConsumer& lane = c.lanes[ring];
     const std::uint64_t used = c.outstanding + c.backlog.size();
     if (used >= capacity) break;  // no room for more completions: wait for the client
-    const std::size_t budget = std::min<std::uint64_t>(kRingBudget, capacity - used);
+    // Its rejections spent (reject_budget.hpp): its cells wait in its lanes.
+    const std::uint64_t may_reject = c.reject_budget.take(now);
+    if (may_reject == 0) {
+      ++stats_.reject_throttled;
+      break;
+    }
+    const std::size_t budget = std::min<std::uint64_t>({kRingBudget, capacity - used, may_reject});
     const shm::DrainResult d = lane.drain(
         budget, [&](const shm::SubmissionSlot& slot, std::span<const std::uint32_t> prompt) {
           admit(c, slot, prompt, now);
@@ -62,6 +68,7 @@ bool Server::ingest(Connection& c, TimeNs now) {
         shm::SubmissionSlot bad;
         lane.peek(bad);
         ++stats_.bad_slots;
+        c.reject_budget.spend(now);
         spdlog::warn("client {} lane {}: request {} rejected: {}", c.id, ring, bad.request_id,
                      shm::toString(lane.slotCheck()));
         complete(c.id, completionFor(bad.request_id, bad.tag, Status::kInvalid), false);
@@ -93,6 +100,9 @@ void Server::admit(Connection& c, const shm::SubmissionSlot& slot,
   const TenantHandles::Found found = c.tenants.lookup(slot.tenant, open);
   auto reject = [&](Status s, TimeNs retry_after = 0) {
     if (metrics_ && open && !open->revoked) metrics_->rejected(open->tenant, slot.endpoint, s);
+    // A stopping daemon answers everything at once; any other rejection is
+    // the connection's to pay for.
+    if (s != Status::kShuttingDown) c.reject_budget.spend(now);
     shm::CompletionSlot out = completionFor(slot.request_id, slot.tag, s);
     out.retry_after_ns = retry_after;
     complete(c.id, out, false);

@@ -21,6 +21,9 @@ struct ServerStats {
   std::uint64_t bad_tenant_handles = 0;
   std::uint64_t tenant_handles_open = 0;  // over every connection, now
   std::uint64_t batches = 0;
+  // Passes that left a connection's cells in its lanes because it had spent
+  // its rejection budget ([daemon] max_rejections_per_s).
+  std::uint64_t reject_throttled = 0;
   // Per endpoint (index = EndpointId), worker endpoints only nonzero.
   std::vector<std::uint64_t> workers;             // attached workers
   std::vector<std::uint64_t> running_on_workers;  // requests assigned, not finished

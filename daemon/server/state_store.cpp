@@ -81,7 +81,9 @@ class Reader {
   std::string error_;
 };
 
-bool finiteIn(double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; }
+bool finiteIn(double v, double lo, double hi) {
+  return std::isfinite(v) && v >= lo && v <= hi;
+}
 
 // One tenant record into `s` (buckets and windows appended), checked.
 bool readTenant(Reader& r, std::string_view& name, std::string_view& tier,
@@ -342,9 +344,7 @@ fairsched::Result<RestoreSummary, std::string> restoreState(std::span<const char
 
 std::optional<std::string> writeFileAtomically(const std::string& path, std::string_view bytes) {
   const std::string tmp = path + ".tmp";
-  auto sys = [](const std::string& what) {
-    return what + ": " + std::strerror(errno);
-  };
+  auto sys = [](const std::string& what) { return what + ": " + std::strerror(errno); };
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return sys("open " + tmp);
   std::size_t off = 0;
@@ -386,8 +386,7 @@ StateStore::~StateStore() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
-void StateStore::open(const std::string& dir, TimeNs interval, core::Scheduler& sched,
-                      TimeNs now) {
+void StateStore::open(const std::string& dir, TimeNs interval, core::Scheduler& sched, TimeNs now) {
   interval_ = interval;
   if (dir.empty()) {
     status_.problem = "off ([daemon] state_dir = \"\")";
@@ -461,8 +460,8 @@ void StateStore::open(const std::string& dir, TimeNs interval, core::Scheduler& 
   // Set aside, never trusted and never deleted: an operator may want to look.
   const std::string aside = path_ + ".bad-" + std::to_string(clockNs(CLOCK_REALTIME) / kNsPerSec);
   if (::rename(path_.c_str(), aside.c_str()) == 0) {
-    spdlog::warn("state file {} is unusable ({}): set aside as {}; starting clean", path_,
-                 *problem, aside);
+    spdlog::warn("state file {} is unusable ({}): set aside as {}; starting clean", path_, *problem,
+                 aside);
     status_.restored_from = "set aside " + aside + " (" + *problem + "): started clean";
   } else {
     spdlog::warn("state file {} is unusable ({}) and cannot be set aside ({}); starting clean",

@@ -7,6 +7,8 @@
 #include "daemon/loop/make_event_loop.hpp"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -14,6 +16,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -126,6 +129,45 @@ TEST_P(EventLoopTest, WakeFromAnotherThreadEndsASleep) {
   EXPECT_EQ(loop->run(), 0);
   t.join();
   EXPECT_GE(sleeps.load(), 1) << "the loop never went to sleep";
+}
+
+// A loop that has to share its core with a spinning thread stops spinning
+// when idle: it sleeps at once (a timer wakes it), where it would otherwise
+// spin for the whole busy_poll time. Both threads are pinned to one CPU, so
+// the loop thread waits for that CPU about half the time.
+TEST_P(EventLoopTest, OnAContendedCoreTheLoopSleepsInsteadOfSpinning) {
+  auto loop = makeLoop();
+  REQUIRE_LOOP(loop);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+  std::atomic<bool> stop{false};
+  std::thread spinner([&] {
+    (void)pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  EventLoop::Hooks hooks;
+  hooks.spin_ns = 1'000'000'000;  // a second of spinning before each sleep, uncontended
+  hooks.poll = [&] {
+    if (loop->contendedSleeps() > 0 || std::chrono::steady_clock::now() > until) loop->stop();
+    return false;
+  };
+  hooks.before_sleep = [&] {
+    loop->timerAt(monotonicNow() + 1'000'000, [](int) {});
+    return false;
+  };
+  loop->setHooks(hooks);
+  EXPECT_EQ(loop->run(), 0);
+  stop = true;
+  spinner.join();
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof all, &all);
+  EXPECT_GT(loop->contendedSleeps(), 0u) << "the loop kept spinning on a contended core";
 }
 
 TEST_P(EventLoopTest, AcceptsAndReceivesOnAUnixSocket) {

@@ -104,8 +104,8 @@ TEST(StateRestore, ADayOfQuotaSurvivesARestartAndAgesWithTheTimeThatPassed) {
   // The next run's clock starts near zero (a reboot), 2 h of wall clock later.
   Scheduler after(specOf(configText("\"1000 requests/day\"")));
   const TimeNs t1 = 5 * kNsPerSec;
-  auto r = restoreState(file, after, clockAt(t1, 1'800'000'000 * kNsPerSec + 2 * kHour, "boot-b"),
-                        t1);
+  auto r =
+      restoreState(file, after, clockAt(t1, 1'800'000'000 * kNsPerSec + 2 * kHour, "boot-b"), t1);
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ(r->states, 1u);
   EXPECT_EQ(r->elapsed, 2 * kHour) << "across boots the wall clock says how long";
@@ -225,8 +225,7 @@ TEST(StateFile, EveryKindOfBadFileIsRefusedWithWhatIsWrong) {
   const std::size_t endpoint = kStateHeaderBytes;
   const std::size_t tenant = endpoint + 1 + 1 + 4 + 8;
   const std::size_t tenant_name = tenant + 2;
-  EXPECT_NE(refused(withPayload(good, endpoint, "X")).find("an unknown record"),
-            std::string::npos);
+  EXPECT_NE(refused(withPayload(good, endpoint, "X")).find("an unknown record"), std::string::npos);
   EXPECT_NE(refused(withPayload(good, tenant_name, "or\ng")).find("not a valid name"),
             std::string::npos);
   ASSERT_EQ(good[endpoint], 'E');
