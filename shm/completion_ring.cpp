@@ -41,6 +41,11 @@ std::uint64_t CompletionProducer::freeSlots(std::uint64_t wanted) {
   return ring_.capacity - used;
 }
 
+bool CompletionProducer::checkReadIndex() {
+  (void)freeSlots(UINT64_MAX);  // more than any ring has: always loads
+  return read_index_valid_;
+}
+
 void CompletionProducer::storeCell(std::uint64_t pos, const CompletionSlot& slot) {
   std::uint64_t words[kCompletionSlotWords];
   std::memcpy(words, &slot, sizeof(words));

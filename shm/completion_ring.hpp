@@ -86,6 +86,12 @@ class CompletionProducer {
   // shows less than `wanted` free.
   std::uint64_t freeSlots(std::uint64_t wanted = 1);
 
+  // Free cells by the client's read index as last loaded and found valid:
+  // at most what freeSlots() would say now. Loads nothing.
+  std::uint64_t knownFreeSlots() const { return ring_.capacity - (write_ - read_cache_); }
+  // Loads the client's read index now; false when it is out of range (then
+  // readIndexValid() is false too, and the last valid one is kept).
+  bool checkReadIndex();
   // False when the last load of the client's read index was out of range.
   bool readIndexValid() const { return read_index_valid_; }
   std::uint64_t written() const { return write_; }

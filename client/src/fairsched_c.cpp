@@ -23,8 +23,10 @@ struct fairsched_client {
 };
 
 struct fairsched_worker {
-  explicit fairsched_worker(fairsched::Worker w) : worker(std::move(w)) {}
+  explicit fairsched_worker(fairsched::Worker w)
+      : worker(std::move(w)), endpoint_name(worker.endpoint().name) {}
   fairsched::Worker worker;
+  const std::string endpoint_name;  // as the daemon described it; fairsched_worker_endpoint_name
   // The last fairsched_worker_poll's items: the fairsched_work_item pointers
   // point into them until the next poll. Used by the one polling thread.
   std::vector<fairsched::WorkItem> items;
@@ -461,12 +463,19 @@ fairsched_error fairsched_worker_emit(fairsched_worker* worker, uint64_t id, con
 fairsched_error fairsched_worker_finish(fairsched_worker* worker, uint64_t id,
                                         fairsched_status status, uint32_t output_tokens,
                                         const char* message) {
+  return fairsched_worker_finish_counted(worker, id, status, output_tokens, 0, message);
+}
+
+fairsched_error fairsched_worker_finish_counted(fairsched_worker* worker, uint64_t id,
+                                                fairsched_status status, uint32_t output_tokens,
+                                                uint32_t input_tokens, const char* message) {
   if (worker == nullptr) return invalid("worker is NULL");
   const std::optional<fairsched::Status> s =
       fairsched::decodeStatus(static_cast<std::uint32_t>(status));
   if (!s) return invalid("status is not a fairsched_status");
   fairsched::Result<void> r = worker->worker.finish(
-      id, *s, output_tokens, message != nullptr ? std::string_view(message) : std::string_view());
+      id, *s, output_tokens, message != nullptr ? std::string_view(message) : std::string_view(),
+      input_tokens);
   if (!r) return fail(r.error());
   return FAIRSCHED_OK;
 }
@@ -481,6 +490,14 @@ fairsched_error fairsched_worker_preempted(fairsched_worker* worker, uint64_t id
 
 int fairsched_worker_connected(const fairsched_worker* worker) {
   return worker != nullptr && worker->worker.connected() ? 1 : 0;
+}
+
+const char* fairsched_worker_endpoint_name(const fairsched_worker* worker) {
+  return worker != nullptr ? worker->endpoint_name.c_str() : "";
+}
+
+uint64_t fairsched_worker_id(const fairsched_worker* worker) {
+  return worker != nullptr ? worker->worker.workerId() : 0;
 }
 
 void fairsched_worker_get_stats(const fairsched_worker* worker, fairsched_worker_stats* out) {

@@ -435,7 +435,7 @@ bool Scheduler::take(EndpointId e, TimeNs now, std::uint32_t max_requests, std::
                                        : takeFifo(ep, now, limits, out, done);
 }
 
-bool Scheduler::complete(Handle h, std::uint32_t output_tokens, TimeNs now) {
+bool Scheduler::complete(Handle h, std::uint32_t output_tokens, TimeNs now, Status ended) {
   Slot* s = inFlight(h);
   if (!s) return false;
   EndpointState& ep = endpoints_[s->req.endpoint];
@@ -460,7 +460,13 @@ bool Scheduler::complete(Handle h, std::uint32_t output_tokens, TimeNs now) {
                              ? out
                              : ts.expected_output + kOutputEmaAlpha * (out - ts.expected_output);
   }
-  ts.stats.completed++;
+  if (ended == Status::kCancelled) {
+    ts.stats.cancelled++;
+  } else if (ended == Status::kDeadlineExceeded) {
+    ts.stats.expired++;
+  } else {
+    ts.stats.completed++;
+  }
   // Output tokens charge() counted already are not counted again.
   const std::uint64_t served =
       static_cast<std::uint64_t>(s->req.input_tokens) + (out > s->emitted ? out - s->emitted : 0);

@@ -229,7 +229,11 @@ class Scheduler {
   // A dispatched request finished after producing `output_tokens`: refunds
   // the unused token reservation and, under the adaptive cost model, corrects
   // the tenant's deficit by the actual cost. Returns false for an unknown handle.
-  bool complete(Handle h, std::uint32_t output_tokens, TimeNs now);
+  // `ended` is the status it ended with: one ended while running by its
+  // client (kCancelled: a cancel, or the client gone) counts in the tenant's
+  // stats as cancelled, by its deadline (kDeadlineExceeded) as expired, any
+  // other as completed.
+  bool complete(Handle h, std::uint32_t output_tokens, TimeNs now, Status ended = Status::kOk);
 
   // A batch of `tokens` (input + max output) took `service_ns` on one executor slot.
   void batchServed(EndpointId e, std::uint64_t tokens, TimeNs service_ns);

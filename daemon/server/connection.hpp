@@ -102,6 +102,7 @@ struct Connection {
   std::uint64_t outstanding = 0;      // admitted, not yet completed
   std::optional<WorkerState> worker;  // the worker role
   bool closing = false;               // being dropped: nothing more is sent to it
+  std::string drop_reason;            // why, when dropped after a pass (Server::dropLater)
   // io_uring operations queued on this connection's buffers; a closed
   // connection is freed only when the last one has completed.
   int ops = 0;

@@ -51,6 +51,7 @@ struct Pending {
   // entry lives on until the worker acknowledges it, so that what the
   // worker still sends for it is recognised.
   bool aborted = false;
+  Status aborted_as = Status::kOk;  // aborted: the status its completion carried
   // Preemption (endpoints with it on): the ids streamed so far, for the
   // ASSIGN that resumes it; `streamed` when it was last assigned; when a
   // PREEMPT was sent (0: none outstanding).

@@ -189,7 +189,12 @@ class Server {
   void revokeTenant(Connection& c, TenantHandles::Entry& e);
   bool sendReply(Connection& c, std::span<const std::byte> bytes, const int* fds, int nfds);
   void armDoorbell(Connection& c);
+  // Closes connection `conn_id` now, logging `why` (or the reason dropLater()
+  // recorded, which takes precedence): its requests end or are requeued.
   void dropConnection(std::uint64_t conn_id, const char* why);
+  // Marks `c` closing and drops it for `why` once the pass over the
+  // connections is over (drop_later_): the active list must not change under it.
+  void dropLater(Connection& c, std::string why);
 
   bool poll();
   // One step of a graceful stop; true when nothing is left to finish.
@@ -204,16 +209,18 @@ class Server {
   void handleWorkerHello(Connection& c, const shm::HelloMessage& m, shm::HelloReplyMessage& reply,
                          std::string_view name);
   bool ingestWorker(Connection& c, TimeNs now);
-  // False: the event breaks the protocol (the worker is dropped).
-  bool onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
-                     std::span<const std::uint32_t> words, TimeNs now);
+  // Logs why worker `c` breaks the protocol and drops it after this pass.
+  bool dropWorker(Connection& c, std::string why);
+  // Empty, or the rule of the protocol the event breaks (the worker is dropped for it).
+  std::string onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
+                            std::span<const std::uint32_t> words, TimeNs now);
   bool assignToWorkers(TimeNs now);
   // Ends request `key` on its worker now with `why` (its completion goes
   // out at once with the tokens streamed so far) and tells the worker to
   // abort; the entry lives on until the worker acknowledges.
   void abortRunning(std::uint64_t key, Status why, TimeNs now);
-  // The worker connection `c` is going: what it ran ends or is requeued.
-  void workerLost(Connection& c, TimeNs now);
+  // The worker connection `c` is going (`why`): what it ran ends or is requeued.
+  void workerLost(Connection& c, std::string_view why, TimeNs now);
   // The client `c` is going: what it has running on workers is aborted.
   void abortClientRequests(const Connection& c, TimeNs now);
   // A client's cancel(request_id) (a kSlotCancel slot).
@@ -234,8 +241,9 @@ class Server {
   // Asks a worker of endpoint `e` to give back the sequence the core names,
   // when its waiting request fits nowhere.
   void maybePreempt(EndpointId e, TimeNs now);
-  // A PREEMPTED event: the request goes back to its tenant's queue.
-  bool onPreempted(Connection& c, const shm::WorkerEvent& ev, TimeNs now);
+  // A PREEMPTED event: the request goes back to its tenant's queue. Empty,
+  // or the rule it breaks.
+  std::string onPreempted(Connection& c, const shm::WorkerEvent& ev, TimeNs now);
   // The one place an admitted request ends: see Ending.
   void endRequest(std::uint64_t key, Status status, Ending how, TimeNs now);
   // Ends each request the core finished (core::Done) and empties `done`.

@@ -242,8 +242,13 @@ std::string Server::statusJson() const {
                        {"name", w.name},
                        {"pid", c->cred.pid},
                        {"running", w.running},
-                       {"free_sequences", w.freeSequences()},
+                       // What the daemon may still assign: the statement
+                       // capped by max_sequences and its ring (as assignToWorkers
+                       // does); the statement as made, beside it.
+                       {"free_sequences", workers_.sequencesShown(*c)},
                        {"free_kv_tokens", w.freeKvTokens()},
+                       {"stated_free_sequences", w.free_sequences},
+                       {"stated_free_kv_tokens", w.free_kv_tokens},
                        {"assigned", w.assigned},
                        {"finished", w.finished},
                        {"tokens", w.tokens}});

@@ -366,13 +366,20 @@ void Server::armDoorbell(Connection& c) {
       });
 }
 
+void Server::dropLater(Connection& c, std::string why) {
+  c.closing = true;
+  c.drop_reason = std::move(why);
+  drop_later_.push_back(c.id);
+}
+
 void Server::dropConnection(std::uint64_t conn_id, const char* why) {
   Connection* found = conns_.find(conn_id);
   if (!found) return;
   Connection& c = *found;
   c.closing = true;
+  const std::string reason = c.drop_reason.empty() ? std::string(why) : c.drop_reason;
   if (c.worker) {
-    workerLost(c, env_.now());
+    workerLost(c, reason, env_.now());
   } else {
     abortClientRequests(c, env_.now());
   }
@@ -388,8 +395,10 @@ void Server::dropConnection(std::uint64_t conn_id, const char* why) {
   c.tenants = TenantHandles();
   if (c.segment) {
     --clients_;
-    spdlog::info("client {} (pid {}) {}: {} queued requests cancelled", conn_id, c.cred.pid, why,
-                 cancelled);
+    if (!c.worker) {  // a worker's going is logged by workerLost(), with its requests
+      spdlog::info("client {} (pid {}) {}: {} queued requests cancelled", conn_id, c.cred.pid,
+                   reason, cancelled);
+    }
   }
   // Queued operations write into this object's buffers: end them (shutdown
   // completes the recvmsg; cancel it, a pending admin pollOut and the

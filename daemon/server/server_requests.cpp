@@ -299,7 +299,10 @@ void Server::finishDone(std::vector<core::Done>& done) {
 
 void Server::endRequest(std::uint64_t key, Status status, Ending how, TimeNs now) {
   Pending& p = pending_[key];
-  if (how.kind == Ending::Kind::kRan) sched_.complete(p.handle, how.output_tokens, now);
+  if (how.kind == Ending::Kind::kRan) {
+    // One ended early (aborted) is counted by why it was, whatever the worker answered.
+    sched_.complete(p.handle, how.output_tokens, now, p.aborted ? p.aborted_as : status);
+  }
   if (!p.aborted) {  // an aborted request's completion went out when it was aborted
     shm::CompletionSlot s = completionFor(p.request_id, p.tag, status);
     if (how.kind == Ending::Kind::kRan || how.kind == Ending::Kind::kAbortedOnWorker) {
@@ -321,6 +324,7 @@ void Server::endRequest(std::uint64_t key, Status status, Ending how, TimeNs now
   }
   if (how.kind == Ending::Kind::kAbortedOnWorker) {
     p.aborted = true;  // released when the worker acknowledges
+    p.aborted_as = status;
     return;
   }
   if (p.worker != 0) workers_.stopped(p.endpoint);

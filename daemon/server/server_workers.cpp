@@ -11,6 +11,8 @@
 // requests end EXECUTOR_FAILED or go back to their queue.
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <string>
 
 #include <spdlog/spdlog.h>
 
@@ -74,6 +76,18 @@ void Server::handleWorkerHello(Connection& c, const shm::HelloMessage& m,
                ec.name, c.cred.uid, c.cred.pid, c.rule->name, name);
 }
 
+namespace {
+
+// "assignment 0x...": one the worker does not hold (never assigned, finished
+// already, or taken back: the high 32 bits are the entry's generation).
+std::string notHeld(std::uint64_t assignment) {
+  char hex[19];
+  std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(assignment));
+  return "assignment " + std::string(hex) + ", which it does not hold";
+}
+
+}  // namespace
+
 Pending* Server::assignedTo(std::uint64_t assignment, std::uint64_t worker) {
   Pending* p = pending_.byAssignment(assignment);
   return p && p->worker == worker ? p : nullptr;
@@ -97,30 +111,42 @@ bool Server::ingestWorker(Connection& c, TimeNs now) {
       const shm::EventCheck check = shm::decodeWorkerEvent(slot, ev);
       if (check != shm::EventCheck::kValid) {
         why = "bad event: " + std::string(shm::toString(check));
-      } else if (!onWorkerEvent(c, ev, event_words_, now)) {
-        why =
-            "event breaks the protocol (an assignment it does not hold, or more tokens than "
-            "max_output_tokens)";
+      } else {
+        why = onWorkerEvent(c, ev, event_words_, now);
+        if (!why.empty()) why = "event breaks the protocol: " + why;
       }
     }
-    if (!why.empty()) {
-      ++stats_.bad_slots;
-      spdlog::warn("worker {} (pid {}): {}; dropping it", c.id, c.cred.pid, why);
-      c.closing = true;
-      drop_later_.push_back(c.id);
-      return true;
-    }
+    if (!why.empty()) return dropWorker(c, std::move(why));
     worked = true;
+  }
+  // Its read index of the assignment ring, which it may overwrite with
+  // anything: out of range, the daemon could never write to it again.
+  if (!c.producer->checkReadIndex()) {
+    return dropWorker(c, "assignment ring broken (its read index is out of range)");
   }
   return worked;
 }
 
-bool Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
-                           std::span<const std::uint32_t> words, TimeNs now) {
+bool Server::dropWorker(Connection& c, std::string why) {
+  ++stats_.bad_slots;
+  spdlog::warn("worker {} (pid {}): {}; dropping it", c.id, c.cred.pid, why);
+  dropLater(c, std::move(why));
+  return true;
+}
+
+std::string Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
+                                  std::span<const std::uint32_t> words, TimeNs now) {
   WorkerState& w = *c.worker;
   switch (ev.kind) {
     case shm::WorkerEventKind::kCapacity: {
-      if (ev.assignments_seen > w.assigned || ev.assignments_seen < w.seen) return false;
+      if (ev.assignments_seen < w.seen) {
+        return "CAPACITY with assignments_seen " + std::to_string(ev.assignments_seen) +
+               ", below the " + std::to_string(w.seen) + " of its previous statement";
+      }
+      if (ev.assignments_seen > w.assigned) {
+        return "CAPACITY with assignments_seen " + std::to_string(ev.assignments_seen) +
+               ", more than the " + std::to_string(w.assigned) + " assignments it was given";
+      }
       while (w.seen < ev.assignments_seen) {
         w.unseen_token_sum -= w.unseen_tokens.front();
         w.unseen_tokens.pop_front();
@@ -128,13 +154,16 @@ bool Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
       }
       w.free_sequences = ev.free_sequences;
       w.free_kv_tokens = ev.free_kv_tokens;
-      return true;
+      return {};
     }
     case shm::WorkerEventKind::kTokens: {
       Pending* p = assignedTo(ev.assignment, c.id);
-      if (!p) return false;
+      if (!p) return "TOKENS for " + notHeld(ev.assignment);
       const std::uint64_t count = words.size();
-      if (p->streamed + count > p->max_output_tokens) return false;
+      if (p->streamed + count > p->max_output_tokens) {
+        return "TOKENS past max_output_tokens: " + std::to_string(p->streamed) + " emitted + " +
+               std::to_string(count) + " > " + std::to_string(p->max_output_tokens);
+      }
       sched_.charge(p->handle, static_cast<std::uint32_t>(count), now);
       if (sched_.spec().endpoints[p->endpoint].preemption.enabled) {  // for a resume
         p->generated.insert(p->generated.end(), words.begin(), words.end());
@@ -148,21 +177,32 @@ bool Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
       p->streamed += static_cast<std::uint32_t>(count);
       w.tokens += count;
       stats_.tokens_streamed += count;
-      if (p->aborted || !p->stream) return true;  // charged, not relayed
+      if (p->aborted || !p->stream) return {};  // charged, not relayed
       if (!relayTokens(*p, words, ev.emit_ns)) {
         const std::uint64_t key = ev.assignment & 0xffffffffu;
         spdlog::warn("client {}: request {} ends SLOW_CONSUMER: its token stream is not read",
                      p->conn, p->request_id);
         abortRunning(key, Status::kSlowConsumer, now);
       }
-      return true;
+      return {};
     }
     case shm::WorkerEventKind::kFinish: {
       Pending* p = assignedTo(ev.assignment, c.id);
-      if (!p) return false;
-      if (ev.output_tokens < p->streamed || ev.output_tokens > p->max_output_tokens) return false;
+      if (!p) return "FINISH for " + notHeld(ev.assignment);
+      if (ev.output_tokens < p->streamed) {
+        return "FINISH with output_tokens " + std::to_string(ev.output_tokens) +
+               ", fewer than the " + std::to_string(p->streamed) + " it emitted";
+      }
+      if (ev.output_tokens > p->max_output_tokens) {
+        return "FINISH with output_tokens " + std::to_string(ev.output_tokens) +
+               " > max_output_tokens " + std::to_string(p->max_output_tokens);
+      }
       // A prompt counted by the engine: at most what one request may hold.
-      if (ev.input_tokens > cfg_.endpoints[p->endpoint].max_batch_tokens) return false;
+      if (ev.input_tokens > cfg_.endpoints[p->endpoint].max_batch_tokens) {
+        return "FINISH with input_tokens " + std::to_string(ev.input_tokens) +
+               " > the endpoint's max_batch_tokens " +
+               std::to_string(cfg_.endpoints[p->endpoint].max_batch_tokens);
+      }
       const std::uint64_t key = ev.assignment & 0xffffffffu;
       if (ev.input_tokens != 0 && ev.input_tokens != p->prompt_tokens) {
         sched_.settleInput(p->handle, ev.input_tokens, now);
@@ -182,18 +222,25 @@ bool Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
                      toString(st), escapeForDisplay(msg));
       }
       endRequest(key, st, Ending::ran(ev.output_tokens), now);
-      return true;
+      return {};
     }
     case shm::WorkerEventKind::kPreempted:
       return onPreempted(c, ev, now);
   }
-  return false;
+  return "an event of unknown kind";
 }
 
-bool Server::onPreempted(Connection& c, const shm::WorkerEvent& ev, TimeNs now) {
+std::string Server::onPreempted(Connection& c, const shm::WorkerEvent& ev, TimeNs now) {
   Pending* p = assignedTo(ev.assignment, c.id);
   // Only a sequence it was asked for, and only after emitting all it generated.
-  if (!p || p->preempt_asked == 0 || ev.output_tokens != p->streamed) return false;
+  if (!p) return "PREEMPTED for " + notHeld(ev.assignment);
+  if (p->preempt_asked == 0)
+    return "PREEMPTED for request " + std::to_string(p->request_id) +
+           ", which it was not asked to give back";
+  if (ev.output_tokens != p->streamed) {
+    return "PREEMPTED with output_tokens " + std::to_string(ev.output_tokens) + ", but " +
+           std::to_string(p->streamed) + " emitted";
+  }
   const std::uint64_t key = ev.assignment & 0xffffffffu;
   const EndpointId e = p->endpoint;
   WorkerState& w = *c.worker;
@@ -203,18 +250,18 @@ bool Server::onPreempted(Connection& c, const shm::WorkerEvent& ev, TimeNs now) 
     workers_.preemptOutstanding(e) = WorkerPool::kNoPreempt;
   if (p->aborted) {  // cancelled meanwhile: its completion is out
     endRequest(key, Status::kCancelled, Ending::ran(p->streamed), now);
-    return true;
+    return {};
   }
   if (!sched_.preempt(p->handle, now)) {
     endRequest(key, Status::kExecutorFailed, Ending::ran(p->streamed), now);
-    return true;
+    return {};
   }
   // Back in its tenant's queue; the stream to its client simply pauses.
   p->worker = 0;
   workers_.stopped(e);
   ++stats_.preemptions[e];
   ++p->gen;  // a late event from this worker can never match it
-  return true;
+  return {};
 }
 
 void Server::maybePreempt(EndpointId e, TimeNs now) {
@@ -428,7 +475,7 @@ void Server::abortClientRequests(const Connection& c, TimeNs now) {
   }
 }
 
-void Server::workerLost(Connection& c, TimeNs now) {
+void Server::workerLost(Connection& c, std::string_view why, TimeNs now) {
   const bool requeue = cfg_.endpoints[c.worker->endpoint].worker.requeue_on_loss && !shutting_down_;
   std::size_t requeued = 0, failed = 0;
   for (std::uint64_t key = 0; key < pending_.size(); ++key) {
@@ -447,8 +494,10 @@ void Server::workerLost(Connection& c, TimeNs now) {
     }
   }
   workers_.detach(c);
-  spdlog::warn("worker {} of endpoint {} is gone: {} requests requeued, {} end EXECUTOR_FAILED",
-               c.id, cfg_.endpoints[c.worker->endpoint].name, requeued, failed);
+  spdlog::warn(
+      "worker {} (pid {}) of endpoint {} is gone ({}): {} requests requeued, {} end "
+      "EXECUTOR_FAILED",
+      c.id, c.cred.pid, cfg_.endpoints[c.worker->endpoint].name, why, requeued, failed);
 }
 
 void Server::expireRunning(TimeNs now) {

@@ -29,14 +29,27 @@ void WorkerPool::detach(const Connection& c) {
   --stats_.workers[e];
 }
 
-std::uint32_t WorkerPool::sequencesFor(Connection& c) const {
-  const WorkerState& w = *c.worker;
-  const std::uint32_t cap = cfg_.endpoints[w.endpoint].worker.max_sequences;
+namespace {
+
+// A worker's statement, capped by max_sequences less what it runs and by the
+// `ring` free cells of its assignment ring less the aborts waiting for them.
+std::uint32_t sequencesWithin(const WorkerState& w, std::uint32_t cap, std::uint64_t ring) {
   const std::uint32_t below_cap = w.running >= cap ? 0 : cap - w.running;
-  const std::uint64_t ring = c.producer->freeSlots(1);
   const std::uint64_t ring_room = ring > w.aborts.size() ? ring - w.aborts.size() : 0;
   return static_cast<std::uint32_t>(
       std::min<std::uint64_t>({w.freeSequences(), below_cap, ring_room}));
+}
+
+}  // namespace
+
+std::uint32_t WorkerPool::sequencesFor(Connection& c) const {
+  return sequencesWithin(*c.worker, cfg_.endpoints[c.worker->endpoint].worker.max_sequences,
+                         c.producer->freeSlots(1));
+}
+
+std::uint32_t WorkerPool::sequencesShown(const Connection& c) const {
+  return sequencesWithin(*c.worker, cfg_.endpoints[c.worker->endpoint].worker.max_sequences,
+                         c.producer->knownFreeSlots());
 }
 
 Connection* WorkerPool::roomiest(EndpointId e) const {

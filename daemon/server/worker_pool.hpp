@@ -34,6 +34,10 @@ class WorkerPool {
   // How many more requests worker `c` may be given now: its statement, the
   // endpoint's max_sequences and room in its assignment ring.
   std::uint32_t sequencesFor(Connection& c) const;
+  // The same without loading the worker's read index (what status shows):
+  // its ring's room as the daemon last saw it. Never more than
+  // max_sequences, whatever the worker stated.
+  std::uint32_t sequencesShown(const Connection& c) const;
   // The worker of endpoint `e` with the most room that can take one more
   // request (most free KV tokens, then sequences): if the next fair choice
   // does not fit there, it fits nowhere now. Null when none can.

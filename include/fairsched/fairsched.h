@@ -261,8 +261,9 @@ FAIRSCHED_C_API void fairsched_close(fairsched_client* client);
 /* The worker role: an engine attached to one endpoint with executor =
  * "worker" (fairsched/worker.hpp has the loop it runs and the rules).
  *
- * Threading: fairsched_worker_set_capacity, _emit, _finish, _connected and
- * _get_stats may be called from any number of threads at once; _poll, _wait and
+ * Threading: fairsched_worker_set_capacity, _emit, _finish, _finish_counted,
+ * _connected, _endpoint_name, _id and _get_stats may be called from any
+ * number of threads at once; _poll, _wait and
  * _prepare_to_block from one thread at a time; fairsched_worker_shutdown from
  * any thread at any time; fairsched_worker_close REQUIRES that no other call
  * on the handle is in progress. */
@@ -324,7 +325,9 @@ FAIRSCHED_C_API void fairsched_worker_options_init(fairsched_worker_options* opt
  * for fairsched_worker_close. Errors: those of fairsched_connect, and
  * _INVALID_ARGUMENT (no endpoint or a bad name), _REFUSED (no such endpoint,
  * or not executor = "worker"), _UNAUTHORIZED (no [[clients]] rule lists the
- * endpoint in its `workers`). */
+ * endpoint in its `workers`), _SHUTTING_DOWN (the daemon is stopping, or
+ * draining after `fairschedctl drain`: it takes no new workers until
+ * `fairschedctl resume`; the attached ones keep serving). */
 FAIRSCHED_C_API fairsched_error fairsched_worker_connect(const fairsched_worker_options* options,
                                                          fairsched_worker** out);
 /* What the engine can take now: the daemon never assigns more than the last
@@ -361,12 +364,26 @@ FAIRSCHED_C_API fairsched_error fairsched_worker_finish(fairsched_worker* worker
                                                         fairsched_status status,
                                                         uint32_t output_tokens,
                                                         const char* message);
+/* fairsched_worker_finish with the prompt's length as the engine counted it
+ * (a proxy's upstream usage): input_tokens, when not 0, charges the tenant
+ * the difference from the submitted count, and the request's completion
+ * reports it (input_tokens). At most the endpoint's max_batch_tokens: more
+ * gets the worker dropped. 0 is fairsched_worker_finish. */
+FAIRSCHED_C_API fairsched_error
+fairsched_worker_finish_counted(fairsched_worker* worker, uint64_t id, fairsched_status status,
+                                uint32_t output_tokens, uint32_t input_tokens, const char* message);
 /* Acknowledges a PREEMPT: id stopped after generating output_tokens in all,
  * every one emitted. _DAEMON_LOST, _RING_FULL. */
 FAIRSCHED_C_API fairsched_error fairsched_worker_preempted(fairsched_worker* worker, uint64_t id,
                                                            uint32_t output_tokens);
 /* Nonzero while attached. */
 FAIRSCHED_C_API int fairsched_worker_connected(const fairsched_worker* worker);
+/* The name of the endpoint served, as the daemon described it; valid until
+ * fairsched_worker_close ("" for NULL). */
+FAIRSCHED_C_API const char* fairsched_worker_endpoint_name(const fairsched_worker* worker);
+/* The daemon's id for this worker connection: `fairschedctl status` lists
+ * the worker under it (0 for NULL). */
+FAIRSCHED_C_API uint64_t fairsched_worker_id(const fairsched_worker* worker);
 /* Counters since connect (relaxed). */
 FAIRSCHED_C_API void fairsched_worker_get_stats(const fairsched_worker* worker,
                                                 fairsched_worker_stats* out);

@@ -115,7 +115,8 @@ class FAIRSCHED_API Worker {
   // Connects and attaches to options.endpoint. Errors: those of
   // Client::connect, and kInvalidArgument (no endpoint or a bad name),
   // kRefused (no such endpoint, or not executor = "worker"), kUnauthorized
-  // (no [[clients]] rule lists the endpoint in its `workers`).
+  // (no [[clients]] rule lists the endpoint in its `workers`), kShuttingDown
+  // (the daemon is stopping, or draining: no new workers until it resumes).
   static Result<Worker> connect(WorkerOptions options);
   Worker(Worker&&) noexcept;
   Worker& operator=(Worker&&) noexcept;

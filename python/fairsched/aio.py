@@ -685,6 +685,11 @@ class AsyncWorker:
         return self._worker.endpoint
 
     @property
+    def worker_id(self) -> int:
+        """The daemon's id for this worker (``fairschedctl status``)."""
+        return self._worker.worker_id
+
+    @property
     def connected(self) -> bool:
         return self._worker.connected
 

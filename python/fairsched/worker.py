@@ -77,7 +77,11 @@ class Worker(Handle):
     def __init__(self, handle: int, endpoint: str) -> None:
         """Internal: use Worker.connect()."""
         super().__init__(handle)
-        self.endpoint = endpoint
+        name = self._lib.fairsched_worker_endpoint_name(handle)
+        #: The endpoint served, as the daemon described it.
+        self.endpoint = name.decode("utf-8") if name else endpoint
+        #: The daemon's id for this worker: ``fairschedctl status`` lists it under it.
+        self.worker_id = int(self._lib.fairsched_worker_id(handle))
         self._items = (_ffi.CWorkItem * POLL_BATCH)()
 
     @classmethod
@@ -95,7 +99,8 @@ class Worker(Handle):
         before RingFull. Raises what Client.connect raises, and
         InvalidArgument (no endpoint or a bad name), Refused (no such
         endpoint, or not executor = "worker"), Unauthorized (no [[clients]]
-        rule lists the endpoint in its ``workers``)."""
+        rule lists the endpoint in its ``workers``), ShuttingDown (the
+        daemon is stopping, or draining: no new workers until it resumes)."""
         if not endpoint:
             raise InvalidArgument("endpoint is required: an endpoint with executor = \"worker\"")
         lib = _ffi.load()
@@ -177,12 +182,23 @@ class Worker(Handle):
         )
 
     def finish(
-        self, request_id: int, status: Status, output_tokens: int, message: str = ""
+        self,
+        request_id: int,
+        status: Status,
+        output_tokens: int,
+        message: str = "",
+        *,
+        input_tokens: int = 0,
     ) -> None:
         """Ends assignment ``request_id`` after ``output_tokens`` tokens in
         all (at least those emitted; any not emitted are charged, not
         streamed). ``message`` (at most 4096 bytes are sent) says why when
-        status is not OK. Raises InvalidArgument, DaemonLost, RingFull."""
+        status is not OK. ``input_tokens``, when not 0, is the prompt's
+        length as the engine counted it (an upstream's usage): the tenant is
+        charged the difference from the submitted count and the request's
+        completion reports it; more than the endpoint's max_batch_tokens
+        gets the worker dropped. Raises InvalidArgument, DaemonLost,
+        RingFull."""
         if not isinstance(status, int) or isinstance(status, bool):
             raise TypeError(f"status must be a Status, not {type(status).__name__}")
         try:
@@ -191,10 +207,11 @@ class Worker(Handle):
             raise InvalidArgument(f"status {status} is not a fairsched Status") from None
         msg = message.encode("utf-8") if message else None
         self._call(
-            self._lib.fairsched_worker_finish,
+            self._lib.fairsched_worker_finish_counted,
             check_int("request_id", request_id, 0, U64),
             int(st),
             check_int("output_tokens", output_tokens, 0, U32),
+            check_int("input_tokens", input_tokens, 0, U32),
             msg,
         )
 

@@ -23,6 +23,7 @@ from fairsched import (
     Client,
     DaemonLost,
     NotConnected,
+    ShuttingDown,
     Status,
     Worker,
     WorkItem,
@@ -239,3 +240,39 @@ def test_closing_an_async_worker_ends_a_task_waiting_for_work(daemon: Daemon) ->
         worker.close()  # idempotent
 
     asyncio.run(main())
+
+
+def test_a_worker_finishes_with_its_prompt_count_and_knows_its_id(daemon: Daemon) -> None:
+    async def main() -> None:
+        async with AsyncWorker.connect(daemon.socket, "chat", name="py-counted") as worker:
+            assert worker.endpoint == "chat"
+            listed = [w for w in daemon.status()["workers"] if w["name"] == "py-counted"]
+            assert [w["id"] for w in listed] == [worker.worker_id]
+            assert worker.worker_id == worker.worker.worker_id > 0
+            async with AsyncClient.connect(daemon.socket) as client:
+                t = await client.open_tenant("acme")
+                worker.set_capacity(1, 10_000)
+                req = client.submit(t, "chat", [5, 6, 7], max_output_tokens=4)
+                items = await worker.next_items(10)
+                assert [i.kind for i in items] == [WorkKind.ASSIGN]
+                assert items[0].prompt_tokens == 3
+                worker.emit(items[0].id, [1, 2])
+                # The engine counted the prompt as 11 tokens (a proxy's upstream usage).
+                worker.finish(items[0].id, Status.OK, 2, input_tokens=11)
+                final = await req
+                assert final.status == Status.OK and final.output_tokens == 2
+                assert final.input_tokens == 11
+
+    run(main(), 30)
+
+
+def test_connecting_a_worker_during_a_drain_raises_shutting_down(daemon: Daemon) -> None:
+    ctl = [str(BIN / "fairschedctl"), "--socket", daemon.socket]
+    out = subprocess.run(ctl + ["drain"], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+    with pytest.raises(ShuttingDown, match="draining"):
+        Worker.connect(daemon.socket, "chat")
+    out = subprocess.run(ctl + ["resume"], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+    with Worker.connect(daemon.socket, "chat") as w:
+        assert w.endpoint == "chat"

@@ -21,6 +21,7 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include "daemon/config/config.hpp"
 #include "fairsched/fairsched.h"
 #include "shm/worker_protocol.hpp"
@@ -28,6 +29,7 @@
 #include "tests/support/forked_daemon.hpp"
 #include "tests/support/prompts.hpp"
 #include "tests/support/requests.hpp"
+#include "tests/support/run_command.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace fairsched {
@@ -48,7 +50,7 @@ std::optional<config::Config> makeConfig(const std::string& socket) {
       "[endpoints.chat]\nexecutor = \"worker\"\nmax_batch_tokens = 65536\n"
       "max_output_tokens = 32768\nbatch_timeout_ms = 60000\n"
       "[endpoints.chat.worker]\nmax_sequences = 256\nclient_buffer_chunks = 1024\n";
-  c.client_extra = "workers = [\"chat\"]\n";
+  c.client_extra = "workers = [\"chat\"]\nadmin = true\n";  // admin: fairschedctl drain
   auto parsed = c.parse();
   if (auto* err = parsed.errorOrNull()) {
     ADD_FAILURE() << *err;
@@ -477,6 +479,81 @@ TEST_F(CApiWithDaemon, WorkerCallsMapTheirErrorsToCodes) {
   EXPECT_EQ(fairsched_worker_emit(w, 1, nullptr, 0), FAIRSCHED_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(fairsched_worker_finish(w, 1, static_cast<fairsched_status>(99), 0, nullptr),
             FAIRSCHED_ERR_INVALID_ARGUMENT);
+  fairsched_worker_close(w);
+}
+
+// What worker.hpp has beside the loop, in C: finish with the prompt count
+// the engine made (the client's completion reports it), the endpoint's name,
+// and the daemon's id for the worker (the one `fairschedctl status` lists).
+TEST_F(CApiWithDaemon, AWorkerFinishesWithItsPromptCountAndKnowsItsEndpointAndId) {
+  EXPECT_STREQ(fairsched_worker_endpoint_name(worker_), "chat");
+  EXPECT_STREQ(fairsched_worker_endpoint_name(nullptr), "");
+  EXPECT_EQ(fairsched_worker_id(nullptr), 0u);
+  const std::uint64_t id = fairsched_worker_id(worker_);
+  EXPECT_NE(id, 0u);
+  std::string out;
+  ASSERT_EQ(testing::runFairschedctl("--socket " + socket() + " status --json", &out), 0) << out;
+  const nlohmann::json workers = nlohmann::json::parse(out, nullptr, false)["workers"];
+  ASSERT_EQ(workers.size(), 1u) << out;
+  EXPECT_EQ(workers[0]["id"].get<std::uint64_t>(), id) << out;
+  EXPECT_EQ(workers[0]["name"], "c-worker") << out;
+  // This test serves the request itself.
+  stop_.store(true);
+  worker_thread_.join();
+  ASSERT_EQ(fairsched_worker_set_capacity(worker_, 1, kWorkerKvTokens), FAIRSCHED_OK);
+  Seen s;
+  s.prompt = promptFor(17);
+  const std::uint64_t request = submit(s, "", 8);
+  ASSERT_NE(request, 0u);
+  fairsched_work_item item{};
+  const auto until = Clock::now() + 10s;
+  std::size_t n = 0;
+  while (n == 0 && Clock::now() < until) {
+    (void)fairsched_worker_wait(worker_, 20 * kMs);
+    n = fairsched_worker_poll(worker_, &item, 1);
+  }
+  ASSERT_EQ(n, 1u) << "no assignment";
+  ASSERT_EQ(item.kind, FAIRSCHED_WORK_ASSIGN);
+  EXPECT_EQ(item.prompt_tokens, s.prompt.size());
+  const std::uint32_t t = referenceToken(s.prompt, 0);
+  ASSERT_EQ(fairsched_worker_emit(worker_, item.id, &t, 1), FAIRSCHED_OK);
+  ASSERT_EQ(fairsched_worker_finish_counted(worker_, item.id, FAIRSCHED_STATUS_OK, 1, 77, nullptr),
+            FAIRSCHED_OK)
+      << fairsched_last_error_message();
+  ASSERT_TRUE(pollUntil([&] { return seen_[request].finals > 0; }));
+  const Seen& got = seen_[request];
+  EXPECT_EQ(got.error, "");
+  EXPECT_EQ(got.final_completion.status, FAIRSCHED_STATUS_OK);
+  EXPECT_EQ(got.final_completion.input_tokens, 77u) << "the engine's count, not the prompt's";
+  EXPECT_EQ(got.final_completion.output_tokens, 1u);
+  EXPECT_EQ(fairsched_worker_finish_counted(nullptr, 1, FAIRSCHED_STATUS_OK, 0, 0, nullptr),
+            FAIRSCHED_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      fairsched_worker_finish_counted(worker_, 1, static_cast<fairsched_status>(99), 0, 0, nullptr),
+      FAIRSCHED_ERR_INVALID_ARGUMENT);
+}
+
+// While the daemon drains, a worker cannot attach: fairsched_worker_connect
+// returns FAIRSCHED_ERR_SHUTTING_DOWN, as its comment says; the attached one
+// stays attached, and after a resume a worker attaches again.
+TEST_F(CApiWithDaemon, AWorkerConnectingDuringADrainGetsShuttingDown) {
+  const std::string ctl = "--socket " + socket() + " ";
+  std::string out;
+  ASSERT_EQ(testing::runFairschedctl(ctl + "drain", &out), 0) << out;
+  fairsched_worker_options wo;
+  fairsched_worker_options_init(&wo);
+  wo.socket_path = socket().c_str();
+  wo.endpoint = "chat";
+  fairsched_worker* w = reinterpret_cast<fairsched_worker*>(0x1);
+  EXPECT_EQ(fairsched_worker_connect(&wo, &w), FAIRSCHED_ERR_SHUTTING_DOWN)
+      << fairsched_last_error_message();
+  EXPECT_EQ(w, nullptr);
+  EXPECT_NE(std::string(fairsched_last_error_message()).find("draining"), std::string::npos)
+      << fairsched_last_error_message();
+  EXPECT_EQ(fairsched_worker_connected(worker_), 1) << "an attached worker is not let go";
+  ASSERT_EQ(testing::runFairschedctl(ctl + "resume", &out), 0) << out;
+  ASSERT_EQ(fairsched_worker_connect(&wo, &w), FAIRSCHED_OK) << fairsched_last_error_message();
+  EXPECT_STREQ(fairsched_worker_endpoint_name(w), "chat");
   fairsched_worker_close(w);
 }
 

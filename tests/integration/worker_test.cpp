@@ -3,6 +3,7 @@
 // token must reach its own request in order (checked against the reference
 // function), every request must end exactly once with an explicit status,
 // whatever dies or misbehaves.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -11,8 +12,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <variant>
@@ -1070,6 +1075,282 @@ TEST_F(Workers, AWorkerThatCountsThePromptSettlesItAndTheClientHearsTheCount) {
       << "73 prompt + 3 output: " << out;
   ::kill(worker, SIGKILL);
   ::waitpid(worker, nullptr, 0);
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+// The daemon, forked with its log (stderr) going to the file `log`, at
+// level info.
+daemon::Result<daemon::ForkedDaemon> startLogging(config::Config cfg, const std::string& log) {
+  cfg.daemon.log_level = "info";
+  std::fflush(stderr);
+  const int saved = dup(STDERR_FILENO);
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (saved < 0 || fd < 0) {
+    return daemon::Error{daemon::Errc::kSystem, "cannot redirect stderr to " + log};
+  }
+  dup2(fd, STDERR_FILENO);
+  close(fd);
+  auto d = daemon::ForkedDaemon::start(cfg);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  return d;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Polls `w` until it has work or `limit` passes (then none).
+std::vector<WorkItem> workWithin(Worker& w, std::chrono::milliseconds limit = 10s) {
+  std::vector<WorkItem> items;
+  const auto until = Clock::now() + limit;
+  while (items.empty() && Clock::now() < until) {
+    (void)w.wait(20ms);
+    w.poll(items);
+  }
+  return items;
+}
+
+// Whether child `pid` exits 0 within `limit`; killed otherwise.
+bool exitsCleanly(pid_t pid, std::chrono::milliseconds limit = 20s) {
+  int status = 0;
+  const auto until = Clock::now() + limit;
+  while (Clock::now() < until) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    std::this_thread::sleep_for(5ms);
+  }
+  ::kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return false;
+}
+
+// A worker stating more room than max_sequences (UINT32_MAX here) is shown
+// with the room the daemon will use: max_sequences less what it runs, in the
+// table and in --json (where the statement as made is beside it).
+TEST_F(Workers, StatusShowsTheRoomTheDaemonUsesNotAWorkersInflatedStatement) {
+  EndpointSetup setup;
+  setup.max_sequences = 8;
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket(), setup));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  WorkerOptions wo;
+  wo.socket_path = socket();
+  wo.endpoint = "chat";
+  wo.worker_name = "boastful";
+  auto w = Worker::connect(wo);
+  ASSERT_TRUE(w) << w.error().toString();
+  ASSERT_TRUE(w->setCapacity(UINT32_MAX, 1 << 20));
+  {
+    auto client = connectClient(socket());
+    ASSERT_TRUE(client);
+    auto tenant = client->openTenant("acme");
+    ASSERT_TRUE(tenant);
+    const std::vector<std::uint32_t> prompt = promptFor(3);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(client->submit(chatRequest(*tenant, prompt, 8)));
+    // The worker never takes them: all three stay assigned to it.
+    nlohmann::json row;
+    ASSERT_TRUE(testing::waitUntil(
+        [&] {
+          const nlohmann::json st = statusOf(socket());
+          if (!st.contains("workers") || st["workers"].size() != 1) return false;
+          row = st["workers"][0];
+          return row.value("running", 0) == 3;
+        },
+        10s, "three requests assigned to the worker", 10ms));
+    EXPECT_EQ(row["free_sequences"].get<std::uint64_t>(), 5u) << row.dump();
+    EXPECT_EQ(row["stated_free_sequences"].get<std::uint64_t>(), UINT32_MAX) << row.dump();
+    std::string out;
+    ASSERT_EQ(testing::runFairschedctl("--socket " + socket() + " status", &out), 0) << out;
+    // Its WORKER row: id, endpoint, name, pid, running, free sequences, free KV, tokens.
+    std::vector<std::string> cols;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream words(line);
+      std::vector<std::string> c{std::istream_iterator<std::string>(words), {}};
+      if (c.size() == 8 && c[2] == "boastful") cols = c;
+    }
+    ASSERT_EQ(cols.size(), 8u) << out;
+    EXPECT_EQ(cols[4], "3") << out;
+    EXPECT_EQ(cols[5], "5") << out;
+    EXPECT_EQ(out.find("4294967"), std::string::npos) << out;
+  }  // the client goes: its requests are aborted
+  w->shutdown();
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+// A worker that writes garbage into its assignment ring's read index (memory
+// it may write) is dropped, with that reason in the log, and its endpoint
+// goes on with a good worker.
+TEST_F(Workers, AWorkerWritingGarbageIntoItsAssignmentReadIndexIsDroppedWithThatReason) {
+  const std::string log = tmp_.path() + "/fairschedd.log";
+  auto d = startLogging(makeConfig(socket()), log);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  testing::RawClient garbage;
+  std::string why;
+  ASSERT_EQ(garbage.connect(socket(), &why, "garbage", "chat"), shm::ControlStatus::kOk) << why;
+  garbage.setCompletionRead(0xdeadbeefcafef00dull);
+  ASSERT_TRUE(testing::waitUntil([&] { return !garbage.connected(); }, 10s,
+                                 "the daemon to drop the worker", 10ms));
+  WorkerProcess good(socket(), fastModel());
+  EXPECT_EQ(runStreamingClient(socket(), {"acme"}, 4, 11), "");
+  EXPECT_EQ(d.value().terminate(), 0);
+  const std::string text = readFile(log);
+  EXPECT_NE(text.find("assignment ring broken (its read index is out of range); dropping it"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("is gone (assignment ring broken (its read index is out of range))"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("broke its ring"), std::string::npos) << text;
+}
+
+// Each way a worker breaks the protocol is logged as what it is, and so is
+// its going: one request passes from rogue to rogue (requeued while nothing
+// of it was streamed), each breaking another rule.
+TEST_F(Workers, ADroppedWorkerIsLoggedWithTheRuleItBrokeNotAsBreakingItsRing) {
+  const std::string log = tmp_.path() + "/fairschedd.log";
+  auto d = startLogging(makeConfig(socket()), log);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  auto client = connectClient(socket());
+  ASSERT_TRUE(client);
+  auto tenant = client->openTenant("acme");
+  ASSERT_TRUE(tenant);
+  const std::vector<std::uint32_t> prompt = promptFor(21);
+  auto id = client->submit(chatRequest(*tenant, prompt, 8));
+  ASSERT_TRUE(id);
+  using Act = void (*)(Worker&, std::uint64_t);
+  const std::vector<std::pair<Act, std::string>> rogues = {
+      {[](Worker& w, std::uint64_t a) {
+         const std::uint32_t t = 1;
+         (void)w.emit(a ^ 0x5555, std::span<const std::uint32_t>(&t, 1));
+       },
+       "event breaks the protocol: TOKENS for assignment 0x"},
+      {[](Worker& w, std::uint64_t a) {
+         const std::vector<std::uint32_t> nine(9, 7);
+         (void)w.emit(a, nine);
+       },
+       "event breaks the protocol: TOKENS past max_output_tokens: 0 emitted + 9 > 8"},
+      {[](Worker& w, std::uint64_t a) { (void)w.finish(a, Status::kOk, 9); },
+       "event breaks the protocol: FINISH with output_tokens 9 > max_output_tokens 8"},
+      {[](Worker& w, std::uint64_t a) { (void)w.finish(a, Status::kOk, 0, {}, 70000); },
+       "event breaks the protocol: FINISH with input_tokens 70000 > the endpoint's "
+       "max_batch_tokens 65536"},
+      {[](Worker& w, std::uint64_t a) {
+         const std::vector<std::uint32_t> two(2, 7);
+         (void)w.emit(a, two);
+         (void)w.finish(a, Status::kOk, 1);
+       },
+       "event breaks the protocol: FINISH with output_tokens 1, fewer than the 2 it emitted"},
+  };
+  for (const auto& [act, reason] : rogues) {
+    const pid_t rogue = fork();
+    if (rogue == 0) {
+      Worker w = attachChildWorker(socket(), 4);
+      const std::vector<WorkItem> items = workWithin(w);
+      if (items.empty() || items[0].kind != WorkItem::Kind::kAssign) _exit(2);
+      act(w, items[0].id);
+      const auto until = Clock::now() + 10s;
+      while (w.connected() && Clock::now() < until) std::this_thread::sleep_for(5ms);
+      _exit(w.connected() ? 3 : 0);  // dropped, as it should be
+    }
+    EXPECT_TRUE(exitsCleanly(rogue)) << "the rogue that should be logged with: " << reason;
+  }
+  // The last one had streamed 2 tokens: its request ends EXECUTOR_FAILED.
+  std::vector<Completion> got;
+  ASSERT_TRUE(pollUntil(
+      *client, [&](const Completion& c) { got.push_back(c); }, [&] { return !got.empty(); }, 10s));
+  EXPECT_EQ(got[0].request_id, *id);
+  EXPECT_EQ(got[0].status, Status::kExecutorFailed);
+  EXPECT_EQ(got[0].output_tokens, 2u);
+  // A worker that closes is gone because it closed.
+  {
+    WorkerOptions wo;
+    wo.socket_path = socket();
+    wo.endpoint = "chat";
+    auto w = Worker::connect(wo);
+    ASSERT_TRUE(w) << w.error().toString();
+  }
+  ASSERT_TRUE(testing::waitUntil([&] { return statusOf(socket())["workers"].empty(); }, 10s,
+                                 "the closed worker to go", 10ms));
+  EXPECT_EQ(d.value().terminate(), 0);
+  const std::string text = readFile(log);
+  for (const auto& [act, reason] : rogues) {
+    EXPECT_NE(text.find("): " + reason), std::string::npos) << reason << "\n" << text;
+    EXPECT_NE(text.find("is gone (" + reason), std::string::npos) << reason << "\n" << text;
+  }
+  EXPECT_NE(text.find("is gone (closed): 0 requests requeued, 0 end EXECUTOR_FAILED"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("broke its ring"), std::string::npos) << text;
+}
+
+// `fairschedctl tenants` counts a request that ended while running on a
+// worker by why it ended: its client hung up (or cancelled) → cancelled,
+// its deadline passed → expired; neither is completed.
+TEST_F(Workers, TenantsCountsARunningRequestWhoseClientHungUpAsCancelledNotCompleted) {
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  WorkerOptions wo;
+  wo.socket_path = socket();
+  wo.endpoint = "chat";
+  auto w = Worker::connect(wo);
+  ASSERT_TRUE(w) << w.error().toString();
+  ASSERT_TRUE(w->setCapacity(4, 1 << 20));
+  const std::vector<std::uint32_t> prompt = promptFor(31);
+  const std::uint32_t token = reference::referenceToken(prompt, 0);
+  // Runs the client's request until it is aborted, then acknowledges the abort.
+  auto runUntilAborted = [&](const std::function<void()>& end) {
+    std::vector<WorkItem> items = workWithin(*w);
+    ASSERT_EQ(items.size(), 1u);
+    ASSERT_EQ(items[0].kind, WorkItem::Kind::kAssign);
+    const std::uint64_t a = items[0].id;
+    ASSERT_TRUE(w->emit(a, std::span<const std::uint32_t>(&token, 1)));
+    end();
+    items = workWithin(*w);
+    ASSERT_EQ(items.size(), 1u);
+    EXPECT_EQ(items[0].kind, WorkItem::Kind::kAbort);
+    EXPECT_EQ(items[0].id, a);
+    ASSERT_TRUE(w->finish(a, Status::kCancelled, 1));
+    ASSERT_TRUE(w->setCapacity(4, 1 << 20));
+  };
+  {
+    auto client = connectClient(socket());
+    ASSERT_TRUE(client);
+    auto tenant = client->openTenant("hangs-up");
+    ASSERT_TRUE(tenant);
+    ASSERT_TRUE(client->submit(chatRequest(*tenant, prompt, 100, nullptr, /*stream=*/true)));
+    runUntilAborted([&] { client->shutdown(); });  // the caller hangs up mid-stream
+  }
+  auto client = connectClient(socket());
+  ASSERT_TRUE(client);
+  auto tenant = client->openTenant("too-late");
+  ASSERT_TRUE(tenant);
+  SubmitRequest r = chatRequest(*tenant, prompt, 100, nullptr, /*stream=*/true);
+  r.timeout = 1s;
+  ASSERT_TRUE(client->submit(r));
+  runUntilAborted([] {});  // its deadline passes while it runs
+  nlohmann::json rows;
+  ASSERT_TRUE(testing::waitUntil(
+      [&] {
+        std::string out;
+        if (testing::runFairschedctl("--socket " + socket() + " tenants --json", &out) != 0)
+          return false;
+        rows = nlohmann::json::parse(out, nullptr, false)["tenants"];
+        int settled = 0;
+        for (const nlohmann::json& row : rows)
+          settled += row.value("in_flight", 1) == 0 && row.value("queued", 1) == 0;
+        return settled == 2;
+      },
+      10s, "both requests to settle", 10ms));
+  std::map<std::string, nlohmann::json> by;
+  for (const nlohmann::json& row : rows) by[row.value("tenant", "")] = row;
+  EXPECT_EQ(by["hangs-up"].value("cancelled", 0), 1) << rows.dump();
+  EXPECT_EQ(by["hangs-up"].value("completed", 0), 0) << rows.dump();
+  EXPECT_EQ(by["too-late"].value("expired", 0), 1) << rows.dump();
+  EXPECT_EQ(by["too-late"].value("completed", 0), 0) << rows.dump();
+  w->shutdown();
   EXPECT_EQ(d.value().terminate(), 0);
 }
 

@@ -168,6 +168,13 @@ void RawClient::scribble(std::mt19937_64& rng) {
   [[maybe_unused]] const ssize_t w = write(doorbell_, &one, sizeof one);
 }
 
+void RawClient::setCompletionRead(std::uint64_t index) {
+  shm::sharedStore(segment_->completionRing().client->completion_read, index,
+                   std::memory_order_release);
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t w = write(doorbell_, &one, sizeof one);
+}
+
 bool RawClient::connected() const {
   pollfd p{fd_, POLLIN, 0};
   if (::poll(&p, 1, 0) < 0) return false;

@@ -50,6 +50,9 @@ class RawClient {
   }
   // Random bytes over the whole client-writable part, with the doorbell rung.
   void scribble(std::mt19937_64& rng);
+  // Stores `index` as its completion (a worker's: assignment) ring's read
+  // index, as a hostile peer may, and rings the doorbell.
+  void setCompletionRead(std::uint64_t index);
   std::uint16_t endpoint() const { return endpoint_; }
   // Later submissions go to the daemon's endpoint `name` (the first by default).
   void useEndpoint(const std::string& name) { endpoint_ = endpoints_.at(name); }

@@ -168,6 +168,25 @@ TEST_P(SchedulerCharge, TokensReportedOnlyAtTheFinishAreCountedOnce) {
 INSTANTIATE_TEST_SUITE_P(TokensAndAdaptive, SchedulerCharge,
                          ::testing::Values(CostModel::kTokens, CostModel::kAdaptive));
 
+// A request ended while running, by its client or its deadline, is counted
+// by why it ended, not as completed; its tokens are still counted served.
+TEST(SchedulerComplete, ARunningRequestEndedByItsClientOrDeadlineIsCountedByWhy) {
+  Fixture f(workerSpec(CostModel::kTokens));
+  const TenantId a = f.tenant("a");
+  for (int i = 0; i < 3; ++i) f.submit(a, 0, 10, 50);
+  const std::vector<Dispatched> running = f.take(0, 3);
+  ASSERT_EQ(running.size(), 3u);
+  EXPECT_TRUE(f.sched.complete(running[0].handle, 5, 0, Status::kCancelled));
+  EXPECT_TRUE(f.sched.complete(running[1].handle, 5, 0, Status::kDeadlineExceeded));
+  EXPECT_TRUE(f.sched.complete(running[2].handle, 5, 0, Status::kExecutorFailed));
+  const TenantStats st = f.stats(a);
+  EXPECT_EQ(st.cancelled, 1u);
+  EXPECT_EQ(st.expired, 1u);
+  EXPECT_EQ(st.completed, 1u);
+  EXPECT_EQ(st.tokens_served, 3u * (10u + 5u));
+  EXPECT_EQ(f.sched.view(a, 0)->in_flight, 0u);
+}
+
 TEST(SchedulerCharge, ElsewhereTheDeficitDoesNotMove) {
   Fixture f(workerSpec(CostModel::kTokens, /*per_token=*/false));
   const TenantId a = f.tenant("a");
