@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "bench/process_run.hpp"
-#include "bench/stats.hpp"
 #include "bench/scenario.hpp"
+#include "bench/stats.hpp"
 
 namespace fairsched::bench {
 namespace {
@@ -127,29 +127,27 @@ std::variant<RunResult, std::string> runOnce(const std::string& dir, int flooder
   RunResult out;
   out.p99_ms = percentileOfSorted(rtt_ms, 99);
   out.lost = lost + flood.unanswered;
-  out.json = {{"steady_p50_ms", percentileOfSorted(rtt_ms, 50)},
-              {"steady_p99_ms", out.p99_ms},
-              {"steady_max_ms", rtt_ms.empty() ? 0.0 : rtt_ms.back()},
-              {"steady_requests", requests},
-              {"steady_not_ok", not_ok},
-              {"lost", out.lost},
-              {"executor_busy",
-               std::min(1.0, static_cast<double>(batches) * kPerBatchUs / 1e6 / seconds)},
-              {"batches", batches},
-              {"flood_submitted", flood.submitted},
-              {"flood_rejected", flood.rejected},
-              {"flood_admitted", flood.ok},
-              {"flood_ring_full", flood.ring_full},
-              {"reject_throttled",
-               counters.is_object() ? counters.value("reject_throttled", 0ull) : 0},
-              {"daemon_cpu_ms", static_cast<double>(extras.daemon_cpu_ns) / 1e6},
-              // Daemon CPU per submission it handled (steady and flood, admitted or
-              // rejected); with the flood, almost all are rejections.
-              {"daemon_ns_per_submission",
-               static_cast<double>(extras.daemon_cpu_ns) /
-                   static_cast<double>(std::max<std::uint64_t>(
-                       1, requests + flood.ok + flood.rejected + flood.other))},
-              {"seconds", seconds}};
+  out.json = {
+      {"steady_p50_ms", percentileOfSorted(rtt_ms, 50)},
+      {"steady_p99_ms", out.p99_ms},
+      {"steady_max_ms", rtt_ms.empty() ? 0.0 : rtt_ms.back()},
+      {"steady_requests", requests},
+      {"steady_not_ok", not_ok},
+      {"lost", out.lost},
+      {"executor_busy", std::min(1.0, static_cast<double>(batches) * kPerBatchUs / 1e6 / seconds)},
+      {"batches", batches},
+      {"flood_submitted", flood.submitted},
+      {"flood_rejected", flood.rejected},
+      {"flood_admitted", flood.ok},
+      {"flood_ring_full", flood.ring_full},
+      {"reject_throttled", counters.is_object() ? counters.value("reject_throttled", 0ull) : 0},
+      {"daemon_cpu_ms", static_cast<double>(extras.daemon_cpu_ns) / 1e6},
+      // Daemon CPU per submission it handled (steady and flood, admitted or
+      // rejected); with the flood, almost all are rejections.
+      {"daemon_ns_per_submission", static_cast<double>(extras.daemon_cpu_ns) /
+                                       static_cast<double>(std::max<std::uint64_t>(
+                                           1, requests + flood.ok + flood.rejected + flood.other))},
+      {"seconds", seconds}};
   return out;
 }
 
@@ -213,8 +211,9 @@ ScenarioResult runFlood(const ScenarioOptions& options) {
   t += row("flood", f.json);
   if (unbounded) t += row("flood, no budget", unbounded->json);
   char tail[200];
-  std::snprintf(tail, sizeof tail, "\nsteady p99 under the flood: %.2fx baseline (target <= %.0fx): %s\n",
-                ratio, kTargetRatio, met ? "MET" : "MISS");
+  std::snprintf(tail, sizeof tail,
+                "\nsteady p99 under the flood: %.2fx baseline (target <= %.0fx): %s\n", ratio,
+                kTargetRatio, met ? "MET" : "MISS");
   t += tail;
   return report;
 }

@@ -417,11 +417,11 @@ bool Server::poll() {
     } catch (const std::exception& e) {  // costs this client its connection, not the daemon
       spdlog::error("client {} (pid {}): internal error in ingest: {}", id, c->cred.pid,
                     escapeForDisplay(e.what()));
-      c->closing = true;
-      drop_later_.push_back(id);
+      dropLater(*c, "internal error in ingest");
     }
   }
   worked = conns_.demote() || worked;
+  // The reason is each one's (dropLater); a bare entry broke its ring.
   for (const std::uint64_t id : drop_later_) dropConnection(id, "broke its ring");
   drop_later_.clear();
   sched_.expireDeadlines(now, done_);
