@@ -146,8 +146,11 @@ StateClock StateClock::now() {
 
 TimeNs StateClock::elapsedUntil(const StateClock& now) const {
   const bool same_boot = !boot_id.empty() && boot_id == now.boot_id;
-  const TimeNs d = same_boot ? now.mono_ns - mono_ns : now.wall_ns - wall_ns;
-  return std::max<TimeNs>(d, 0);
+  const TimeNs then = same_boot ? mono_ns : wall_ns;
+  const TimeNs at = same_boot ? now.mono_ns : now.wall_ns;
+  // Clocks are never negative (decodeState refuses such a file), so the
+  // difference cannot overflow; a clock that went backwards is no time.
+  return at > then && then >= 0 ? at - then : 0;
 }
 
 template <class T>
@@ -233,6 +236,7 @@ std::optional<std::string> decodeState(std::span<const char> bytes, StateClock& 
   if (stateChecksum(body) != sum) return "checksum mismatch (the file was changed or torn)";
   std::memcpy(&saved.wall_ns, bytes.data() + 32, 8);
   std::memcpy(&saved.mono_ns, bytes.data() + 40, 8);
+  if (saved.wall_ns < 0 || saved.mono_ns < 0) return "a clock before 1970 or before boot";
   const char* boot = bytes.data() + 48;
   saved.boot_id.assign(boot, strnlen(boot, kBootIdBytes));
 

@@ -216,6 +216,10 @@ TEST(StateFile, EveryKindOfBadFileIsRefusedWithWhatIsWrong) {
   const std::uint32_t v0 = 0;
   std::memcpy(older.data() + 8, &v0, 4);
   EXPECT_EQ(refused(older), "state file version 0; this fairschedd reads version 1");
+  std::string before_1970 = withPayload(good, kStateHeaderBytes, good.substr(kStateHeaderBytes, 1));
+  const std::int64_t minus = INT64_MIN;
+  std::memcpy(before_1970.data() + 32, &minus, 8);
+  EXPECT_EQ(refused(before_1970), "a clock before 1970 or before boot");
   std::string swapped = good;
   const std::uint32_t other_order = 0x0D0C0B0A;
   std::memcpy(swapped.data() + 12, &other_order, 4);
