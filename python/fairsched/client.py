@@ -221,7 +221,11 @@ class Client(Handle):
     def __init__(self, handle: int, socket_path: str) -> None:
         """Internal: use Client.connect()."""
         super().__init__(handle)
+        #: The daemon's socket this client connected to.
         self.socket_path = socket_path
+
+    def _repr_fields(self) -> str:
+        return f"socket={self.socket_path!r}"
 
     @classmethod
     def connect(
