@@ -806,20 +806,33 @@ class AsyncClient:
 
     def _drain(self) -> None:
         """Reader callback: polls until the client says block, dispatching
-        every completion to its Request."""
+        every completion to its Request. A request's chunks of one batch
+        wake its reader once (the first chunk resolves its waiter; the rest
+        are buffered behind it)."""
         if self._closed:
             return
         client = self._client
+        requests = self._requests
+        get = requests.get
         while True:
             batch = client.poll(POLL_BATCH)
             for c in batch:
-                req = self._requests.get(c.request_id)
+                req = get(c.request_id)
                 if req is None:
                     self.unclaimed += 1
                 elif c.partial:
-                    req._on_chunk(c)
+                    # Request._on_chunk inlined (the hot path of a stream).
+                    limit = self.stream_buffer_tokens
+                    if (req._slow or limit is not None
+                            and req._buffered + len(c.tokens) > limit):
+                        req._on_chunk(c)  # past the bound: the slow-consumer path
+                        continue
+                    req._buffered += len(c.tokens)
+                    req._chunks.append(c)
+                    if req._waiters:
+                        req._wake()
                 else:
-                    del self._requests[c.request_id]
+                    del requests[c.request_id]
                     req._on_final(c)
             if len(batch) == POLL_BATCH:
                 continue
