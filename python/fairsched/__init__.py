@@ -9,7 +9,7 @@ which). docs/python.md is the guide.
 
 from ._ffi import MAX_PARAMS_BYTES, LibraryNotFound, library_path
 from ._types import Completion, Status, Tenant, WorkerStats, WorkItem, WorkKind
-from .aio import AsyncClient, AsyncWorker, Connecting, Request
+from .aio import AsyncClient, AsyncWorker, Connecting, Request, RetryingStream
 from .client import DEFAULT_SOCKET, Client, monotonic_deadline
 from .errors import (
     ConnectFailed,
@@ -67,6 +67,7 @@ __all__ = [
     "Request",
     "RetryBudget",
     "RetryOutcome",
+    "RetryingStream",
     "RetryPolicy",
     "RetryStop",
     "RingFull",

@@ -16,7 +16,7 @@ from ctypes import byref, c_void_p
 from typing import Any, Callable, NoReturn, Optional, TypeVar
 
 from . import _ffi
-from .errors import ErrorCode, InvalidArgument, NotConnected, make_error
+from .errors import ErrorCode, InvalidArgument, NotConnected, library_message, make_error
 
 DEFAULT_SOCKET = "/run/fairsched/fairsched.sock"
 POLL_BATCH = 256
@@ -30,8 +30,9 @@ T = TypeVar("T")
 
 def raise_error(lib: ctypes.CDLL, rc: int) -> NoReturn:
     """Raises the exception of the library's error code ``rc`` (not 0), with
-    the library's message of the failed call."""
-    raise make_error(rc, _ffi.last_error_message(lib))
+    the library's message of the failed call (without the code's name and
+    words repeated: ``str(e)`` starts with the name)."""
+    raise make_error(rc, library_message(rc, _ffi.last_error_message(lib)))
 
 
 def check_int(name: str, value: object, lo: int, hi: int) -> int:
@@ -254,6 +255,23 @@ class Handle:
     def __del__(self) -> None:
         if getattr(self, "_handle", None) is not None:
             self.close()
+
+    def _state(self) -> str:
+        """One word for repr(): connected, disconnected (lost), closed, or
+        inherited (a child of fork())."""
+        if self._pid != _pid:
+            return f"inherited from pid {self._pid}"
+        if self._handle is None:
+            return "closed"
+        return "connected" if self.connected else "disconnected"
+
+    def _repr_fields(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        fields = self._repr_fields()
+        return (f"<fairsched.{type(self).__name__} {fields}{' ' if fields else ''}"
+                f"{self._state()} pid={self._pid}>")
 
     @property
     def closed(self) -> bool:

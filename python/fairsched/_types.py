@@ -81,6 +81,7 @@ class Completion:
 
     @property
     def ok(self) -> bool:
+        """True when the status is OK."""
         return self.status == Status.OK
 
     @property

@@ -66,6 +66,15 @@ _ROOM_RETRY_FIRST = 0.0001
 _ROOM_RETRY_MAX = 0.005
 
 C = TypeVar("C", "AsyncClient", "AsyncWorker")
+T = TypeVar("T")
+
+
+def _other_loop(what: str) -> str:
+    return (
+        f"fairsched.{what} is bound to the event loop it was connected on; this call "
+        f"came from another event loop (or from outside one). Connect one {what} per "
+        f"event loop, or hand the work to its loop (asyncio.run_coroutine_threadsafe)."
+    )
 
 
 class Connecting(Generic[C]):
@@ -180,7 +189,10 @@ class Request:
 
     def _waiter(self) -> asyncio.Future[None]:
         """A future that the next chunk, final completion or error resolves."""
-        w: asyncio.Future[None] = self._client._loop.create_future()
+        loop = self._client._loop
+        if asyncio._get_running_loop() is not loop:
+            self._client._check_loop()
+        w: asyncio.Future[None] = loop.create_future()
         self._waiters.append(w)
         return w
 
@@ -200,6 +212,11 @@ class Request:
         except asyncio.CancelledError:
             self._abandon(w)
             raise
+
+    async def _first_news(self) -> None:
+        """Suspends until a chunk is buffered or the request is done."""
+        while not self._chunks and not self.done():
+            await self._news()
 
     async def completion(self) -> Completion:
         """The final completion. Cancelling the awaiting task cancels the request."""
@@ -245,6 +262,221 @@ class Request:
         async for chunk in self:
             for t in chunk.tokens:
                 yield t
+
+
+class _Retries:
+    """The state of one submit-with-retry loop and its decisions, shared by
+    AsyncClient.submit_with_retry and RetryingStream (retry.hpp's loop)."""
+
+    __slots__ = ("policy", "budget", "deadline", "attempts", "slept", "_timeout", "_started")
+
+    def __init__(self, policy: Optional[RetryPolicy], budget: RetryBudget,
+                 timeout: Optional[float], deadline: Optional[float], start: bool = True) -> None:
+        self.policy = policy or RetryPolicy()
+        self.budget = budget
+        self.deadline = deadline
+        self.attempts = 0
+        self.slept = 0.0
+        if timeout is not None:
+            seconds_to_ns("timeout", timeout)
+        self._timeout = timeout
+        self._started = False
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Before the first attempt: a timeout becomes a deadline, and the
+        budget is credited with a first attempt."""
+        if self._started:
+            return
+        self._started = True
+        if self._timeout is not None:
+            t = time.monotonic() + self._timeout
+            self.deadline = t if self.deadline is None or t < self.deadline else self.deadline
+        self.budget.on_first_attempt()
+
+    def wait_limit(self) -> Optional[float]:
+        """Seconds to wait for an attempt's news; None: no bound."""
+        wait_for = self.policy.attempt_timeout
+        if wait_for is None and self.deadline is not None:
+            # Past its deadline the daemon answers DEADLINE_EXCEEDED itself;
+            # the margin covers that answer's trip back.
+            wait_for = max(0.0, self.deadline - time.monotonic()) + 1.0
+        return wait_for
+
+    async def bounded(self, aw: Awaitable[T]) -> T:
+        """``await aw`` within wait_limit(); TimedOut past it (``aw`` is
+        cancelled, and so the request it waits on)."""
+        wait_for = self.wait_limit()
+        if wait_for is None:
+            return await aw
+        try:
+            return await asyncio.wait_for(aw, wait_for)
+        except asyncio.TimeoutError:
+            raise TimedOut(f"no completion within {wait_for:.3f} s") from None
+
+    def next(self, completion: Optional[Completion]) -> tuple[Optional[RetryStop], float]:
+        """After an attempt that ended retryable (``completion``; None: its
+        submit raised RingFull): why the loop stops, or the delay before the
+        next attempt (a budget token taken)."""
+        p = self.policy
+        retry_after = completion.retry_after if completion is not None else 0.0
+        if self.attempts >= max(1, p.max_attempts):
+            return RetryStop.MAX_ATTEMPTS, 0.0
+        if retry_after > p.max_retry_after:
+            return RetryStop.RETRY_AFTER_TOO_LONG, 0.0
+        delay = retry_delay(p, self.attempts, retry_after)
+        if self.deadline is not None and time.monotonic() + delay >= self.deadline:
+            return RetryStop.DEADLINE, 0.0
+        if not self.budget.try_acquire_retry():
+            return RetryStop.BUDGET_EXHAUSTED, 0.0
+        return None, delay
+
+    def outcome(self, completion: Completion, stop: RetryStop) -> RetryOutcome:
+        """The RetryOutcome of the loop so far."""
+        return RetryOutcome(completion, self.attempts, stop, self.slept)
+
+
+class RetryingStream:
+    """What ``AsyncClient.stream_with_retry()`` returns: a stream whose
+    submission is retried (RATE_LIMITED, OVERLOADED, QUEUE_FULL, RingFull,
+    as submit_with_retry()) until an attempt's first chunk arrives, and never
+    after: tokens that reached the caller are not asked for twice.
+
+        stream = client.stream_with_retry(acme, "chat", prompt, max_output_tokens=256)
+        async for chunk in stream:      # the chunks of the attempt that streamed
+            send(chunk.tokens)
+        outcome = await stream          # RetryOutcome: completion, attempts, stop, slept
+
+    When no attempt streamed, the loop yields nothing and the outcome holds
+    the last attempt's final completion (its status, ``stop`` why the
+    retries ended). Cancelling the iterating (or awaiting) task cancels the
+    attempt in flight. Iterate it once, from one task.
+    """
+
+    __slots__ = ("_client", "_retries", "_submit", "_sleep", "_request", "_outcome", "_error",
+                 "_settled")
+
+    def __init__(self, client: "AsyncClient", retries: _Retries, submit: dict[str, Any],
+                 sleep: Callable[[float], Awaitable[None]]) -> None:
+        """Internal: use AsyncClient.stream_with_retry()."""
+        self._client = client
+        self._retries = retries
+        self._submit = submit
+        self._sleep = sleep
+        self._request: Optional[Request] = None
+        self._outcome: Optional[RetryOutcome] = None
+        self._error: Optional[BaseException] = None
+        self._settled = False
+
+    def __repr__(self) -> str:
+        if self._outcome is not None:
+            state = f"done {self._outcome.completion.status.name}"
+        elif self._settled:
+            state = "streaming"
+        else:
+            state = "retrying" if self._retries.attempts else "not started"
+        rid = self._request.id if self._request is not None else None
+        return (f"<fairsched.RetryingStream attempts={self._retries.attempts} request={rid} "
+                f"{state}>")
+
+    @property
+    def request(self) -> Optional[Request]:
+        """The attempt being read (the last one submitted); None before the first."""
+        return self._request
+
+    @property
+    def attempts(self) -> int:
+        """Attempts submitted so far (those that raised RingFull included)."""
+        return self._retries.attempts
+
+    def cancel(self) -> bool:
+        """Cancels the attempt in flight (Request.cancel); False when there is none."""
+        return self._request.cancel() if self._request is not None else False
+
+    async def _settle(self) -> None:
+        """Submits, and retries, until an attempt is the stream (its first
+        chunk came) or its final completion is the outcome."""
+        if self._settled:
+            if self._error is not None:
+                raise self._error
+            return
+        r = self._retries
+        r.start()
+        client = self._client
+        try:
+            while True:
+                r.attempts += 1
+                error: Optional[FairschedError] = None
+                completion: Optional[Completion] = None
+                try:
+                    req = client.submit(deadline=r.deadline, **self._submit)
+                except RingFull as e:
+                    error = e
+                else:
+                    self._request = req
+                    await r.bounded(req._first_news())
+                    if req._chunks:
+                        return  # streaming: this attempt is the one
+                    if req._error is not None:
+                        raise req._error
+                    completion = req._final
+                    assert completion is not None
+                    if not completion.status.retryable:
+                        self._outcome = r.outcome(completion, RetryStop.FINAL)
+                        return
+                stop, delay = r.next(completion)
+                if stop is not None:
+                    if completion is None:
+                        assert error is not None
+                        raise error
+                    self._outcome = r.outcome(completion, stop)
+                    return
+                await self._sleep(delay)
+                r.slept += delay
+        except asyncio.CancelledError:
+            # Cancelled: nothing more is submitted. The attempt in flight
+            # (cancelled with the task) still ends, and is what is read.
+            if self._request is None:
+                self._error = asyncio.CancelledError("stream_with_retry() was cancelled")
+            raise
+        except BaseException as e:
+            self._error = e
+            raise
+        finally:
+            self._settled = True  # every way out of the loop ends it
+
+    def __aiter__(self) -> "RetryingStream":
+        return self
+
+    async def __anext__(self) -> Completion:
+        if not self._settled:
+            await self._settle()
+        elif self._error is not None:
+            raise self._error
+        req = self._request
+        assert req is not None
+        try:
+            return await req.__anext__()
+        except StopAsyncIteration:
+            if self._outcome is None:
+                assert req._final is not None
+                self._outcome = self._retries.outcome(req._final, RetryStop.FINAL)
+            raise
+
+    async def outcome(self) -> RetryOutcome:
+        """The RetryOutcome: the final completion of the attempt that
+        streamed (stop FINAL), or of the last attempt when none did.
+        Chunks not read stay buffered (stream_buffer_tokens applies)."""
+        await self._settle()
+        if self._outcome is None:
+            req = self._request
+            assert req is not None
+            self._outcome = self._retries.outcome(await req.completion(), RetryStop.FINAL)
+        return self._outcome
+
+    def __await__(self) -> Generator[Any, None, RetryOutcome]:
+        return self.outcome().__await__()
 
 
 class AsyncClient:
@@ -336,7 +568,25 @@ class AsyncClient:
 
     @property
     def connected(self) -> bool:
+        """True while the connection is live (False once lost or closed)."""
         return not self._closed and self._client.connected
+
+    def __repr__(self) -> str:
+        c = self._client
+        if self._closed:
+            state = "closed"
+        else:
+            state = c._state()
+        return (f"<fairsched.AsyncClient socket={c.socket_path!r} {state} pid={c._pid} "
+                f"outstanding={len(self._requests)}>")
+
+    def _check_loop(self) -> None:
+        """Raises RuntimeError, naming fairsched, when the running event
+        loop (or none) is not the one this client was connected on."""
+        if asyncio._get_running_loop() is not self._loop:
+            if self._client._in_forked_child():
+                raise self._client._inherited()
+            raise RuntimeError(_other_loop("AsyncClient"))
 
     @property
     def outstanding(self) -> int:
@@ -345,6 +595,7 @@ class AsyncClient:
 
     async def open_tenant(self, name: str, tier: Optional[str] = None) -> Tenant:
         """Client.open_tenant in the loop's executor; handles are cached per (name, tier)."""
+        self._check_loop()
         key = (name, tier)
         t = self._tenants.get(key)
         if t is not None:
@@ -355,6 +606,7 @@ class AsyncClient:
 
     async def open_tenants(self, names: Iterable[str], tier: Optional[str] = None) -> list[Tenant]:
         """Client.open_tenants in the loop's executor (one pipelined exchange)."""
+        self._check_loop()
         wanted = list(names)
         opened = await off_loop(self._client.open_tenants, wanted, tier)
         for t in opened:
@@ -363,6 +615,7 @@ class AsyncClient:
 
     async def close_tenants(self, tenants: Iterable[Tenant]) -> None:
         """Client.close_tenants in the loop's executor; the cached handles are forgotten."""
+        self._check_loop()
         wanted = list(tenants)
         for key in [k for k, v in self._tenants.items() if v in wanted]:
             del self._tenants[key]
@@ -370,6 +623,7 @@ class AsyncClient:
 
     async def close_tenant(self, tenant: Tenant) -> None:
         """Client.close_tenant in the loop's executor; the cached handle is forgotten."""
+        self._check_loop()
         for key in [k for k, v in self._tenants.items() if v == tenant]:
             del self._tenants[key]
         await off_loop(self._client.close_tenant, tenant)
@@ -394,6 +648,8 @@ class AsyncClient:
         ``await asubmit(…)``, which waits for room instead)."""
         if self._closed:
             raise NotConnected("the client is closed")
+        if asyncio._get_running_loop() is not self._loop:
+            self._check_loop()
         c = _Request(tenant, endpoint, prompt, max_output_tokens, priority, timeout, deadline,
                      params, prompt_token_count, stream, tag)
         client = self._client
@@ -483,83 +739,100 @@ class AsyncClient:
         (default: this client's ``retry_budget``). Returns the last
         completion; raises the last attempt's submit error when it had none,
         and TimedOut when an attempt's completion took longer than
-        policy.attempt_timeout."""
-        p = policy or RetryPolicy()
-        b = budget or self.retry_budget
-        max_attempts = max(1, p.max_attempts)
-        if timeout is not None:
-            seconds_to_ns("timeout", timeout)
-            t = time.monotonic() + timeout
-            deadline = t if deadline is None or t < deadline else deadline
-        b.on_first_attempt()
-        slept = 0.0
-        n = 0
+        policy.attempt_timeout. stream_with_retry() is the streaming kind."""
+        self._check_loop()
+        r = _Retries(policy, budget or self.retry_budget, timeout, deadline)
         while True:
-            n += 1
+            r.attempts += 1
             error: Optional[FairschedError] = None
             completion: Optional[Completion] = None
             try:
                 req = self.submit(
                     tenant, endpoint, prompt, max_output_tokens=max_output_tokens,
-                    priority=priority, deadline=deadline, params=params,
+                    priority=priority, deadline=r.deadline, params=params,
                     prompt_token_count=prompt_token_count, tag=tag,
                 )
             except RingFull as e:
                 error = e
             else:
-                wait_for = p.attempt_timeout
-                if wait_for is None and deadline is not None:
-                    # Past its deadline the daemon answers DEADLINE_EXCEEDED
-                    # itself; the margin covers that answer's trip back.
-                    wait_for = max(0.0, deadline - time.monotonic()) + 1.0
-                if wait_for is None:
-                    completion = await req.completion()
-                else:
-                    try:
-                        completion = await asyncio.wait_for(req.completion(), wait_for)
-                    except asyncio.TimeoutError:
-                        raise TimedOut(f"no completion within {wait_for:.3f} s") from None
+                completion = await r.bounded(req.completion())
                 if not completion.status.retryable:
-                    return RetryOutcome(completion, n, RetryStop.FINAL, slept)
-            retry_after = completion.retry_after if completion is not None else 0.0
-            stop: Optional[RetryStop] = None
-            delay = 0.0
-            if n >= max_attempts:
-                stop = RetryStop.MAX_ATTEMPTS
-            elif retry_after > p.max_retry_after:
-                stop = RetryStop.RETRY_AFTER_TOO_LONG
-            else:
-                delay = retry_delay(p, n, retry_after)
-                if deadline is not None and time.monotonic() + delay >= deadline:
-                    stop = RetryStop.DEADLINE
-                elif not b.try_acquire_retry():
-                    stop = RetryStop.BUDGET_EXHAUSTED
+                    return r.outcome(completion, RetryStop.FINAL)
+            stop, delay = r.next(completion)
             if stop is not None:
                 if completion is None:
                     assert error is not None
                     raise error
-                return RetryOutcome(completion, n, stop, slept)
+                return r.outcome(completion, stop)
             await sleep(delay)
-            slept += delay
+            r.slept += delay
+
+    def stream_with_retry(
+        self,
+        tenant: Tenant,
+        endpoint: str,
+        prompt: Prompt = (),
+        *,
+        max_output_tokens: int,
+        policy: Optional[RetryPolicy] = None,
+        budget: Optional[RetryBudget] = None,
+        priority: int = 0,
+        timeout: Optional[float] = None,
+        deadline: Optional[float] = None,
+        params: Optional[Params] = None,
+        prompt_token_count: Optional[int] = None,
+        tag: int = 0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> "RetryingStream":
+        """submit_with_retry() for a stream: ``async for chunk in
+        client.stream_with_retry(…)`` submits with ``stream`` and retries
+        exactly as submit_with_retry() does (same arguments) until an
+        attempt's first chunk arrives; from then on that attempt is the
+        stream: its chunks are yielded and it is never submitted again,
+        whatever its end. ``await`` the returned RetryingStream (after the
+        loop) for the RetryOutcome. policy.attempt_timeout bounds each
+        attempt's wait for its first chunk or final completion (TimedOut).
+        Nothing is submitted before the iteration (or the await) starts."""
+        self._check_loop()
+        return RetryingStream(self, _Retries(policy, budget or self.retry_budget, timeout,
+                                             deadline, start=False),
+                              dict(tenant=tenant, endpoint=endpoint, prompt=prompt,
+                                   max_output_tokens=max_output_tokens, priority=priority,
+                                   params=params, prompt_token_count=prompt_token_count,
+                                   stream=True, tag=tag),
+                              sleep)
 
     # -- the reader ------------------------------------------------------------
 
     def _drain(self) -> None:
         """Reader callback: polls until the client says block, dispatching
-        every completion to its Request."""
+        every completion to its Request. A request's chunks of one batch
+        wake its reader once (the first chunk resolves its waiter; the rest
+        are buffered behind it)."""
         if self._closed:
             return
         client = self._client
+        requests = self._requests
+        get = requests.get
         while True:
             batch = client.poll(POLL_BATCH)
             for c in batch:
-                req = self._requests.get(c.request_id)
+                req = get(c.request_id)
                 if req is None:
                     self.unclaimed += 1
                 elif c.partial:
-                    req._on_chunk(c)
+                    # Request._on_chunk inlined (the hot path of a stream).
+                    limit = self.stream_buffer_tokens
+                    if (req._slow or limit is not None
+                            and req._buffered + len(c.tokens) > limit):
+                        req._on_chunk(c)  # past the bound: the slow-consumer path
+                        continue
+                    req._buffered += len(c.tokens)
+                    req._chunks.append(c)
+                    if req._waiters:
+                        req._wake()
                 else:
-                    del self._requests[c.request_id]
+                    del requests[c.request_id]
                     req._on_final(c)
             if len(batch) == POLL_BATCH:
                 continue
@@ -678,10 +951,12 @@ class AsyncWorker:
 
     @property
     def worker(self) -> Worker:
+        """The blocking Worker underneath (do not wait on it: wait() does)."""
         return self._worker
 
     @property
     def endpoint(self) -> str:
+        """The endpoint served, as the daemon described it."""
         return self._worker.endpoint
 
     @property
@@ -691,16 +966,32 @@ class AsyncWorker:
 
     @property
     def connected(self) -> bool:
-        return self._worker.connected
+        """True while the attachment is live (False once lost or closed)."""
+        return not self._closed and self._worker.connected
 
     def stats(self) -> WorkerStats:
+        """Counters since connect (Worker.stats)."""
         return self._worker.stats()
+
+    def __repr__(self) -> str:
+        w = self._worker
+        state = "closed" if self._closed else w._state()
+        return (f"<fairsched.AsyncWorker endpoint={w.endpoint!r} id={w.worker_id} "
+                f"socket={w.socket_path!r} {state} pid={w._pid}>")
+
+    def _check_loop(self) -> None:
+        """Raises RuntimeError, naming fairsched, off this worker's event loop."""
+        if asyncio._get_running_loop() is not self._loop:
+            if self._worker._in_forked_child():
+                raise self._worker._inherited()
+            raise RuntimeError(_other_loop("AsyncWorker"))
 
     async def wait(self, timeout: Optional[float] = None) -> bool:
         """Suspends until poll() has something (True) or ``timeout`` seconds
         pass (False; None: forever). Raises DaemonLost, and NotConnected when
         the worker is closed (also while a task waits here: close() ends the
         wait at once)."""
+        self._check_loop()
         deadline = None if timeout is None else self._loop.time() + timeout
         while True:
             if self._closed:
@@ -735,6 +1026,7 @@ class AsyncWorker:
         """The next assignments and aborts, waiting up to ``timeout`` seconds
         for some; [] when none came. Raises NotConnected once the worker is
         closed, a wait in progress included."""
+        self._check_loop()
         if self._closed:
             raise NotConnected("the worker is closed")
         items = self._worker.poll()

@@ -165,15 +165,54 @@ def _from_c(c: _ffi.CCompletion) -> Completion:
     return _from_fields(_COMPLETION.unpack_from(c))
 
 
+# Up to this many tokens are copied out through a ctypes array (cheapest for
+# few); more through one bytes copy and array.tolist() (one C loop).
+_SMALL_CHUNK = 24
+
+
+def _tokens(tokens_at: int, token_count: int) -> list[int]:
+    """A completion's tokens, copied out of the library's buffer as one list."""
+    if token_count <= _SMALL_CHUNK:
+        return (ctypes.c_uint32 * token_count).from_address(tokens_at)[:]
+    return array.array("I", ctypes.string_at(tokens_at, 4 * token_count)).tolist()
+
+
+def _decode(buf: "ctypes.Array[_ffi.CCompletion]", n: int) -> list[Completion]:
+    """The first ``n`` completions of a poll buffer, in one pass (the hot
+    path of every reader: no call per completion but the constructor's)."""
+    unpack = _COMPLETION.unpack_from
+    size = _COMPLETION.size
+    statuses = _STATUSES
+    nstatuses = _NSTATUSES
+    ok = Status.OK
+    small = _SMALL_CHUNK
+    c_u32 = ctypes.c_uint32
+    out: list[Completion] = []
+    append = out.append
+    for off in range(0, n * size, size):
+        (rid, tag, status, output_tokens, retry_after, queue_wait, service, checksum, local, _,
+         partial, first_token, tokens_at, token_count, input_tokens, emitted,
+         ttft) = unpack(buf, off)
+        if token_count == 0:
+            tokens = []
+        elif token_count <= small:
+            tokens = (c_u32 * token_count).from_address(tokens_at)[:]
+        else:
+            tokens = array.array("I", ctypes.string_at(tokens_at, 4 * token_count)).tolist()
+        append(Completion(
+            rid, tag,
+            ok if status == 0 else
+            statuses[status] if 0 <= status < nstatuses else Status.EXECUTOR_FAILED,
+            output_tokens, retry_after, queue_wait, service, checksum, local != 0, partial != 0,
+            first_token, tokens, input_tokens, emitted, ttft,
+        ))
+    return out
+
+
 def _from_fields(f: tuple[int, ...]) -> Completion:
     (rid, tag, status, output_tokens, retry_after, queue_wait, service, checksum, local, _,
      partial, first_token, tokens_at, token_count, input_tokens, emitted, ttft) = f
-    if token_count == 0:
-        tokens = []
-    elif token_count <= 16:
-        tokens = (ctypes.c_uint32 * token_count).from_address(tokens_at)[:]
-    else:
-        tokens = array.array("I", ctypes.string_at(tokens_at, 4 * token_count)).tolist()
+    tokens = _tokens(tokens_at, token_count) if token_count else []
     return Completion(
         rid,
         tag,
@@ -221,7 +260,11 @@ class Client(Handle):
     def __init__(self, handle: int, socket_path: str) -> None:
         """Internal: use Client.connect()."""
         super().__init__(handle)
+        #: The daemon's socket this client connected to.
         self.socket_path = socket_path
+
+    def _repr_fields(self) -> str:
+        return f"socket={self.socket_path!r}"
 
     @classmethod
     def connect(
@@ -364,11 +407,7 @@ class Client(Handle):
             n = self._lib.fairsched_poll(h, buf, max)
         finally:
             self._leave()
-        if n == 0:
-            return []
-        unpack = _COMPLETION.unpack_from
-        size = _COMPLETION.size
-        return [_from_fields(unpack(buf, i * size)) for i in range(n)]
+        return _decode(buf, n) if n else []
 
     def cancel(self, request_id: int) -> None:
         """Withdraws a request: queued, it ends CANCELLED at once; running on a

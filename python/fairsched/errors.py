@@ -55,6 +55,10 @@ class FairschedError(Exception):
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (_rebuild, (self.code.value, self.message))
 
+    def __repr__(self) -> str:
+        # The class names the code: the message is not repeated with it.
+        return f"fairsched.{type(self).__name__}({self.message!r})"
+
 
 class InvalidArgument(FairschedError, ValueError):
     """Options or request fields rejected before anything was sent."""
@@ -180,7 +184,54 @@ def error_class(code: int) -> type[FairschedError]:
     return _BY_CODE.get(code, FairschedError)
 
 
+# The library's words for each code (client/src/error.cpp, toString), which
+# begin every message it reports: "unauthorized: the daemon refused tenant
+# 'x': UNAUTHORIZED: no client rule ...". The exception's name says the code.
+_LIBRARY_WORDS: dict[int, str] = {
+    ErrorCode.INVALID_ARGUMENT: "invalid argument",
+    ErrorCode.CONNECT_FAILED: "cannot connect to the daemon",
+    ErrorCode.TIMED_OUT: "timed out",
+    ErrorCode.UNAUTHORIZED: "unauthorized",
+    ErrorCode.VERSION_MISMATCH: "version mismatch",
+    ErrorCode.NO_CAPACITY: "no capacity",
+    ErrorCode.SHUTTING_DOWN: "daemon shutting down",
+    ErrorCode.REFUSED: "refused by the daemon",
+    ErrorCode.PROTOCOL: "protocol error",
+    ErrorCode.NOT_CONNECTED: "not connected",
+    ErrorCode.DAEMON_LOST: "daemon lost",
+    ErrorCode.UNKNOWN_TENANT: "unknown tenant",
+    ErrorCode.UNKNOWN_ENDPOINT: "unknown endpoint",
+    ErrorCode.PROMPT_TOO_LARGE: "prompt too large",
+    ErrorCode.RING_FULL: "submission ring full",
+    ErrorCode.SYSTEM: "system error",
+}
+
+
+def library_message(code: int, message: str) -> str:
+    """The library's message for an error of ``code`` without the code said
+    again: its leading words for the code ("unauthorized: …") go, and so
+    does a daemon's refusal status that spells the code's name (": UNAUTHORIZED:"),
+    since the exception's name (``str(e)`` starts with it) says both."""
+    words = _LIBRARY_WORDS.get(code)
+    if words is not None:
+        if message == words:
+            return ""
+        if message.startswith(words + ": "):
+            message = message[len(words) + 2:]
+    try:
+        tagged = ": " + ErrorCode(code).name
+    except ValueError:
+        return message
+    i = message.find(tagged + ": ")
+    if i >= 0:
+        return message[:i] + message[i + len(tagged):]
+    if message.endswith(tagged):
+        return message[: -len(tagged)]
+    return message
+
+
 def make_error(code: int, message: str) -> FairschedError:
+    """The exception of error ``code`` with ``message`` (kept as given)."""
     cls = _BY_CODE.get(code)
     if cls is None:
         return FairschedError(f"error {code}: {message}", ErrorCode.SYSTEM)
@@ -188,4 +239,5 @@ def make_error(code: int, message: str) -> FairschedError:
 
 
 def _rebuild(code: int, message: str) -> FairschedError:
+    """Unpickles an error: its class from the code, the same message."""
     return make_error(code, message)

@@ -89,6 +89,7 @@ class RetryBudget:
         self._lock = threading.Lock()
 
     def on_first_attempt(self) -> None:
+        """Credits a first attempt: ``ratio`` tokens, up to ``max_tokens``."""
         with self._lock:
             self._tokens = min(self._max, self._tokens + self._ratio)
 
@@ -102,7 +103,12 @@ class RetryBudget:
 
     @property
     def tokens(self) -> float:
+        """The tokens left now (retries possible while at least 1.0)."""
         return self._tokens / self._SCALE
+
+    def __repr__(self) -> str:
+        return (f"<fairsched.RetryBudget tokens={self._tokens / self._SCALE:g}/"
+                f"{self._max / self._SCALE:g} ratio={self._ratio / self._SCALE:g}>")
 
 
 def is_retryable(outcome: Union[Status, Completion, FairschedError, ErrorCode]) -> bool:

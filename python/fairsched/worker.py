@@ -74,9 +74,11 @@ class Worker(Handle):
     _connected_fn = "fairsched_worker_connected"
     _role = "worker"
 
-    def __init__(self, handle: int, endpoint: str) -> None:
+    def __init__(self, handle: int, endpoint: str, socket_path: str = "") -> None:
         """Internal: use Worker.connect()."""
         super().__init__(handle)
+        #: The daemon's socket this worker connected to.
+        self.socket_path = socket_path
         name = self._lib.fairsched_worker_endpoint_name(handle)
         #: The endpoint served, as the daemon described it.
         self.endpoint = name.decode("utf-8") if name else endpoint
@@ -112,7 +114,10 @@ class Worker(Handle):
             o.worker_name = encode_name("name", name)
         o.connect_timeout_ns = seconds_to_ns("connect_timeout", connect_timeout)
         o.event_timeout_ns = seconds_to_ns("event_timeout", event_timeout)
-        return cls(connect(lib, lib.fairsched_worker_connect, o), endpoint)
+        return cls(connect(lib, lib.fairsched_worker_connect, o), endpoint, socket_path)
+
+    def _repr_fields(self) -> str:
+        return f"endpoint={self.endpoint!r} id={self.worker_id} socket={self.socket_path!r}"
 
     def set_capacity(self, free_sequences: int, free_kv_tokens: int) -> None:
         """What the engine can take now: the daemon never assigns more than

@@ -90,3 +90,24 @@ def test_the_completion_unpack_format_reads_every_field_where_ctypes_does() -> N
     big = (ctypes.c_uint32 * 40)(*range(40))
     c.tokens = ctypes.cast(big, ctypes.POINTER(ctypes.c_uint32))
     assert client._from_c(c).tokens == list(range(40))
+
+
+def test_a_poll_buffer_decodes_as_each_completion_alone() -> None:
+    from fairsched import client
+
+    buf = (_ffi.CCompletion * 5)()
+    keep = []
+    for i, (count, status) in enumerate([(0, 0), (1, 7), (24, 0), (25, 10), (300, 99)]):
+        c = buf[i]
+        c.request_id, c.tag, c.status, c.partial, c.first_token = 10 + i, i, status, i % 2, 3 * i
+        tokens = (ctypes.c_uint32 * max(count, 1))(*[(2**32 - 1 - j) for j in range(count)])
+        keep.append(tokens)
+        c.tokens = ctypes.cast(tokens, ctypes.POINTER(ctypes.c_uint32))
+        c.token_count = count
+    decoded = client._decode(buf, 5)
+    assert decoded == [client._from_c(buf[i]) for i in range(5)]
+    assert [type(d.tokens) for d in decoded] == [list] * 5
+    assert [len(d.tokens) for d in decoded] == [0, 1, 24, 25, 300]
+    assert decoded[4].tokens[:2] == [2**32 - 1, 2**32 - 2]
+    assert decoded[4].status.name == "EXECUTOR_FAILED"  # a status this package does not know
+    assert client._decode(buf, 0) == []
