@@ -166,6 +166,13 @@ class Scheduler {
   // When endpoint `e` wants nextBatch() called: `now` or earlier when a batch
   // is due, kNever when nothing is queued.
   TimeNs batchDueAt(EndpointId e) const;
+  // The latest time endpoint `e`'s pending batch can have become due (its
+  // queue went non-empty max_wait before; a full batch is due sooner);
+  // kNever when nothing is queued.
+  TimeNs dueBy(EndpointId e) const {
+    const auto& ep = endpoints_[e];
+    return ep.queued == 0 ? kNever : ep.pending_since + ep.spec.max_wait;
+  }
 
   // Form a batch of endpoint `e` into `out` (cleared first) for a consumer
   // with room for at most `max_requests` requests and `max_tokens` tokens

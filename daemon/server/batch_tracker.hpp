@@ -21,6 +21,7 @@ struct RunningBatch {
   std::vector<std::uint64_t> ids;  // pending keys, in the executor's order
   EndpointId endpoint = 0;
   TimeNs deadline = kNever;  // batch_timeout_ms after dispatch
+  TimeNs dispatched = 0;
 };
 
 class BatchTracker {

@@ -98,6 +98,7 @@ Server::Server(const config::Config& cfg, core::SchedulerSpec spec, const Env& e
       sched_(std::move(spec)),
       notifier_(makeSystemdNotifier()) {
   stats_.preemptions.assign(cfg_.endpoints.size(), 0);
+  slot_meters_.resize(cfg_.endpoints.size());
 }
 
 std::string Server::statusLine() const {

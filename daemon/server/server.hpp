@@ -59,6 +59,7 @@
 #include "daemon/server/notifier.hpp"
 #include "daemon/server/pending_slab.hpp"
 #include "daemon/server/server_stats.hpp"
+#include "daemon/server/slot_idle_meter.hpp"
 #include "daemon/server/state_store.hpp"
 #include "daemon/server/worker_pool.hpp"
 #include "shm/control_protocol.hpp"
@@ -284,6 +285,7 @@ class Server {
   PendingSlab pending_;                            // by core request id
   std::vector<std::uint64_t> drop_later_;
   BatchTracker batches_;
+  std::vector<SlotIdleMeter> slot_meters_;  // per endpoint: executor busy vs starved
   ExecBatch exec_batch_;  // dispatch's, reused (an inline executor leaves its buffers)
   // Ends the requests of batches past batch_timeout_ms (EXECUTOR_FAILED).
   void expireBatches(TimeNs now);

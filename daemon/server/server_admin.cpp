@@ -216,14 +216,19 @@ std::string Server::statusJson() const {
   for (std::size_t e = 0; e < executors_.size(); ++e) {
     const auto eid = static_cast<EndpointId>(e);
     queued += sched_.queued(eid);
-    endpoints.push_back({{"name", cfg_.endpoints[e].name},
-                         {"executor", std::string(executors_[e]->name())},
-                         {"queued", sched_.queued(eid)},
-                         {"queued_tokens", sched_.queuedTokens(eid)},
-                         {"free_executor_slots", executors_[e]->freeSlots()},
-                         {"executor_error",
-                          executors_[e]->fatal() ? executors_[e]->fatal()->message : std::string()},
-                         {"tokens_last_10s", sched_.recentTokens(eid, now)}});
+    endpoints.push_back(
+        {{"name", cfg_.endpoints[e].name},
+         {"executor", std::string(executors_[e]->name())},
+         {"queued", sched_.queued(eid)},
+         {"queued_tokens", sched_.queuedTokens(eid)},
+         {"free_executor_slots", executors_[e]->freeSlots()},
+         {"executor_error",
+          executors_[e]->fatal() ? executors_[e]->fatal()->message : std::string()},
+         {"tokens_last_10s", sched_.recentTokens(eid, now)},
+         // Its slots' time serving batches, and free while a
+         // batch was due (slot_idle_meter.hpp).
+         {"executor_busy_s", seconds(static_cast<TimeNs>(slot_meters_[e].busyNs()))},
+         {"executor_starved_s", seconds(static_cast<TimeNs>(slot_meters_[e].starvedNs()))}});
   }
   j["queued"] = queued;
   j["endpoints"] = std::move(endpoints);

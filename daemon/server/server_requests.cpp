@@ -173,7 +173,11 @@ bool Server::dispatch(TimeNs now) {
   bool worked = false;
   for (std::size_t e = 0; e < executors_.size(); ++e) {
     Executor& ex = *executors_[e];
-    while (ex.freeSlots() > 0 && sched_.nextBatch(static_cast<EndpointId>(e), now, batch_, done_)) {
+    for (;;) {
+      if (ex.freeSlots() == 0) break;
+      const TimeNs due = sched_.dueBy(static_cast<EndpointId>(e));
+      if (!sched_.nextBatch(static_cast<EndpointId>(e), now, batch_, done_)) break;
+      slot_meters_[e].dispatched(now, due);
       ExecBatch& eb = exec_batch_;
       eb.requests.clear();
       eb.tokens.clear();
@@ -181,6 +185,7 @@ bool Server::dispatch(TimeNs now) {
       eb.endpoint = static_cast<EndpointId>(e);
       RunningBatch& running = batches_.open(eb.id);
       running.endpoint = eb.endpoint;
+      running.dispatched = now;
       const std::uint64_t timeout_ms = cfg_.endpoints[e].batch_timeout_ms;
       running.deadline =
           timeout_ms == 0 ? kNever : now + static_cast<TimeNs>(timeout_ms) * kNsPerMs;
@@ -223,6 +228,7 @@ bool Server::collect(TimeNs now) {
       worked = true;
       RunningBatch* batch = batches_.returned(b.id);
       if (!batch) continue;  // given up already: its requests have ended
+      slot_meters_[e].batchEnded(std::min(now, batch->dispatched + b.service_ns), b.service_ns);
       std::uint64_t tokens = 0;
       if (!b.ok)
         spdlog::error("endpoint {}: batch {} failed: {}", cfg_.endpoints[e].name, b.id, b.error);
