@@ -9,8 +9,9 @@
 // dispatch takes the slot that freed first; the batch it sends was due by
 // `due` at the latest (Scheduler::dueBy: max_wait after its queue went
 // non-empty), so the slot starved from the later of the two until the
-// dispatch — never overcounted, undercounted by at most max_wait a batch. Slots that never ran a batch count as freed
-// at their first dispatch (nothing is known of them before).
+// dispatch — never overcounted, undercounted by at most max_wait a batch.
+// Slots that never ran a batch count as freed at their first dispatch
+// (nothing is known of them before).
 //
 // Single-threaded (the loop's); O(slots) a dispatch.
 #pragma once
