@@ -6,6 +6,7 @@
 // Loop thread only.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -19,6 +20,19 @@ namespace fairsched::gateway {
 class Caller {
  public:
   virtual ~Caller() = default;
+
+  // Where the time of the request being answered went, for the headers of
+  // its answer: x-fairsched-queue-ms (queued in fairsched, once submitted)
+  // and x-fairsched-overhead-ms (the gateway's own: since the request was
+  // read, less the queue and the wait on the upstream, up to the answer's
+  // header). The front sets `received`; the relay the rest.
+  struct Timing {
+    std::chrono::steady_clock::time_point received{};
+    std::chrono::nanoseconds queued{0};
+    std::chrono::nanoseconds upstream{0};
+    bool submitted = false;
+  };
+  Timing timing;
 
   // Parameters by value: GCC 12 mishandles some temporaries that live across
   // a co_await in the caller's expression, so callers pass named values.

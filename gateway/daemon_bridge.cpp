@@ -158,7 +158,10 @@ void DaemonBridge::onCompletion(Completion c) {
   const bool refused = c.status == Status::kRateLimited || c.status == Status::kOverloaded ||
                        c.status == Status::kQueueFull || c.status == Status::kInvalid ||
                        c.status == Status::kUnauthorized;
-  const std::uint64_t used = std::uint64_t{ex->req.prompt_tokens} + c.output_tokens;
+  // The daemon's settlement: the prompt as the upstream's usage counted it
+  // (input_tokens, when the worker reported one), else the estimate.
+  const std::uint32_t prompt = c.input_tokens != 0 ? c.input_tokens : ex->req.prompt_tokens;
+  const std::uint64_t used = std::uint64_t{prompt} + c.output_tokens;
   const std::uint64_t reserved = std::uint64_t{ex->req.prompt_tokens} + ex->req.max_tokens;
   limits_.refund(ex->tenant, ex->sent, refused, reserved > used ? reserved - used : 0);
   ex->final = std::move(c);
@@ -341,10 +344,9 @@ void DaemonBridge::onWorkItem(WorkItem& item) {
         "assignment {} was not submitted by this gateway (another gateway on endpoint '{}'?)", a.id,
         cfg_.endpoint);
   }
-  if (!ex || ex->caller_gone) {
+  if (!ex) {
     endAssignment(a.id, std::uint64_t{a.prompt_tokens} + a.max_output_tokens,
-                  ex ? Status::kCancelled : Status::kExecutorFailed, 0,
-                  ex ? "" : "not a request of this gateway instance");
+                  Status::kExecutorFailed, 0, "not a request of this gateway instance");
     return;
   }
   spdlog::debug("request {} assigned as {} (prompt {}, max output {})", ex->serial, a.id,
@@ -352,7 +354,25 @@ void DaemonBridge::onWorkItem(WorkItem& item) {
   ex->assignment = a.id;
   ex->reserved_kv = std::uint64_t{a.prompt_tokens} + a.max_output_tokens;
   by_assignment_[a.id] = ex;
+  if (ex->caller_gone) {  // assigned while its cancel was on the way
+    spawn(io_, [](DaemonBridge& b, std::shared_ptr<Exchange> e) -> awaitable<void> {
+      co_await b.finishCancelled(*e, 0);
+    }(*this, std::move(ex)));
+    return;
+  }
   ex->notify();
+}
+
+awaitable<void> DaemonBridge::finishCancelled(Exchange& ex, std::uint32_t output) {
+  using Clock = std::chrono::steady_clock;  // asio's timers' clock
+  const auto until = Clock::now() + milliseconds(1000);
+  error_code ec;
+  while (!ex.aborted && !ex.final && !ex.worker_finished && client_ && client_->connected() &&
+         Clock::now() < until) {
+    ex.wake.expires_at(until);
+    co_await ex.wake.async_wait(asio::redirect_error(use_awaitable, ec));
+  }
+  finish(ex, Status::kCancelled, output, "");
 }
 
 void DaemonBridge::endAssignment(std::uint64_t id, std::uint64_t kv, Status status,

@@ -76,6 +76,11 @@ class DaemonBridge {
                                                              milliseconds timeout);
   // The caller hung up: cancels the request and closes its upstream call.
   void callerGone(Exchange& ex);
+  // The caller hung up: ends the assignment CANCELLED once the daemon has
+  // taken the cancel callerGone() sent (its ABORT or the final completion
+  // came; at most a second), so the daemon counts a cancel, not a worker
+  // that gave up unasked (EXECUTOR_FAILED). The exchange outlives the wait.
+  awaitable<void> finishCancelled(Exchange& ex, std::uint32_t output);
   // Ends the exchange's assignment (once; later calls do nothing). `input`:
   // the prompt tokens the upstream's usage counted (0: unknown), so the
   // daemon settles the estimate the request was submitted with.

@@ -17,6 +17,7 @@ ErrorReply reply(int status, std::string type, std::string code, std::string mes
 ErrorReply retryLater(std::string code, std::string message) {
   ErrorReply r = reply(503, "server_error", std::move(code), std::move(message));
   r.headers.push_back({"retry-after", "1"});
+  r.headers.push_back({"retry-after-ms", "1000"});
   return r;
 }
 
@@ -60,26 +61,64 @@ Words wordsFor(Status s) {
   return {"server_error", "internal_error", "the request ended without a response"};
 }
 
+// Every 503 says when to try again: the daemon's figure, else a second.
+void addRetryLater(ErrorReply& r) {
+  if (r.status != 503) return;
+  const auto has = [&r](std::string_view name) {
+    for (const HttpHeader& h : r.headers) {
+      if (h.name == name) return true;
+    }
+    return false;
+  };
+  if (!has("retry-after")) r.headers.push_back({"retry-after", "1"});
+  if (!has("retry-after-ms")) r.headers.push_back({"retry-after-ms", "1000"});
+}
+
 }  // namespace
 
-ErrorReply errorForCompletion(const Completion& c) {
+ErrorReply errorForCompletion(const Completion& c, bool ran) {
   const HttpAnswer a = toHttpStatus(c);
   const Words w = wordsFor(c.status);
   ErrorReply r = reply(c.status == Status::kOk ? 500 : a.status, w.type, w.code, w.message);
   if (c.status == Status::kRateLimited) r.message += retryAfterMs(c.retry_after) + " ms";
+  if (ran && c.status == Status::kDeadlineExceeded) {
+    r.message = "the request's deadline passed while it was running";
+  }
+  if (ran && (c.status == Status::kCancelled || c.status == Status::kSlowConsumer)) {
+    r.message = "the request was cancelled while it was running";
+  }
   r.headers = a.headers;
+  addRetryLater(r);
   return r;
 }
 
 ErrorReply errorForSubmit(const Error& e) {
-  const HttpAnswer a = toHttpStatus(e);
-  std::string code = "scheduler_" + std::string(toString(e.code));
-  if (a.status == 503) return retryLater(std::move(code), e.toString());
-  return reply(a.status,
-               a.status == 403   ? "permission_error"
-               : a.status == 400 ? "invalid_request_error"
-                                 : "server_error",
-               std::move(code), e.toString());
+  // A code of the documented table (docs/gateway.md), never the library's
+  // own words: what the caller can do about it decides the code.
+  ErrorReply r;
+  switch (e.code) {
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kPromptTooLarge:
+      r = reply(400, "invalid_request_error", "invalid_request", e.toString());
+      break;
+    case ErrorCode::kUnauthorized:
+      r = reply(403, "permission_error", "tenant_not_allowed",
+                "the scheduler refuses this tenant or endpoint to the gateway: " + e.toString());
+      break;
+    case ErrorCode::kRingFull:
+      r = reply(503, "server_error", "queue_full",
+                "this tenant's submissions are arriving faster than the scheduler takes them");
+      break;
+    case ErrorCode::kShuttingDown:
+      r = reply(503, "server_error", "shutting_down", "the scheduler is shutting down or draining");
+      break;
+    default:  // not connected, lost, timed out, refused, no capacity, ...
+      r = reply(503, "server_error", "scheduler_unavailable",
+                "the scheduler is unavailable: " + e.toString());
+      break;
+  }
+  addRetryLater(r);
+  return r;
 }
 
 ErrorReply missingKey() {

@@ -25,8 +25,11 @@ struct ErrorReply {
 };
 
 // A final completion that is not OK (RATE_LIMITED → 429 with retry-after, ...).
-ErrorReply errorForCompletion(const Completion& c);
-// A submit() or openTenant() error (no completion exists).
+// `ran`: the request had started (its stream was under way). Every 503
+// carries retry-after and retry-after-ms.
+ErrorReply errorForCompletion(const Completion& c, bool ran = false);
+// A submit() or openTenant() error (no completion exists), as one of the
+// documented codes (docs/gateway.md): 400, 403, or 503 with retry-after.
 ErrorReply errorForSubmit(const Error& e);
 
 ErrorReply missingKey();

@@ -55,6 +55,7 @@ constexpr IntKey<GatewayConfig> kGatewayInts[] = {
     {"body_timeout_ms", &GatewayConfig::body_timeout_ms, 1, 3'600'000},
     {"idle_timeout_ms", &GatewayConfig::idle_timeout_ms, 1, 3'600'000},
     {"write_timeout_ms", &GatewayConfig::write_timeout_ms, 1, 3'600'000},
+    {"send_buffer_bytes", &GatewayConfig::send_buffer_bytes, 4096, 64u << 20},
     {"request_timeout_ms", &GatewayConfig::request_timeout_ms, 1, 86'400'000},
     {"default_max_tokens", &GatewayConfig::default_max_tokens, 1, 1u << 24},
 };

@@ -73,10 +73,13 @@ struct GatewayConfig {
   std::uint32_t max_connections = 1024;
   std::uint64_t max_body_bytes = 1u << 20;
   std::uint32_t max_header_bytes = 16384;
-  std::uint64_t header_timeout_ms = 10000;    // first byte of a request → its last header
-  std::uint64_t body_timeout_ms = 30000;      // last header → last body byte
-  std::uint64_t idle_timeout_ms = 60000;      // keep-alive: between requests
-  std::uint64_t write_timeout_ms = 30000;     // one write to a caller (a slow reader is dropped)
+  std::uint64_t header_timeout_ms = 10000;  // first byte of a request → its last header
+  std::uint64_t body_timeout_ms = 30000;    // last header → last body byte
+  std::uint64_t idle_timeout_ms = 60000;    // keep-alive: between requests
+  std::uint64_t write_timeout_ms = 30000;   // one write to a caller (a slow reader is dropped)
+  // A caller connection's kernel send buffer (SO_SNDBUF): what a caller that
+  // stopped reading can leave unread before writes wait (and then time out).
+  std::uint32_t send_buffer_bytes = 65536;
   std::uint64_t request_timeout_ms = 600000;  // fairsched deadline: queueing + running (504)
   std::uint32_t default_max_tokens = 256;     // when the body names none
   UpstreamConfig upstream;

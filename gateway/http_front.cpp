@@ -9,7 +9,9 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -95,6 +97,13 @@ class HttpFront::Session final : public Caller {
   void commonHeaders(http::response<Body>& res) {
     res.set(http::field::server, bsv(kServerName));
     res.keep_alive(keep_alive_);
+    const auto spent = std::chrono::steady_clock::now() - timing.received;
+    const auto own = spent - timing.queued - timing.upstream;
+    const auto ms = [](std::chrono::nanoseconds d) {
+      return fmt::format("{:.3f}", static_cast<double>(std::max<std::int64_t>(d.count(), 0)) / 1e6);
+    };
+    res.set("x-fairsched-overhead-ms", ms(own));
+    if (timing.submitted) res.set("x-fairsched-queue-ms", ms(timing.queued));
   }
 
   HttpFront& f_;
@@ -102,6 +111,7 @@ class HttpFront::Session final : public Caller {
   beast::flat_buffer buf_;
   unsigned version_ = 11;
   bool keep_alive_ = true;
+  bool head_ = false;  // answering HEAD: the headers of the answer alone
 };
 
 HttpFront::HttpFront(asio::io_context& io, const GatewayConfig& cfg, DaemonBridge& bridge,
@@ -163,6 +173,9 @@ awaitable<void> HttpFront::acceptLoop() {
       continue;
     }
     s.set_option(tcp::no_delay(true), ec);
+    // Bounded, so a caller that stops reading is noticed within
+    // write_timeout_ms instead of after megabytes of autotuned buffer.
+    s.set_option(asio::socket_base::send_buffer_size(static_cast<int>(cfg_.send_buffer_bytes)), ec);
     spawn(io_, [](HttpFront& f, tcp::socket sock) -> awaitable<void> {
       Session session(f, std::move(sock));
       co_await session.serve();
@@ -188,6 +201,7 @@ awaitable<void> HttpFront::Session::serve() {
     if (!co_await read(parser)) break;
     stream_.expires_never();
     http::request<http::string_body> req = parser.release();
+    timing = Timing{std::chrono::steady_clock::now()};
     const bool ok = co_await handle(req);
     if (!ok || !keep_alive_) break;
   }
@@ -245,6 +259,11 @@ awaitable<bool> HttpFront::Session::handle(http::request<http::string_body>& req
   const std::string target(req.target());
   const std::string path = target.substr(0, target.find('?'));
   const auto method = req.method();
+  if ((path == "/healthz" || path == "/readyz") && method != http::verb::get &&
+      method != http::verb::head) {
+    co_return co_await sendError(methodNotAllowed(ssv(req.method_string()), path));
+  }
+  head_ = method == http::verb::head;
   if (path == "/healthz") {
     co_return co_await sendBody(200, "{\"status\":\"ok\"}", "application/json", {});
   }
@@ -308,14 +327,25 @@ awaitable<bool> HttpFront::Session::generate(http::request<http::string_body>& r
 
 awaitable<bool> HttpFront::Session::sendBody(int status, std::string body, std::string content_type,
                                              std::vector<HttpHeader> headers) {
+  error_code ec;
+  stream_.expires_after(milliseconds(f_.cfg_.write_timeout_ms));
+  if (head_) {
+    head_ = false;
+    http::response<http::empty_body> res{static_cast<http::status>(status), version_};
+    commonHeaders(res);
+    res.set(http::field::content_type, bsv(content_type));
+    for (const HttpHeader& h : headers) res.set(h.name, h.value);
+    res.content_length(body.size());
+    http::response_serializer<http::empty_body> sr{res};
+    co_await http::async_write_header(stream_, sr, asio::redirect_error(use_awaitable, ec));
+    co_return !ec;
+  }
   http::response<http::string_body> res{static_cast<http::status>(status), version_};
   commonHeaders(res);
   res.set(http::field::content_type, bsv(content_type));
   for (const HttpHeader& h : headers) res.set(h.name, h.value);
   res.body() = std::move(body);
   res.prepare_payload();
-  error_code ec;
-  stream_.expires_after(milliseconds(f_.cfg_.write_timeout_ms));
   co_await http::async_write(stream_, res, asio::redirect_error(use_awaitable, ec));
   co_return !ec;
 }

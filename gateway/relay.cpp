@@ -42,6 +42,8 @@ awaitable<bool> Relay::generate(Caller& c, const ApiKeyConfig& key, Route route,
     co_return co_await c.sendError(std::move(err));
   }
   const std::shared_ptr<Exchange> ex = std::get<std::shared_ptr<Exchange>>(std::move(submitted));
+  const auto submitted_at = std::chrono::steady_clock::now();
+  c.timing.submitted = true;
   c.watchHangup([ex] { return !ex->caller_gone && !ex->worker_finished; },
                 [this, ex] { bridge_.callerGone(*ex); });
 
@@ -50,7 +52,11 @@ awaitable<bool> Relay::generate(Caller& c, const ApiKeyConfig& key, Route route,
     ex->wake.expires_at(asio::steady_timer::time_point::max());
     co_await ex->wake.async_wait(asio::redirect_error(use_awaitable, ec));
   }
-  if (ex->caller_gone) co_return false;
+  c.timing.queued = std::chrono::steady_clock::now() - submitted_at;
+  if (ex->caller_gone) {
+    if (ex->assignment) co_await bridge_.finishCancelled(*ex, 0);  // assigned as it hung up
+    co_return false;
+  }
   if (!ex->assignment) {
     const Completion& f = *ex->final;
     std::vector<HttpHeader> more;
@@ -66,6 +72,7 @@ awaitable<bool> Relay::generate(Caller& c, const ApiKeyConfig& key, Route route,
 
 awaitable<bool> Relay::models(Caller& c, std::string path) {
   UpstreamCall up(io_, cfg_.upstream);
+  const auto called_at = std::chrono::steady_clock::now();
   std::optional<UpstreamError> err = co_await up.connect();
   std::string body;
   if (!err) {
@@ -74,6 +81,7 @@ awaitable<bool> Relay::models(Caller& c, std::string path) {
     err = co_await up.request(UpstreamCall::Method::kGet, path, std::move(none), std::move(accept));
   }
   if (!err) err = co_await up.readAll(body, cfg_.upstream.max_response_bytes);
+  c.timing.upstream = std::chrono::steady_clock::now() - called_at;
   if (err) {
     err->why = "GET " + path + ": " + err->why;
     ErrorReply e = replyFor(*err);
@@ -92,6 +100,7 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
   } detach{ex};
   if (ex.aborted) co_return co_await endBeforeResponse(c, ex);
 
+  const auto called_at = std::chrono::steady_clock::now();
   std::optional<UpstreamError> err = co_await up.connect();
   if (!err) {
     std::string body = std::move(ex.req.upstream_body);
@@ -100,6 +109,7 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
                               std::move(body), std::move(accept));
   }
   if (err) {
+    c.timing.upstream = std::chrono::steady_clock::now() - called_at;
     if (ex.caller_gone || ex.aborted) co_return co_await endBeforeResponse(c, ex);
     spdlog::warn("request {}: upstream: {}", ex.serial, err->why);
     ErrorReply e = replyFor(*err);
@@ -111,19 +121,23 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
   r.status = up.status();
   r.sse = ex.req.stream && r.status == 200;
   if (r.sse) {
+    c.timing.upstream = std::chrono::steady_clock::now() - called_at;
     co_await relayStream(c, ex, up, r);
-  } else if (auto e = co_await up.readAll(r.whole, cfg_.upstream.max_response_bytes)) {
-    r.broken = std::move(e->why);
+  } else {
+    if (auto e = co_await up.readAll(r.whole, cfg_.upstream.max_response_bytes)) {
+      r.broken = std::move(e->why);
+    }
+    c.timing.upstream = std::chrono::steady_clock::now() - called_at;
   }
   up.close();
 
   if (ex.caller_gone) {
-    bridge_.finish(ex, Status::kCancelled, ex.emitted, "");
+    co_await bridge_.finishCancelled(ex, ex.emitted);
     co_return false;
   }
   if (ex.aborted && !ex.worker_finished) bridge_.finish(ex, Status::kCancelled, ex.emitted, "");
   if (ex.aborted || ex.worker_finished) {  // the daemon ended it (abort, lost worker)
-    ErrorReply e = co_await abortReply(ex);
+    ErrorReply e = co_await abortReply(ex, r.header_sent);
     if (!r.header_sent) co_return co_await c.sendError(std::move(e));
     co_await writeStreamEnd(c, ex, errorJson(e.message, e.type, e.param, e.code));
     co_return false;
@@ -224,15 +238,19 @@ awaitable<bool> Relay::endWhole(Caller& c, Exchange& ex, UpstreamCall& up, Relay
 // The caller hung up, or the daemon ended the request, before the upstream
 // answered: the request ends CANCELLED, and a caller still there hears why.
 awaitable<bool> Relay::endBeforeResponse(Caller& c, Exchange& ex) {
+  if (ex.caller_gone) {
+    co_await bridge_.finishCancelled(ex, 0);
+    co_return false;
+  }
   bridge_.finish(ex, Status::kCancelled, 0, "");
-  if (ex.caller_gone) co_return false;
   ErrorReply e = co_await abortReply(ex);
   co_return co_await c.sendError(std::move(e));
 }
 
 // The reply when the upstream call ended early because of the daemon
 // (ABORT, a lost worker connection): its final completion says why.
-awaitable<ErrorReply> Relay::abortReply(Exchange& ex) {
+// `ran`: the answer had started streaming.
+awaitable<ErrorReply> Relay::abortReply(Exchange& ex, bool ran) {
   using Clock = std::chrono::steady_clock;  // asio's timers' clock
   error_code ec;
   const auto until = Clock::now() + milliseconds(1000);
@@ -240,7 +258,7 @@ awaitable<ErrorReply> Relay::abortReply(Exchange& ex) {
     ex.wake.expires_after(milliseconds(20));
     co_await ex.wake.async_wait(asio::redirect_error(use_awaitable, ec));
   }
-  if (ex.final && ex.final->status != Status::kOk) co_return errorForCompletion(*ex.final);
+  if (ex.final && ex.final->status != Status::kOk) co_return errorForCompletion(*ex.final, ran);
   co_return schedulerUnavailable("the request was aborted by the scheduler");
 }
 

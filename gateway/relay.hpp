@@ -49,7 +49,7 @@ class Relay {
   awaitable<bool> endStream(Caller& c, Exchange& ex, const Relayed& r);
   awaitable<bool> endWhole(Caller& c, Exchange& ex, UpstreamCall& up, Relayed& r);
   awaitable<bool> endBeforeResponse(Caller& c, Exchange& ex);
-  awaitable<ErrorReply> abortReply(Exchange& ex);
+  awaitable<ErrorReply> abortReply(Exchange& ex, bool ran = false);
   awaitable<bool> writeStreamEnd(Caller& c, Exchange& ex, std::string error);
 
   asio::io_context& io_;

@@ -16,7 +16,8 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 ErrorReply replyFor(const UpstreamError& e) {
-  return e.timeout ? upstreamTimeout(e.why) : upstreamUnavailable(e.why);
+  if (e.timeout) return upstreamTimeout(e.why);
+  return e.bad_response ? upstreamBroken(e.why) : upstreamUnavailable(e.why);
 }
 
 struct UpstreamCall::Impl {
@@ -26,7 +27,10 @@ struct UpstreamCall::Impl {
   // `ec` as an UpstreamError; `timed_out` says what a timeout was.
   static UpstreamError failure(const error_code& ec, const std::string& timed_out) {
     const bool timeout = ec == beast::error::timeout;
-    return UpstreamError{timeout, timeout ? timed_out : ec.message()};
+    // Beast's parser refused what came back: something answered, not in HTTP.
+    const bool bad = ec.category() == http::make_error_code(http::error::bad_version).category() &&
+                     ec != http::error::end_of_stream && ec != http::error::partial_message;
+    return UpstreamError{timeout, bad, timeout ? timed_out : ec.message()};
   }
 
   const UpstreamConfig& u;
@@ -122,7 +126,8 @@ awaitable<std::optional<UpstreamError>> UpstreamCall::readAll(std::string& out, 
     if (auto* e = std::get_if<UpstreamError>(&r)) co_return std::move(*e);
     const std::size_t n = std::get<std::size_t>(r);
     if (out.size() + n > limit) {
-      co_return UpstreamError{false, "response larger than " + std::to_string(limit) + " bytes"};
+      co_return UpstreamError{false, true,
+                              "response larger than " + std::to_string(limit) + " bytes"};
     }
     out.append(tmp.data(), n);
   }

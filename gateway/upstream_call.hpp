@@ -5,6 +5,7 @@
 // request and the response header, idle_timeout_ms for each body read.
 // Every failure is an UpstreamError, its text written here alone, and it
 // becomes the caller's reply in one place (replyFor: 504 on a timeout, 502
+// upstream_bad_response on bytes that are not HTTP, 502 upstream_unavailable
 // otherwise). close() may come at any time (the caller hung up, the daemon
 // aborted): the step in progress fails. No connection is reused.
 //
@@ -27,7 +28,8 @@ namespace fairsched::gateway {
 
 struct UpstreamError {
   bool timeout = false;
-  std::string why;  // for logs and the caller
+  bool bad_response = false;  // it answered, but not HTTP (or HTTP that cannot be read)
+  std::string why;            // for logs and the caller
 };
 
 // The caller's reply when the upstream could not be called.

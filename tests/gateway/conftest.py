@@ -39,6 +39,7 @@ KEYS = {
     "bob": ("sk-bob-0123456789", "bob", ""),
     "limited": ("sk-limited-0123456789", "limited", ""),
     "tiny": ("sk-tiny-0123456789", "tiny", ""),
+    "tokened": ("sk-tokened-0123456789", "tokened", ""),
     "modelsonly": ("sk-models-0123456789", "alice", 'routes = ["models"]\n'),
 }
 
@@ -55,6 +56,7 @@ def daemon_toml(socket: str) -> str:
         "[endpoints.chat.worker]\nmax_sequences = 256\n"
         '[tenants.limited]\ntier = "paid"\n[tenants.limited.limits]\nchat = ["2 requests/minute"]\n'
         '[tenants.tiny]\ntier = "paid"\nqueue_limit = 1\n'
+        '[tenants.tokened]\ntier = "paid"\n[tenants.tokened.limits]\nchat = ["100000 tokens/minute"]\n'
         f'[[clients]]\nname = "gateway"\nuids = [{os.getuid()}]\ntenants = ["*"]\n'
         'endpoints = ["*"]\nworkers = ["chat"]\nassign_tiers = ["*"]\nadmin = true\n'
     )
@@ -182,6 +184,13 @@ class Stack:
         """Requests of ``tenant`` queued in the daemon now (`fairschedctl tenants`)."""
         rows = json.loads(self.ctl("tenants", "--tenant", tenant, "--json"))["tenants"]
         return sum(r["queued"] for r in rows)
+
+    def tenant_counts(self, tenant: str) -> dict:
+        """The daemon's counts of ``tenant`` on every endpoint, summed:
+        completed, cancelled, expired, queued, in_flight."""
+        rows = json.loads(self.ctl("tenants", "--tenant", tenant, "--json"))["tenants"]
+        keys = ("completed", "cancelled", "expired", "queued", "in_flight")
+        return {k: sum(r[k] for r in rows) for k in keys}
 
     def assigned(self) -> int:
         """Requests the daemon has assigned to the gateway (its worker) so far."""

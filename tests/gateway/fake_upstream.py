@@ -13,6 +13,7 @@ has max_tokens tokens. The model name picks a behaviour:
   "bad-request" HTTP 400 with an OpenAI error body
   "hang"        never answers (until the connection closes)
   "drop"        streams 2 tokens, then closes the connection without [DONE]
+  "short-usage" reports a usage of 1 prompt token whatever the prompt
 
 GET /stats: {"requests", "running", "max_running", "disconnects", "prompts": [...]}.
 Prints "PORT <n>" on stdout once it listens. Standard library only.
@@ -115,8 +116,9 @@ class Handler(BaseHTTPRequestHandler):
                 finally:
                     self.connection.settimeout(None)
         delay = (ARGS.slow_ms if model == "slow" else ARGS.token_ms) / 1000.0
-        usage = {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": max_tokens,
-                 "total_tokens": max(1, len(prompt) // 4) + max_tokens}
+        prompt_tokens = 1 if model == "short-usage" else max(1, len(prompt) // 4)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
+                 "total_tokens": prompt_tokens + max_tokens}
         obj = "chat.completion" if chat else "text_completion"
         if not body.get("stream"):
             time.sleep(delay * max_tokens)

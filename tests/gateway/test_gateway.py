@@ -183,6 +183,7 @@ def test_queue_full_is_503_and_a_passed_deadline_is_504(stack: Stack):
                             {"model": "m", "prompt": "hi", "max_tokens": 1}, key="tiny")
     assert s == 503, b
     assert json.loads(b)["error"]["code"] == "queue_full"
+    assert int(h["retry-after"]) >= 1 and int(h["retry-after-ms"]) > 0, h
     t.join(30 * SLOW)
     s, h, b = results["queued"]
     assert s == 504, b  # the slow stream holds the sequence past the deadline
@@ -418,3 +419,132 @@ def test_a_flooding_tenant_does_not_delay_a_light_tenants_first_token(stack: Sta
     assert median <= 2 * alone + one_sequence * 1.5 * SLOW, (alone, loaded)
     # Without fair scheduling Bob would wait behind the whole flood (~2 s).
     assert median < 10 * one_sequence
+
+
+# --- what a new user hit -------------------------------------------------------
+
+
+def test_callers_hanging_up_mid_stream_are_counted_cancelled_not_failed(stack: Stack):
+    # The gateway's worker ends a hung-up request only after the daemon took
+    # the cancel, so the daemon counts a cancel, not a worker that gave up.
+    stack.start(upstream_args=("--slow-ms", "20"))
+    streams = [slow_stream(stack, "bob", tokens=200) for _ in range(8)]
+    for c, _ in streams:
+        c.sock.shutdown(socket.SHUT_RDWR)
+        c.close()
+
+    def settled() -> bool:
+        n = stack.tenant_counts("bob")
+        return n["queued"] == 0 and n["in_flight"] == 0
+
+    wait_until(settled, 10, "bob's requests to end")
+    n = stack.tenant_counts("bob")
+    assert (n["cancelled"], n["completed"]) == (8, 0), n
+    assert "EXECUTOR_FAILED" not in stack.daemon.output()
+
+
+def test_a_caller_that_stops_reading_is_dropped_and_its_request_cancelled(stack: Stack):
+    # 4000 tokens at 2 ms: 8 s of stream, far more than the bounded send
+    # buffer; the caller reads the header and stops.
+    stack.start(upstream_args=("--token-ms", "2"), write_timeout_ms=1000,
+                send_buffer_bytes=4096)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", stack.port))
+    body = json.dumps({"model": "m", "prompt": "p", "stream": True, "max_tokens": 4000}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Authorization: Bearer " + KEYS["bob"][0].encode() + b"\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    assert s.recv(64).startswith(b"HTTP/1.1 200")
+    t0 = time.monotonic()
+    # Dropped after write_timeout_ms of a full buffer: the upstream call is
+    # closed long before the 8 s stream would have ended.
+    wait_until(lambda: stack.upstream_stats()["disconnects"] == 1, 6, "the upstream call to close")
+    assert time.monotonic() - t0 < 6 * SLOW
+    wait_until(lambda: stack.tenant_counts("bob")["cancelled"] == 1, 5, "bob's request cancelled")
+    assert stack.tenant_counts("bob")["completed"] == 0
+    s.close()
+
+
+def test_remaining_tokens_follow_the_upstreams_usage(stack: Stack):
+    # The gateway estimates ~1000 prompt tokens; the upstream counts 1. The
+    # daemon settles the reservation by the usage, and so do the headers.
+    stack.start()
+    s, h, b = stack.request("POST", "/v1/completions",
+                            {"model": "short-usage", "prompt": "x" * 4000, "max_tokens": 8},
+                            key="tokened")
+    assert s == 200, b
+    assert int(h["x-ratelimit-remaining-tokens"]) < 99_000  # the estimate, reserved while it ran
+    time.sleep(0.5 * SLOW)  # the daemon's completion reaches the gateway
+    s, h, b = stack.request("POST", "/v1/completions",
+                            {"model": "m", "prompt": "hi", "max_tokens": 1}, key="tokened")
+    assert s == 200, b
+    # 100000 − (1 prompt + 8 output) − this request's own reservation.
+    assert int(h["x-ratelimit-remaining-tokens"]) > 99_900, h
+
+
+def test_health_endpoints_answer_get_and_head_only(stack: Stack):
+    stack.start()
+    for path in ("/healthz", "/readyz"):
+        s, _, b = stack.request("POST", path, b"", key=None)
+        assert s == 405, b
+        assert json.loads(b)["error"]["code"] == "method_not_allowed"
+        s, h, b = stack.request("HEAD", path, key=None)
+        assert s == 200 and b == b"" and int(h["content-length"]) > 0, (s, h, b)
+        assert stack.request("GET", path, key=None)[0] == 200
+
+
+def test_an_upstream_answering_something_not_http_is_a_bad_response(stack: Stack):
+    stack.start(upstream=False)
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", stack.upstream_port))
+    srv.listen(8)
+
+    def answer_garbage():
+        conn, _ = srv.accept()
+        conn.recv(65536)
+        conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n\r\nnot http at all\r\n")
+        time.sleep(0.5)
+        conn.close()
+
+    t = threading.Thread(target=answer_garbage, daemon=True)
+    t.start()
+    s, _, b = stack.request("POST", "/v1/chat/completions", CHAT)
+    t.join(5)
+    srv.close()
+    assert s == 502, b
+    assert json.loads(b)["error"]["code"] == "upstream_bad_response"
+
+
+def test_a_deadline_passing_mid_stream_says_it_was_running(stack: Stack):
+    stack.start(upstream_args=("--slow-ms", "100"))
+    c = stack.conn(30)
+    c.request("POST", "/v1/completions",
+              body=json.dumps({"model": "slow", "prompt": "p", "stream": True, "max_tokens": 50}),
+              headers={"Authorization": f"Bearer {KEYS['alice'][0]}",
+                       "Content-Type": "application/json",
+                       "x-fairsched-timeout-ms": str(int(1000 * SLOW))})
+    r = c.getresponse()
+    assert r.status == 200
+    events = sse_events(r.read())
+    c.close()
+    assert events[-1] == "[DONE]"
+    tokens = [e for e in events[:-1] if '"error"' not in e]
+    assert tokens, events
+    err = json.loads(events[-2])["error"]
+    assert err["code"] == "deadline_exceeded", err
+    assert "while it was running" in err["message"], err
+
+
+def test_every_answer_says_where_its_time_went(stack: Stack):
+    stack.start()
+    s, h, b = stack.request("POST", "/v1/completions",
+                            {"model": "m", "prompt": "hi", "max_tokens": 2})
+    assert s == 200, b
+    assert float(h["x-fairsched-overhead-ms"]) >= 0
+    assert float(h["x-fairsched-queue-ms"]) >= 0
+    s, h, _ = stack.request("POST", "/v1/completions", {"prompt": "hi"}, key=None)
+    assert s == 401
+    assert float(h["x-fairsched-overhead-ms"]) >= 0
+    assert "x-fairsched-queue-ms" not in h  # never submitted
