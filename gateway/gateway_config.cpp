@@ -68,6 +68,8 @@ constexpr IntKey<UpstreamConfig> kUpstreamInts[] = {
     {"response_timeout_ms", &UpstreamConfig::response_timeout_ms, 1, 86'400'000},
     {"idle_timeout_ms", &UpstreamConfig::idle_timeout_ms, 1, 86'400'000},
     {"max_response_bytes", &UpstreamConfig::max_response_bytes, 1024, 1ull << 30},
+    {"pool_connections", &UpstreamConfig::pool_connections, 0, 65536},
+    {"pool_idle_ms", &UpstreamConfig::pool_idle_ms, 1, 3'600'000},
 };
 
 class Parser {
@@ -188,7 +190,10 @@ class Parser {
       return r_.fail(*url, "upstream.url", "bad HOST:PORT in " + config::quote(u.url));
     }
     if (u.host.empty()) return r_.fail(*url, "upstream.url", "no host in " + config::quote(u.url));
-    return readInts(*t, "upstream", kUpstreamInts, u);
+    if (!readInts(*t, "upstream", kUpstreamInts, u)) return false;
+    // One idle connection for each sequence the upstream runs, unless set.
+    if (config::findKey(*t, "pool_connections") == nullptr) u.pool_connections = u.max_sequences;
+    return true;
   }
 
   bool readKeys(const toml::node& node, GatewayConfig& cfg) {

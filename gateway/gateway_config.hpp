@@ -56,8 +56,14 @@ struct UpstreamConfig {
   std::uint32_t max_sequences = 64;   // requests the upstream runs at once
   std::uint64_t max_tokens = 262144;  // prompt + max output of those requests, together
   std::uint64_t connect_timeout_ms = 2000;
-  std::uint64_t response_timeout_ms = 120000;   // request sent → response headers
-  std::uint64_t idle_timeout_ms = 60000;        // between two reads of the response body
+  std::uint64_t response_timeout_ms = 120000;  // request sent → response headers
+  std::uint64_t idle_timeout_ms = 60000;       // between two reads of the response body
+  // Keep-alive connections to the upstream kept open between calls (at most
+  // this many idle; 0: a new connection per call; unset: max_sequences),
+  // each for at most pool_idle_ms (below the engine's own keep-alive
+  // timeout: uvicorn's is 5 s).
+  std::uint32_t pool_connections = 64;
+  std::uint64_t pool_idle_ms = 4000;
   std::uint64_t max_response_bytes = 8u << 20;  // a non-streamed response body, or one SSE event
 };
 

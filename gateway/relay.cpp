@@ -71,7 +71,7 @@ awaitable<bool> Relay::generate(Caller& c, const ApiKeyConfig& key, Route route,
 }
 
 awaitable<bool> Relay::models(Caller& c, std::string path) {
-  UpstreamCall up(io_, cfg_.upstream);
+  UpstreamCall up(pool_);
   const auto called_at = std::chrono::steady_clock::now();
   std::optional<UpstreamError> err = co_await up.connect();
   std::string body;
@@ -92,7 +92,7 @@ awaitable<bool> Relay::models(Caller& c, std::string path) {
 
 // Calls the upstream for an assigned exchange and relays its answer.
 awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
-  UpstreamCall up(io_, cfg_.upstream);
+  UpstreamCall up(pool_);
   ex.upstream = &up;
   struct Detach {
     Exchange& ex;
@@ -129,7 +129,8 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
     }
     c.timing.upstream = std::chrono::steady_clock::now() - called_at;
   }
-  up.close();
+  // A connection with a broken answer, or a stream cut short, is not reused.
+  if (r.broken || (r.sse && !r.done)) up.close();
 
   if (ex.caller_gone) {
     co_await bridge_.finishCancelled(ex, ex.emitted);

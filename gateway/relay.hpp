@@ -21,18 +21,18 @@
 #include "gateway/coro.hpp"
 #include "gateway/gateway_config.hpp"
 #include "gateway/openai_json.hpp"
+#include "gateway/upstream_call.hpp"
 
 namespace fairsched::gateway {
 
 class DaemonBridge;
 struct Exchange;
-class UpstreamCall;
 
 class Relay {
  public:
   // `cfg` (the running config) and `bridge` outlive the relay.
   Relay(asio::io_context& io, const GatewayConfig& cfg, DaemonBridge& bridge)
-      : io_(io), cfg_(cfg), bridge_(bridge) {}
+      : cfg_(cfg), bridge_(bridge), pool_(io, cfg.upstream) {}
 
   // Serves one generation request of `key` on `route`, with a deadline of
   // `timeout_ms` (queueing and running).
@@ -40,6 +40,8 @@ class Relay {
                            std::uint64_t timeout_ms);
   // GET `path` (/v1/models[/...]) from the upstream, its answer as it is.
   awaitable<bool> models(Caller& c, std::string path);
+  // The upstream's keep-alive connections.
+  const UpstreamPool& pool() const { return pool_; }
 
  private:
   // What the upstream's body came to.
@@ -52,9 +54,9 @@ class Relay {
   awaitable<ErrorReply> abortReply(Exchange& ex, bool ran = false);
   awaitable<bool> writeStreamEnd(Caller& c, Exchange& ex, std::string error);
 
-  asio::io_context& io_;
   const GatewayConfig& cfg_;
   DaemonBridge& bridge_;
+  UpstreamPool pool_;
 };
 
 }  // namespace fairsched::gateway

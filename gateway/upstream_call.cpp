@@ -1,28 +1,120 @@
-// The upstream call over Boost.Beast (heavy to compile: with http_front.cpp
-// one of the two translation units that include it).
+// The upstream call and its connection pool over Boost.Beast (heavy to
+// compile: with http_front.cpp one of the two translation units that
+// include it).
 #include "gateway/upstream_call.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <sys/socket.h>
+
 #include <array>
+#include <cerrno>
+#include <chrono>
 #include <limits>
+#include <vector>
 
 namespace fairsched::gateway {
 
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
 
 ErrorReply replyFor(const UpstreamError& e) {
   if (e.timeout) return upstreamTimeout(e.why);
   return e.bad_response ? upstreamBroken(e.why) : upstreamUnavailable(e.why);
 }
 
+namespace {
+
+// One connection to the upstream and the bytes read from it past a parse.
+struct Conn {
+  explicit Conn(asio::io_context& io) : stream(io) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buf;
+  Clock::time_point idle_since{};
+};
+
+// The upstream closed it while it was idle, or sent bytes nobody asked for.
+bool stale(Conn& c) {
+  char b = 0;
+  const ssize_t n = ::recv(c.stream.socket().native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+}
+
+// Errors of a request on a reused connection that mean the upstream closed
+// it as the request went out (no byte of an answer came): worth one more try.
+bool closedUnderUs(const error_code& ec) {
+  return ec == http::error::end_of_stream || ec == asio::error::eof ||
+         ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+}
+
+constexpr std::size_t kDrainLimit = 64 * 1024;
+
+}  // namespace
+
+struct UpstreamPool::Impl {
+  Impl(asio::io_context& i, const UpstreamConfig& cfg) : io(i), u(cfg) {}
+
+  // A live pooled connection, newest first; none: nullptr.
+  std::unique_ptr<Conn> take() {
+    const auto now = Clock::now();
+    while (!idle.empty()) {
+      std::unique_ptr<Conn> c = std::move(idle.back());
+      idle.pop_back();
+      if (now - c->idle_since < milliseconds(u.pool_idle_ms) && !stale(*c)) {
+        ++reused;
+        return c;
+      }
+    }
+    return nullptr;
+  }
+  void put(std::unique_ptr<Conn> c) {
+    if (!open || u.pool_connections == 0 || c->buf.size() != 0) return;
+    c->stream.expires_never();
+    c->idle_since = Clock::now();
+    const auto too_old = c->idle_since - milliseconds(u.pool_idle_ms);
+    std::erase_if(idle, [&](const std::unique_ptr<Conn>& x) { return x->idle_since <= too_old; });
+    if (idle.size() >= u.pool_connections) idle.erase(idle.begin());  // the oldest goes
+    idle.push_back(std::move(c));
+  }
+
+  asio::io_context& io;
+  const UpstreamConfig& u;
+  std::vector<std::unique_ptr<Conn>> idle;  // oldest first
+  std::uint64_t opened = 0;
+  std::uint64_t reused = 0;
+  bool open = true;  // false once the pool is gone: calls ending later close
+};
+
+UpstreamPool::UpstreamPool(asio::io_context& io, const UpstreamConfig& u)
+    : impl_(std::make_shared<Impl>(io, u)) {}
+
+UpstreamPool::~UpstreamPool() {
+  impl_->open = false;
+  impl_->idle.clear();
+}
+
+std::uint64_t UpstreamPool::opened() const {
+  return impl_->opened;
+}
+std::uint64_t UpstreamPool::reused() const {
+  return impl_->reused;
+}
+std::size_t UpstreamPool::idle() const {
+  return impl_->idle.size();
+}
+
 struct UpstreamCall::Impl {
-  Impl(asio::io_context& io, const UpstreamConfig& cfg) : u(cfg), stream(io), resolver(io) {
-    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  explicit Impl(std::shared_ptr<UpstreamPool::Impl> p)
+      : pool(std::move(p)), u(pool->u), resolver(pool->io) {
+    newParser();
+  }
+  void newParser() {
+    parser.emplace();
+    parser->body_limit(std::numeric_limits<std::uint64_t>::max());
   }
   // `ec` as an UpstreamError; `timed_out` says what a timeout was.
   static UpstreamError failure(const error_code& ec, const std::string& timed_out) {
@@ -32,33 +124,91 @@ struct UpstreamCall::Impl {
                      ec != http::error::end_of_stream && ec != http::error::partial_message;
     return UpstreamError{timeout, bad, timeout ? timed_out : ec.message()};
   }
+  awaitable<std::optional<UpstreamError>> connectNew();
+  awaitable<error_code> send(http::request<http::string_body>& req);
+  // Reads the rest of a body nobody waits for, then pools the connection.
+  static awaitable<void> drain(std::unique_ptr<Impl> m);
 
+  std::shared_ptr<UpstreamPool::Impl> pool;
   const UpstreamConfig& u;
-  beast::tcp_stream stream;
   tcp::resolver resolver;
-  beast::flat_buffer buf;
-  http::response_parser<http::buffer_body> parser;
+  std::unique_ptr<Conn> conn;
+  std::optional<http::response_parser<http::buffer_body>> parser;
+  bool reused = false;     // conn came from the pool
+  bool requested = false;  // a request went out and its header came back
+  bool failed = false;     // an error on conn, or close(): never reused
 };
 
-UpstreamCall::UpstreamCall(asio::io_context& io, const UpstreamConfig& u)
-    : impl_(std::make_unique<Impl>(io, u)) {}
+UpstreamCall::UpstreamCall(UpstreamPool& pool) : impl_(std::make_unique<Impl>(pool.impl_)) {}
 
-UpstreamCall::~UpstreamCall() = default;
+UpstreamCall::~UpstreamCall() {
+  if (!impl_) return;
+  Impl& m = *impl_;
+  // pool->open first: after the pool, the config it names may be gone too.
+  if (!m.pool->open || !m.conn || m.failed || !m.requested || m.u.pool_connections == 0) return;
+  if (!m.parser->keep_alive()) return;
+  if (m.parser->is_done()) {
+    m.pool->put(std::move(m.conn));
+    return;
+  }
+  spawn(m.pool->io, Impl::drain(std::move(impl_)));
+}
+
+awaitable<void> UpstreamCall::Impl::drain(std::unique_ptr<Impl> m) {
+  std::array<char, 4096> tmp{};
+  std::size_t total = 0;
+  error_code ec;
+  while (!m->parser->is_done() && total <= kDrainLimit) {
+    m->parser->get().body().data = tmp.data();
+    m->parser->get().body().size = tmp.size();
+    m->conn->stream.expires_after(milliseconds(m->u.idle_timeout_ms));
+    co_await http::async_read_some(m->conn->stream, m->conn->buf, *m->parser,
+                                   asio::redirect_error(use_awaitable, ec));
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) co_return;
+    total += tmp.size() - m->parser->get().body().size;
+  }
+  if (m->parser->is_done() && m->pool->open) m->pool->put(std::move(m->conn));
+}
+
+awaitable<std::optional<UpstreamError>> UpstreamCall::Impl::connectNew() {
+  error_code ec;
+  conn = std::make_unique<Conn>(pool->io);
+  reused = false;
+  conn->stream.expires_after(milliseconds(u.connect_timeout_ms));
+  auto addrs = co_await resolver.async_resolve(u.host, std::to_string(u.port),
+                                               asio::redirect_error(use_awaitable, ec));
+  if (!ec) co_await conn->stream.async_connect(addrs, asio::redirect_error(use_awaitable, ec));
+  if (ec) {
+    failed = true;
+    UpstreamError e = failure(ec, "timed out");
+    e.why = "connect to " + u.host + ":" + std::to_string(u.port) + ": " + e.why;
+    co_return e;
+  }
+  ++pool->opened;
+  conn->stream.socket().set_option(tcp::no_delay(true), ec);
+  co_return std::nullopt;
+}
 
 awaitable<std::optional<UpstreamError>> UpstreamCall::connect() {
   Impl& m = *impl_;
-  error_code ec;
-  m.stream.expires_after(milliseconds(m.u.connect_timeout_ms));
-  auto addrs = co_await m.resolver.async_resolve(m.u.host, std::to_string(m.u.port),
-                                                 asio::redirect_error(use_awaitable, ec));
-  if (!ec) co_await m.stream.async_connect(addrs, asio::redirect_error(use_awaitable, ec));
-  if (ec) {
-    UpstreamError e = Impl::failure(ec, "timed out");
-    e.why = "connect to " + m.u.host + ":" + std::to_string(m.u.port) + ": " + e.why;
-    co_return e;
+  m.conn = m.pool->take();
+  if (m.conn) {
+    m.reused = true;
+    co_return std::nullopt;
   }
-  m.stream.socket().set_option(tcp::no_delay(true), ec);
-  co_return std::nullopt;
+  co_return co_await m.connectNew();
+}
+
+awaitable<error_code> UpstreamCall::Impl::send(http::request<http::string_body>& req) {
+  error_code ec;
+  conn->stream.expires_after(milliseconds(u.response_timeout_ms));
+  co_await http::async_write(conn->stream, req, asio::redirect_error(use_awaitable, ec));
+  if (!ec) {
+    co_await http::async_read_header(conn->stream, conn->buf, *parser,
+                                     asio::redirect_error(use_awaitable, ec));
+  }
+  co_return ec;
 }
 
 awaitable<std::optional<UpstreamError>> UpstreamCall::request(Method method, std::string path,
@@ -74,49 +224,55 @@ awaitable<std::optional<UpstreamError>> UpstreamCall::request(Method method, std
     req.set(http::field::accept, accept);
   }
   req.set(http::field::user_agent, "fairsched-gateway");
-  req.keep_alive(false);
+  req.keep_alive(m.u.pool_connections > 0);
   req.body() = std::move(body);
   req.prepare_payload();
-  error_code ec;
-  m.stream.expires_after(milliseconds(m.u.response_timeout_ms));
-  co_await http::async_write(m.stream, req, asio::redirect_error(use_awaitable, ec));
-  if (!ec) {
-    co_await http::async_read_header(m.stream, m.buf, m.parser,
-                                     asio::redirect_error(use_awaitable, ec));
+  error_code ec = co_await m.send(req);
+  if (ec && m.reused && !m.failed && closedUnderUs(ec)) {
+    // The upstream closed the pooled connection as the request went out.
+    m.conn.reset();
+    m.newParser();
+    if (auto e = co_await m.connectNew()) co_return e;
+    ec = co_await m.send(req);
   }
   if (ec) {
+    m.failed = true;
     co_return Impl::failure(
         ec, "no response within " + std::to_string(m.u.response_timeout_ms) + " ms");
   }
+  m.requested = true;
   co_return std::nullopt;
 }
 
 int UpstreamCall::status() const {
-  return impl_->parser.get().result_int();
+  return impl_->parser->get().result_int();
 }
 
 std::string UpstreamCall::contentType() const {
-  const auto& res = impl_->parser.get();
+  const auto& res = impl_->parser->get();
   const auto it = res.find(http::field::content_type);
   return it == res.end() ? std::string("application/json") : std::string(it->value());
 }
 
 bool UpstreamCall::done() const {
-  return impl_->parser.is_done();
+  return impl_->parser->is_done();
 }
 
 awaitable<std::variant<std::size_t, UpstreamError>> UpstreamCall::read(std::span<char> buf) {
   Impl& m = *impl_;
-  m.parser.get().body().data = buf.data();
-  m.parser.get().body().size = buf.size();
-  m.stream.expires_after(milliseconds(m.u.idle_timeout_ms));
+  m.parser->get().body().data = buf.data();
+  m.parser->get().body().size = buf.size();
+  m.conn->stream.expires_after(milliseconds(m.u.idle_timeout_ms));
   error_code ec;
   // read_some: back with whatever arrived (a token), not when the buffer is full.
-  co_await http::async_read_some(m.stream, m.buf, m.parser,
+  co_await http::async_read_some(m.conn->stream, m.conn->buf, *m.parser,
                                  asio::redirect_error(use_awaitable, ec));
   if (ec == http::error::need_buffer) ec = {};
-  if (ec) co_return Impl::failure(ec, "no data for " + std::to_string(m.u.idle_timeout_ms) + " ms");
-  co_return buf.size() - m.parser.get().body().size;
+  if (ec) {
+    m.failed = true;
+    co_return Impl::failure(ec, "no data for " + std::to_string(m.u.idle_timeout_ms) + " ms");
+  }
+  co_return buf.size() - m.parser->get().body().size;
 }
 
 awaitable<std::optional<UpstreamError>> UpstreamCall::readAll(std::string& out, std::size_t limit) {
@@ -126,6 +282,7 @@ awaitable<std::optional<UpstreamError>> UpstreamCall::readAll(std::string& out, 
     if (auto* e = std::get_if<UpstreamError>(&r)) co_return std::move(*e);
     const std::size_t n = std::get<std::size_t>(r);
     if (out.size() + n > limit) {
+      impl_->failed = true;
       co_return UpstreamError{false, true,
                               "response larger than " + std::to_string(limit) + " bytes"};
     }
@@ -135,7 +292,9 @@ awaitable<std::optional<UpstreamError>> UpstreamCall::readAll(std::string& out, 
 }
 
 void UpstreamCall::close() {
-  impl_->stream.close();
+  Impl& m = *impl_;
+  m.failed = true;
+  if (m.conn) m.conn->stream.close();
 }
 
 }  // namespace fairsched::gateway

@@ -1,5 +1,6 @@
-// One HTTP/1.1 call to the upstream (gateway.upstream): connect, send one
-// request and read the response's header, then read its body in pieces.
+// One HTTP/1.1 call to the upstream (gateway.upstream): take a connection
+// (a pooled keep-alive one, else a new one), send one request and read the
+// response's header, then read its body in pieces.
 //
 // Bounds: connect_timeout_ms for the connect, response_timeout_ms for the
 // request and the response header, idle_timeout_ms for each body read.
@@ -7,12 +8,23 @@
 // becomes the caller's reply in one place (replyFor: 504 on a timeout, 502
 // upstream_bad_response on bytes that are not HTTP, 502 upstream_unavailable
 // otherwise). close() may come at any time (the caller hung up, the daemon
-// aborted): the step in progress fails. No connection is reused.
+// aborted): the step in progress fails and the connection is not reused.
+//
+// Pooling (UpstreamPool): a call that read its whole response on a
+// keep-alive connection gives the connection back when it ends; one that
+// ends with its body unread (a stream after [DONE]: the last chunk still on
+// its way) gives it back after reading the rest in the background (bounded:
+// one idle_timeout_ms read, 64 KiB). A pooled connection is checked before
+// reuse (closed by the upstream, or holding stray bytes: dropped), kept at
+// most pool_idle_ms, and a request that fails on a reused connection before
+// any byte of its answer is sent once more on a new one (the upstream closed
+// it as the request went out).
 //
 // Beast lives in upstream_call.cpp; this header keeps it out of its users.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -35,16 +47,36 @@ struct UpstreamError {
 // The caller's reply when the upstream could not be called.
 ErrorReply replyFor(const UpstreamError& e);
 
+// The idle keep-alive connections to one upstream. Loop thread only; it
+// outlives its calls (the relay owns it).
+class UpstreamPool {
+ public:
+  UpstreamPool(asio::io_context& io, const UpstreamConfig& u);
+  ~UpstreamPool();
+  UpstreamPool(const UpstreamPool&) = delete;
+  UpstreamPool& operator=(const UpstreamPool&) = delete;
+
+  std::uint64_t opened() const;  // connections opened since start
+  std::uint64_t reused() const;  // calls served on a pooled connection
+  std::size_t idle() const;      // connections idle now
+
+ private:
+  friend class UpstreamCall;
+  struct Impl;
+  std::shared_ptr<Impl> impl_;  // shared with the calls, which may end after the pool
+};
+
 class UpstreamCall {
  public:
   enum class Method { kGet, kPost };
 
-  UpstreamCall(asio::io_context& io, const UpstreamConfig& u);
+  explicit UpstreamCall(UpstreamPool& pool);
+  // Gives a reusable connection back to the pool (see above); else closes it.
   ~UpstreamCall();
   UpstreamCall(const UpstreamCall&) = delete;
   UpstreamCall& operator=(const UpstreamCall&) = delete;
 
-  // Resolves and connects to the upstream's host and port.
+  // Takes a pooled connection, or resolves and connects to the upstream.
   awaitable<std::optional<UpstreamError>> connect();
   // Sends `method` on the upstream's prefix + `path` (kPost: `body` as JSON,
   // asking for `accept` back), then reads the response's header.
@@ -61,6 +93,7 @@ class UpstreamCall {
   awaitable<std::variant<std::size_t, UpstreamError>> read(std::span<char> buf);
   // Reads the rest of the body into `out`, at most `limit` bytes in all.
   awaitable<std::optional<UpstreamError>> readAll(std::string& out, std::size_t limit);
+  // Ends the call now; the connection is not reused.
   void close();
 
  private:

@@ -65,11 +65,11 @@ std::vector<ErrorReply> everyReply() {
   for (int e = 0; e <= static_cast<int>(ErrorCode::kSystem); ++e) {
     out.push_back(errorForSubmit(Error{static_cast<ErrorCode>(e), 0, "why"}));
   }
-  for (ErrorReply r : {missingKey(), unknownKey(), routeNotAllowed("/v1/completions"),
-                       badRequest("m"), bodyTooLarge(10), headersTooLarge(), notFound("/x"),
-                       methodNotAllowed("PUT", "/healthz"), draining(), tooManyConnections(),
-                       schedulerUnavailable("gone"), upstreamUnavailable("refused"),
-                       upstreamTimeout("slow"), upstreamBroken("garbage")}) {
+  for (ErrorReply r :
+       {missingKey(), unknownKey(), routeNotAllowed("/v1/completions"), badRequest("m"),
+        bodyTooLarge(10), headersTooLarge(), notFound("/x"), methodNotAllowed("PUT", "/healthz"),
+        draining(), tooManyConnections(), schedulerUnavailable("gone"),
+        upstreamUnavailable("refused"), upstreamTimeout("slow"), upstreamBroken("garbage")}) {
     out.push_back(std::move(r));
   }
   return out;

@@ -15,7 +15,9 @@ has max_tokens tokens. The model name picks a behaviour:
   "drop"        streams 2 tokens, then closes the connection without [DONE]
   "short-usage" reports a usage of 1 prompt token whatever the prompt
 
-GET /stats: {"requests", "running", "max_running", "disconnects", "prompts": [...]}.
+GET /stats: {"requests", "running", "max_running", "disconnects", "connections",
+"prompts": [...]} ("connections": accepted, /stats's own excluded).
+--keep-alive-s closes a connection idle that long (as uvicorn does after 5 s).
 Prints "PORT <n>" on stdout once it listens. Standard library only.
 """
 
@@ -29,7 +31,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
-STATS = {"requests": 0, "running": 0, "max_running": 0, "disconnects": 0, "prompts": []}
+STATS = {"requests": 0, "running": 0, "max_running": 0, "disconnects": 0, "connections": 0,
+         "prompts": []}
 ARGS = argparse.Namespace(token_ms=1.0, slow_ms=200.0)
 
 
@@ -39,6 +42,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *args):  # quiet
         pass
+
+    def setup(self):
+        super().setup()
+        self._counted = False
+
+    def _count_connection(self) -> None:
+        if not self._counted:
+            self._counted = True
+            with LOCK:
+                STATS["connections"] += 1
 
     def _release(self) -> None:
         """The request stops running: before its last bytes go out, so a
@@ -59,6 +72,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
+        if self.path != "/stats":
+            self._count_connection()
         if self.path.startswith("/v1/models"):
             self._json(200, {"object": "list",
                              "data": [{"id": "test-model", "object": "model", "owned_by": "tests"}]})
@@ -73,6 +88,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def do_POST(self):
+        self._count_connection()
         length = int(self.headers.get("Content-Length", "0"))
         body = json.loads(self.rfile.read(length) or b"{}")
         chat = self.path.startswith("/v1/chat/completions")
@@ -160,7 +176,11 @@ def main() -> None:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--token-ms", type=float, default=1.0, help="delay before each token")
     p.add_argument("--slow-ms", type=float, default=200.0, help="the same for model 'slow'")
+    p.add_argument("--keep-alive-s", type=float, default=None,
+                   help="close a connection idle this long")
     args = p.parse_args()
+    if args.keep_alive_s is not None:
+        Handler.timeout = args.keep_alive_s
     ARGS.token_ms, ARGS.slow_ms = args.token_ms, args.slow_ms
     ThreadingHTTPServer.daemon_threads = True
     ThreadingHTTPServer.request_queue_size = 1024

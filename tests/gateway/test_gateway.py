@@ -548,3 +548,62 @@ def test_every_answer_says_where_its_time_went(stack: Stack):
     assert s == 401
     assert float(h["x-fairsched-overhead-ms"]) >= 0
     assert "x-fairsched-queue-ms" not in h  # never submitted
+
+
+# --- pooled upstream connections -------------------------------------------------
+
+
+def test_upstream_connections_are_kept_alive_and_reused(stack: Stack):
+    stack.start()
+    for i in range(12):
+        stream = i % 2 == 0
+        s, _, b = stack.request("POST", "/v1/completions",
+                                {"model": "m", "prompt": f"p{i}", "max_tokens": 3,
+                                 "stream": stream})
+        assert s == 200, b
+        if stream:
+            assert sse_events(b)[-1] == "[DONE]"
+    assert stack.request("GET", "/v1/models")[0] == 200
+    # One after the other: one connection serves them all (a stream's last
+    # chunk is read after [DONE] before its connection is reused).
+    assert stack.upstream_stats()["connections"] == 1
+
+
+def test_without_a_pool_each_call_has_its_own_connection(stack: Stack):
+    stack.start(upstream_pool_connections=0)
+    for i in range(4):
+        assert stack.request("POST", "/v1/completions",
+                             {"model": "m", "prompt": "p", "max_tokens": 2})[0] == 200
+    assert stack.upstream_stats()["connections"] == 4
+
+
+def test_a_pooled_connection_the_upstream_closed_is_not_used(stack: Stack):
+    # The upstream closes idle connections after 0.2 s; the pool keeps them
+    # 4 s: every call after a pause must notice and connect again.
+    stack.start(upstream_args=("--keep-alive-s", "0.2"))
+    for i in range(4):
+        s, _, b = stack.request("POST", "/v1/completions",
+                                {"model": "m", "prompt": "p", "max_tokens": 2, "stream": i % 2 == 1})
+        assert s == 200, b
+        time.sleep(0.4)
+    assert stack.upstream_stats()["connections"] == 4
+
+
+def test_concurrent_calls_open_no_more_connections_than_they_need(stack: Stack):
+    stack.start(upstream_max_sequences=4)
+    results = []
+
+    def burst(i):
+        results.append(stack.request("POST", "/v1/completions",
+                                     {"model": "m", "prompt": f"b{i}", "max_tokens": 4},
+                                     timeout=30)[0])
+
+    for _ in range(3):
+        threads = [threading.Thread(target=burst, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30 * SLOW)
+    assert results == [200] * 24
+    # The upstream runs at most 4 at once: 4 connections are all it ever needs.
+    assert stack.upstream_stats()["connections"] <= 4
