@@ -18,7 +18,7 @@ CMAKE_FLAGS  ?=
 PREFIX       ?= /usr/local
 DESTDIR      ?=
 
-.PHONY: all deps configure test stress demo bench install asan tsan fuzz clean format format-check gpu-kit
+.PHONY: all deps configure test stress demo gateway-demo bench install asan tsan fuzz clean format format-check gpu-kit
 
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -43,6 +43,12 @@ stress: all
 demo: configure
 	cmake --build $(BUILD) -j $(JOBS) --target fairschedd fairsched-bench fairsched-worker
 	scripts/demo $(BUILD)
+
+# fairschedd + a fake upstream + fairsched-gateway under a temporary
+# directory: a stream, a 429, a tenant served during another's flood.
+gateway-demo: configure
+	cmake --build $(BUILD) -j $(JOBS) --target fairschedd fairsched-gateway
+	scripts/gateway-demo $(BUILD)
 
 bench: all
 	$(BUILD)/bin/fairsched-bench core
