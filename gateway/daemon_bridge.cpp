@@ -10,6 +10,7 @@
 #include <random>
 #include <span>
 
+#include "fairsched/name.hpp"
 #include "gateway/upstream_call.hpp"
 
 namespace fairsched::gateway {
@@ -48,7 +49,64 @@ bool DaemonBridge::start() {
     return false;
   }
   syncTenants();
-  return connectWorker(true);
+  for (const UpstreamConfig& u : cfg_.upstreams) {
+    if (!connectWorker(*addReplica(u), true)) return false;
+  }
+  return true;
+}
+
+std::shared_ptr<Replica> DaemonBridge::addReplica(const UpstreamConfig& u) {
+  auto r = std::make_shared<Replica>(io_, u);
+  replicas_.push_back(r);
+  if (running_loops_) {
+    spawn(io_, workerLoop(r));
+    spawn(io_, healthLoop(r));
+  }
+  return r;
+}
+
+void DaemonBridge::stop() {
+  stopping_ = true;
+  for (const auto& r : replicas_) {
+    r->kick.cancel();
+    if (r->worker_fd) r->worker_fd->cancel();
+  }
+}
+
+void DaemonBridge::setUpstreams() {
+  for (const auto& r : replicas_) {
+    const auto it = std::find_if(cfg_.upstreams.begin(), cfg_.upstreams.end(),
+                                 [&](const UpstreamConfig& u) { return u.name == r->cfg.name; });
+    if (it == cfg_.upstreams.end()) {
+      if (!r->removed) {
+        spdlog::info("upstream {} removed: draining ({} running)", r->cfg.name, r->running);
+        r->removed = true;
+      }
+      continue;
+    }
+    if (it->url != r->cfg.url) {
+      spdlog::warn("upstream {}: a new url ({}) takes effect only under a new name", r->cfg.name,
+                   it->url);
+    }
+    UpstreamConfig next = *it;
+    next.url = r->cfg.url;
+    next.host = r->cfg.host;
+    next.port = r->cfg.port;
+    next.prefix = r->cfg.prefix;
+    r->cfg = std::move(next);  // capacity, timeouts, pool and checks follow at once
+    r->removed = false;
+  }
+  for (const UpstreamConfig& u : cfg_.upstreams) {
+    const bool known = std::any_of(replicas_.begin(), replicas_.end(),
+                                   [&](const auto& r) { return r->cfg.name == u.name; });
+    if (!known) {
+      spdlog::info("upstream {} added ({})", u.name, u.url);
+      connectWorker(*addReplica(u), false);
+    }
+  }
+  stateCapacity();
+  const auto snapshot = replicas_;
+  for (const auto& r : snapshot) detachIfDrained(*r);
 }
 
 void DaemonBridge::syncTenants() {
@@ -97,8 +155,12 @@ void DaemonBridge::syncTenants() {
 }
 
 void DaemonBridge::run() {
+  running_loops_ = true;
   spawn(io_, completionLoop());
-  spawn(io_, workerLoop());
+  for (const auto& r : replicas_) {
+    spawn(io_, workerLoop(r));
+    spawn(io_, healthLoop(r));
+  }
 }
 
 void DaemonBridge::loadLimits() {
@@ -117,9 +179,30 @@ void DaemonBridge::loadLimits() {
 }
 
 std::string_view DaemonBridge::unready() const {
-  if (!worker_) return "not attached as the worker";
+  const bool attached = std::any_of(replicas_.begin(), replicas_.end(),
+                                    [](const auto& r) { return r->worker && !r->removed; });
+  if (!attached) return "not attached as the worker";
   if (!client_ || !client_->connected()) return "no connection to fairschedd";
+  if (!anyUsable()) return "every upstream is ejected";
   return "";
+}
+
+std::string DaemonBridge::upstreamsJson() const {
+  const TimeNs now = env_.now();
+  std::string out = "[";
+  for (const auto& r : replicas_) {
+    if (out.size() > 1) out += ",";
+    const std::string_view state =
+        r->removed ? std::string_view("draining") : UpstreamHealth::toString(r->health.state(now));
+    out += "{\"name\":\"" + escapeForDisplay(r->cfg.name) + "\",\"url\":\"" +
+           escapeForDisplay(r->cfg.url) + "\",\"state\":\"" + std::string(state) +
+           "\",\"attached\":" + (r->worker ? "true" : "false") +
+           ",\"running\":" + std::to_string(r->running) +
+           ",\"max_sequences\":" + std::to_string(r->cfg.max_sequences) +
+           ",\"ejections\":" + std::to_string(r->health.ejections()) + ",\"why\":\"" +
+           escapeForDisplay(r->health.why()) + "\"}";
+  }
+  return out + "]";
 }
 
 // --- the client side ----------------------------------------------------------
@@ -232,92 +315,239 @@ std::vector<HttpHeader> DaemonBridge::limitHeaders(
 
 // --- the worker side ----------------------------------------------------------
 
-bool DaemonBridge::connectWorker(bool first) {
+bool DaemonBridge::connectWorker(Replica& r, bool first) {
   WorkerOptions wo;
   wo.socket_path = cfg_.socket;
   wo.endpoint = cfg_.endpoint;
-  wo.worker_name = cfg_.name;
+  wo.worker_name = cfg_.upstreams.size() == 1 && replicas_.size() == 1
+                       ? cfg_.name
+                       : (cfg_.name + "/" + r.cfg.name).substr(0, kMaxNameBytes);
   wo.connect_timeout = std::chrono::seconds(2);
   auto w = Worker::connect(wo);
   if (!w) {
     if (first) {
-      spdlog::error("cannot attach as the worker of endpoint '{}': {}", cfg_.endpoint,
-                    w.error().toString());
+      spdlog::error("cannot attach as the worker of endpoint '{}' for upstream {}: {}",
+                    cfg_.endpoint, r.cfg.name, w.error().toString());
     }
     return false;
   }
-  worker_.emplace(std::move(*w));
-  stated_.reset();
-  stateCapacity();
-  spdlog::info("attached as worker {} of endpoint '{}' ({} sequences, {} tokens upstream)",
-               worker_->workerId(), cfg_.endpoint, cfg_.upstream.max_sequences,
-               cfg_.upstream.max_tokens);
+  r.worker.emplace(std::move(*w));
+  r.stated.reset();
+  stateCapacity(r, !anyUsable());
+  spdlog::info(
+      "attached as worker {} of endpoint '{}' for upstream {} ({}: {} sequences, {} tokens)",
+      r.worker->workerId(), cfg_.endpoint, r.cfg.name, r.cfg.url, r.cfg.max_sequences,
+      r.cfg.max_tokens);
   return true;
 }
 
+bool DaemonBridge::anyUsable() const {
+  const TimeNs now = env_.now();
+  return std::any_of(replicas_.begin(), replicas_.end(),
+                     [&](const auto& r) { return !r->removed && r->health.usable(now); });
+}
+
 void DaemonBridge::stateCapacity() {
-  if (!worker_) return;
-  const std::uint32_t seqs =
-      running_ >= cfg_.upstream.max_sequences ? 0 : cfg_.upstream.max_sequences - running_;
-  const std::uint64_t kv =
-      reserved_ >= cfg_.upstream.max_tokens ? 0 : cfg_.upstream.max_tokens - reserved_;
+  const bool panic = !anyUsable();
+  for (const auto& r : replicas_) stateCapacity(*r, panic);
+}
+
+void DaemonBridge::stateCapacity(Replica& r, bool panic) {
+  if (!r.worker) return;
+  // Ejected (unless every replica is) or removed: no new work.
+  const bool open = !r.removed && (panic || r.health.usable(env_.now()));
+  const std::uint32_t max_seqs = open ? r.cfg.max_sequences : 0;
+  const std::uint64_t max_kv = open ? r.cfg.max_tokens : 0;
+  const std::uint32_t seqs = r.running >= max_seqs ? 0 : max_seqs - r.running;
+  const std::uint64_t kv = r.reserved >= max_kv ? 0 : max_kv - r.reserved;
   const std::pair<std::uint32_t, std::uint64_t> now{seqs, kv};
-  if (stated_ == now) return;
-  spdlog::debug("capacity: {} sequences, {} tokens", seqs, kv);
-  if (worker_->setCapacity(seqs, kv)) stated_ = now;
+  if (r.stated == now) return;
+  spdlog::debug("upstream {}: capacity {} sequences, {} tokens", r.cfg.name, seqs, kv);
+  if (r.worker->setCapacity(seqs, kv)) r.stated = now;
 }
 
-void DaemonBridge::workerLost() {
-  spdlog::error("the worker connection to fairschedd was lost; reconnecting");
-  worker_.reset();
-  worker_fd_.reset();
-  // The daemon has ended or requeued what this worker ran.
-  auto running = std::move(by_assignment_);
-  by_assignment_.clear();
-  for (auto& [id, ex] : running) {
-    ex->worker_finished = true;
-    ex->aborted = true;
-    if (ex->upstream != nullptr) ex->upstream->close();
-    ex->notify();
+void DaemonBridge::upstreamOk(Replica& r) {
+  const bool was = r.health.usable(env_.now());
+  r.health.callOk();
+  if (!was && r.health.usable(env_.now())) {
+    spdlog::info("upstream {} is healthy again", r.cfg.name);
+    stateCapacity();
   }
-  running_ = 0;
-  reserved_ = 0;
 }
 
-awaitable<void> DaemonBridge::workerLoop() {
+void DaemonBridge::upstreamFailed(Replica& r, bool certain, std::string why) {
+  const std::uint64_t before = r.health.ejections();
+  r.health.callFailed(env_.now(), certain, std::move(why));
+  if (r.health.ejections() == before) return;
+  spdlog::warn("upstream {} ejected for {} ms: {}", r.cfg.name,
+               (r.health.ejectedUntil() - env_.now()) / 1'000'000, r.health.why());
+  stateCapacity();
+  r.kick.cancel();
+}
+
+std::shared_ptr<Replica> DaemonBridge::takeOver(Exchange& ex) {
+  const TimeNs now = env_.now();
+  std::shared_ptr<Replica> best;
+  for (const auto& r : replicas_) {
+    if (r == ex.via || r->removed || !r->health.usable(now) || r->running >= r->cfg.max_sequences)
+      continue;
+    if (!best || r->cfg.max_sequences - r->running > best->cfg.max_sequences - best->running) {
+      best = r;
+    }
+  }
+  if (!best) return nullptr;
+  spdlog::info("request {}: upstream {} unreachable; upstream {} runs it", ex.serial,
+               ex.via->cfg.name, best->cfg.name);
+  if (ex.via != ex.replica) {  // a second take-over: the first one gives its room back
+    ex.via->running -= std::min<std::uint32_t>(ex.via->running, 1);
+    ex.via->reserved -= std::min(ex.via->reserved, ex.reserved_kv);
+  }
+  best->running += 1;
+  best->reserved += ex.reserved_kv;
+  ex.via = best;
+  stateCapacity();
+  return best;
+}
+
+std::shared_ptr<Replica> DaemonBridge::anyReplica() const {
+  const TimeNs now = env_.now();
+  for (const auto& r : replicas_) {
+    if (!r->removed && r->health.usable(now)) return r;
+  }
+  return replicas_.empty() ? nullptr : replicas_.front();
+}
+
+void DaemonBridge::workerLost(Replica& r) {
+  spdlog::error("the worker connection of upstream {} to fairschedd was lost; reconnecting",
+                r.cfg.name);
+  r.worker.reset();
+  r.worker_fd.reset();
+  // The daemon has ended or requeued what this worker ran.
+  for (auto it = by_assignment_.begin(); it != by_assignment_.end();) {
+    Exchange& ex = *it->second;
+    if (ex.replica.get() != &r) {
+      ++it;
+      continue;
+    }
+    ex.worker_finished = true;
+    ex.aborted = true;
+    if (ex.via && ex.via.get() != &r) {
+      ex.via->running -= std::min<std::uint32_t>(ex.via->running, 1);
+      ex.via->reserved -= std::min(ex.via->reserved, ex.reserved_kv);
+    }
+    if (ex.upstream != nullptr) ex.upstream->close();
+    ex.notify();
+    it = by_assignment_.erase(it);
+  }
+  r.running = 0;
+  r.reserved = 0;
+  stateCapacity();
+}
+
+void DaemonBridge::detachIfDrained(Replica& r) {
+  if (!r.removed || r.running > 0 || r.detached) return;
+  spdlog::info("upstream {} drained; its worker detaches", r.cfg.name);
+  r.detached = true;
+  r.worker.reset();  // the daemon drops the worker connection; nothing ran on it
+  if (r.worker_fd) r.worker_fd->cancel();
+  r.kick.cancel();
+  std::erase_if(replicas_, [&](const auto& x) { return x.get() == &r; });
+}
+
+awaitable<void> DaemonBridge::workerLoop(std::shared_ptr<Replica> r) {
   asio::steady_timer t(io_);
   std::vector<WorkItem> items;
   error_code ec;
   for (;;) {
-    if (stopping_) co_return;
-    if (!worker_) {
-      if (!connectWorker(false)) {
+    if (stopping_ || r->detached) co_return;
+    if (!r->worker) {
+      if (r->removed) {
+        detachIfDrained(*r);
+        continue;
+      }
+      if (!connectWorker(*r, false)) {
         t.expires_after(milliseconds(500));
         co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
         continue;
       }
     }
-    if (!worker_fd_) {
-      worker_fd_.emplace(io_, ::dup(worker_->eventFd()));
-    }
+    if (!r->worker_fd) r->worker_fd.emplace(io_, ::dup(r->worker->eventFd()));
     items.clear();
-    worker_->poll(items, 256);
-    for (WorkItem& item : items) onWorkItem(item);
-    stateCapacity();
+    r->worker->poll(items, 256);
+    for (WorkItem& item : items) onWorkItem(r, item);
+    stateCapacity(*r, !anyUsable());
     if (!items.empty()) continue;
-    auto r = worker_->prepareToBlock();
-    if (!r) {
-      workerLost();
+    auto ready = r->worker->prepareToBlock();
+    if (!ready) {
+      workerLost(*r);
       continue;
     }
-    if (!*r) continue;
-    co_await worker_fd_->async_wait(asio::posix::descriptor_base::wait_read,
-                                    asio::redirect_error(use_awaitable, ec));
-    if (worker_ && !worker_->connected()) workerLost();
+    if (!*ready) continue;
+    co_await r->worker_fd->async_wait(asio::posix::descriptor_base::wait_read,
+                                      asio::redirect_error(use_awaitable, ec));
+    if (r->worker && !r->worker->connected()) workerLost(*r);
   }
 }
 
-void DaemonBridge::onWorkItem(WorkItem& item) {
+awaitable<void> DaemonBridge::healthLoop(std::shared_ptr<Replica> r) {
+  error_code ec;
+  TimeNs next_check = env_.now();  // a first check at start
+  for (;;) {
+    if (stopping_ || r->detached) co_return;
+    const bool checks = !r->cfg.health_path.empty();
+    TimeNs now = env_.now();
+    const UpstreamHealth::State before = r->health.state(now);
+    if (checks && (now >= next_check || before == UpstreamHealth::State::kAwaitingCheck)) {
+      co_await check(*r);
+      next_check = env_.now() + static_cast<TimeNs>(r->cfg.health_interval_ms) * 1'000'000;
+      continue;
+    }
+    TimeNs wake = checks ? next_check : kNever;
+    if (r->health.ejectedUntil() > now) wake = std::min(wake, r->health.ejectedUntil());
+    if (wake == kNever) {
+      r->kick.expires_at(asio::steady_timer::time_point::max());
+    } else {
+      r->kick.expires_after(std::chrono::nanoseconds(wake - now));
+    }
+    co_await r->kick.async_wait(asio::redirect_error(use_awaitable, ec));
+    // A backoff may have ended: the replica (or, in a panic, all) states again.
+    if (r->health.state(env_.now()) != before) stateCapacity();
+  }
+}
+
+awaitable<void> DaemonBridge::check(Replica& r) {
+  UpstreamCall up(r.pool);
+  up.setResponseTimeout(milliseconds(r.cfg.health_timeout_ms));
+  std::optional<UpstreamError> err = co_await up.connect();
+  std::string body;
+  if (!err) {
+    std::string none;
+    std::string accept;
+    err = co_await up.request(UpstreamCall::Method::kGet, r.cfg.health_path, std::move(none),
+                              std::move(accept), /*under_prefix=*/false);
+  }
+  if (!err) err = co_await up.readAll(body, 64 * 1024);
+  const bool ok = !err && up.status() < 500;
+  std::string why;
+  if (!ok) {
+    why = "GET " + r.cfg.health_path + ": " +
+          (err ? err->why : "HTTP " + std::to_string(up.status()));
+  }
+  const TimeNs now = env_.now();
+  const bool was = r.health.usable(now);
+  const std::uint64_t ejections = r.health.ejections();
+  r.health.checked(ok, now, why);
+  if (r.health.ejections() != ejections) {
+    spdlog::warn("upstream {} ejected for {} ms: {}", r.cfg.name,
+                 (r.health.ejectedUntil() - now) / 1'000'000, r.health.why());
+    stateCapacity();
+  } else if (!was && r.health.usable(now)) {
+    spdlog::info("upstream {} is healthy again ({} passed)", r.cfg.name, r.cfg.health_path);
+    stateCapacity();
+  }
+}
+
+void DaemonBridge::onWorkItem(const std::shared_ptr<Replica>& r, WorkItem& item) {
   // An upstream's stream cannot be given back and resumed: PREEMPT is
   // ignored (the daemon stops asking this worker after a second).
   if (item.kind == WorkItem::Kind::kPreempt) return;
@@ -331,8 +561,8 @@ void DaemonBridge::onWorkItem(WorkItem& item) {
     return;
   }
   Assignment& a = item.assignment;
-  running_ += 1;
-  reserved_ += std::uint64_t{a.prompt_tokens} + a.max_output_tokens;
+  r->running += 1;
+  r->reserved += std::uint64_t{a.prompt_tokens} + a.max_output_tokens;
   std::shared_ptr<Exchange> ex;
   const std::string_view params(reinterpret_cast<const char*>(a.params.data()), a.params.size());
   if (params.starts_with(instance_)) {
@@ -345,14 +575,16 @@ void DaemonBridge::onWorkItem(WorkItem& item) {
         cfg_.endpoint);
   }
   if (!ex) {
-    endAssignment(a.id, std::uint64_t{a.prompt_tokens} + a.max_output_tokens,
+    endAssignment(*r, a.id, std::uint64_t{a.prompt_tokens} + a.max_output_tokens,
                   Status::kExecutorFailed, 0, "not a request of this gateway instance");
     return;
   }
-  spdlog::debug("request {} assigned as {} (prompt {}, max output {})", ex->serial, a.id,
-                a.prompt_tokens, a.max_output_tokens);
+  spdlog::debug("request {} assigned as {} on upstream {} (prompt {}, max output {})", ex->serial,
+                a.id, r->cfg.name, a.prompt_tokens, a.max_output_tokens);
   ex->assignment = a.id;
   ex->reserved_kv = std::uint64_t{a.prompt_tokens} + a.max_output_tokens;
+  ex->replica = r;
+  ex->via = r;
   by_assignment_[a.id] = ex;
   if (ex->caller_gone) {  // assigned while its cancel was on the way
     spawn(io_, [](DaemonBridge& b, std::shared_ptr<Exchange> e) -> awaitable<void> {
@@ -375,18 +607,19 @@ awaitable<void> DaemonBridge::finishCancelled(Exchange& ex, std::uint32_t output
   finish(ex, Status::kCancelled, output, "");
 }
 
-void DaemonBridge::endAssignment(std::uint64_t id, std::uint64_t kv, Status status,
+void DaemonBridge::endAssignment(Replica& r, std::uint64_t id, std::uint64_t kv, Status status,
                                  std::uint32_t output, std::string_view message,
                                  std::uint32_t input) {
   spdlog::debug("assignment {} ends {} after {} tokens", id, toString(status), output);
-  running_ -= std::min<std::uint32_t>(running_, 1);
-  reserved_ -= std::min(reserved_, kv);
-  if (worker_) {
-    if (auto r = worker_->finish(id, status, output, message, input); !r) {
-      spdlog::warn("finish of assignment {}: {}", id, r.error().toString());
+  r.running -= std::min<std::uint32_t>(r.running, 1);
+  r.reserved -= std::min(r.reserved, kv);
+  if (r.worker) {
+    if (auto res = r.worker->finish(id, status, output, message, input); !res) {
+      spdlog::warn("finish of assignment {}: {}", id, res.error().toString());
     }
   }
-  stateCapacity();
+  stateCapacity(r, !anyUsable());
+  detachIfDrained(r);
 }
 
 void DaemonBridge::finish(Exchange& ex, Status status, std::uint32_t output, std::string_view msg,
@@ -394,18 +627,26 @@ void DaemonBridge::finish(Exchange& ex, Status status, std::uint32_t output, std
   if (ex.worker_finished || !ex.assignment) return;
   ex.worker_finished = true;
   by_assignment_.erase(*ex.assignment);
-  endAssignment(*ex.assignment, ex.reserved_kv, status, std::min(output, ex.req.max_tokens), msg,
-                input);
+  if (ex.via && ex.via != ex.replica) {  // taken over: its room there is free again
+    ex.via->running -= std::min<std::uint32_t>(ex.via->running, 1);
+    ex.via->reserved -= std::min(ex.via->reserved, ex.reserved_kv);
+    const auto via = ex.via;
+    stateCapacity(*via, !anyUsable());
+    detachIfDrained(*via);
+  }
+  endAssignment(*ex.replica, *ex.assignment, ex.reserved_kv, status,
+                std::min(output, ex.req.max_tokens), msg, input);
 }
 
 void DaemonBridge::emitTokens(Exchange& ex, std::uint32_t n) {
-  if (ex.worker_finished || !ex.assignment || !worker_) return;
+  if (ex.worker_finished || !ex.assignment || !ex.replica || !ex.replica->worker) return;
+  Worker& w = *ex.replica->worker;
   n = std::min(n, ex.req.max_tokens - std::min(ex.emitted, ex.req.max_tokens));
   if (n == 0) return;
   static const std::vector<std::uint32_t> kZeros(256, 0);
   while (n > 0) {
     const std::uint32_t k = std::min<std::uint32_t>(n, 256);
-    if (!worker_->emit(*ex.assignment, std::span(kZeros.data(), k))) return;
+    if (!w.emit(*ex.assignment, std::span(kZeros.data(), k))) return;
     ex.emitted += k;
     n -= k;
   }

@@ -1,17 +1,30 @@
 // The gateway's side of fairschedd: a libfairsched client that submits each
 // generation request as a counts-only request of its key's tenant (the
-// request's params name the gateway instance and the exchange), and a
-// worker of the gateway's endpoint that is assigned those requests and
-// states the upstream's free sequences and tokens as its capacity.
+// request's params name the gateway instance and the exchange), and for
+// each upstream replica (replica.hpp) a worker of the gateway's endpoint
+// that is assigned those requests and states that replica's free sequences
+// and tokens as its capacity — so the daemon's roomiest-worker choice
+// balances the replicas.
 //
 // Contract. submit() registers an Exchange; the completion loop ends it
-// with the daemon's final completion (Exchange::final), the worker loop
-// hands it its assignment (Exchange::assignment) or aborts it
+// with the daemon's final completion (Exchange::final), a worker loop hands
+// it its assignment (Exchange::assignment, Exchange::replica) or aborts it
 // (Exchange::aborted, the upstream call closed). Whoever runs the assigned
 // exchange reports its tokens (emitTokens) and ends its assignment exactly
-// once (finish). A lost worker connection aborts every assigned exchange
-// and reconnects. The x-ratelimit-* bookkeeping (RateLimitHeaders) follows
-// what is submitted and completed; its clock is the injected Env.
+// once (finish). A lost worker connection aborts every exchange assigned
+// through it and reconnects. The x-ratelimit-* bookkeeping
+// (RateLimitHeaders) follows what is submitted and completed; its clock is
+// the injected Env.
+//
+// Replicas. Each has a health loop (active checks) and takes the relay's
+// reports of its calls (upstreamOk / upstreamFailed); an ejected replica
+// states no capacity, so the daemon assigns it nothing — unless every
+// replica is out, when all state their capacity again and callers get a
+// fast 502 rather than a wait in the queue (Envoy's panic threshold). A
+// call refused before anything was sent is taken over by another replica
+// with room (takeOver). A reload (setUpstreams) adds replicas, changes
+// their capacity, and drains the removed ones: no new work, their streams
+// run to the end, then their workers detach.
 // Loop thread only; nothing blocks but libfairsched's bounded control
 // round trips (connecting, opening a tenant the first time).
 #pragma once
@@ -37,6 +50,7 @@
 #include "gateway/exchange.hpp"
 #include "gateway/gateway_config.hpp"
 #include "gateway/rate_limit_headers.hpp"
+#include "gateway/replica.hpp"
 
 namespace fairsched::gateway {
 
@@ -46,13 +60,16 @@ class DaemonBridge {
   // changes only what may change without a restart).
   DaemonBridge(asio::io_context& io, const GatewayConfig& cfg, daemon::Env& env);
 
-  // Connects the client, checks the endpoint, attaches the worker. False
-  // (logged) when the gateway cannot serve.
+  // Connects the client, checks the endpoint, attaches a worker per
+  // upstream. False (logged) when the gateway cannot serve.
   bool start();
-  // Spawns the completion and the worker loops.
+  // Spawns the completion loop and each replica's worker and health loops.
   void run();
-  // The worker loop ends (the gateway is stopping).
-  void stop() { stopping_ = true; }
+  // The worker and health loops end (the gateway is stopping).
+  void stop();
+  // The running config's upstreams changed (a reload): adds the new ones,
+  // updates the capacity of those that stay, drains those gone.
+  void setUpstreams();
 
   // Reads cfg.daemon_config for the limits the x-ratelimit-* headers advertise.
   void loadLimits();
@@ -64,6 +81,8 @@ class DaemonBridge {
 
   // Why the gateway is not ready to serve ("" when it is).
   std::string_view unready() const;
+  // Each upstream for /readyz: [{"name","url","state","running","ejections","why"}].
+  std::string upstreamsJson() const;
   // No exchange submitted or assigned.
   bool idle() const { return by_serial_.empty() && by_assignment_.empty(); }
   // The endpoint's max_output_tokens (0: none).
@@ -76,6 +95,17 @@ class DaemonBridge {
                                                              milliseconds timeout);
   // The caller hung up: cancels the request and closes its upstream call.
   void callerGone(Exchange& ex);
+
+  // A call to `r` got an answer it could use / failed (`certain`: it never
+  // reached the upstream: connect refused or timed out).
+  void upstreamOk(Replica& r);
+  void upstreamFailed(Replica& r, bool certain, std::string why);
+  // The exchange's call could not reach its replica: another usable replica
+  // with a free sequence runs it instead (counted there until it ends); null
+  // when none has room.
+  std::shared_ptr<Replica> takeOver(Exchange& ex);
+  // A usable replica for a call that is not scheduled (GET /v1/models).
+  std::shared_ptr<Replica> anyReplica() const;
   // The caller hung up: ends the assignment CANCELLED once the daemon has
   // taken the cancel callerGone() sent (its ABORT or the final completion
   // came; at most a second), so the daemon counts a cancel, not a worker
@@ -97,31 +127,35 @@ class DaemonBridge {
   void onCompletion(Completion c);
   std::variant<Tenant, ErrorReply> tenantFor(const ApiKeyConfig& key);
 
-  bool connectWorker(bool first);
+  std::shared_ptr<Replica> addReplica(const UpstreamConfig& u);
+  bool connectWorker(Replica& r, bool first);
+  // Every replica's capacity as it stands (health and panic included).
   void stateCapacity();
-  void workerLost();
-  awaitable<void> workerLoop();
-  void onWorkItem(WorkItem& item);
-  void endAssignment(std::uint64_t id, std::uint64_t kv, Status status, std::uint32_t output,
-                     std::string_view message, std::uint32_t input = 0);
+  void stateCapacity(Replica& r, bool panic);
+  bool anyUsable() const;
+  void workerLost(Replica& r);
+  void detachIfDrained(Replica& r);
+  awaitable<void> workerLoop(std::shared_ptr<Replica> r);
+  awaitable<void> healthLoop(std::shared_ptr<Replica> r);
+  awaitable<void> check(Replica& r);
+  void onWorkItem(const std::shared_ptr<Replica>& r, WorkItem& item);
+  void endAssignment(Replica& r, std::uint64_t id, std::uint64_t kv, Status status,
+                     std::uint32_t output, std::string_view message, std::uint32_t input = 0);
 
   asio::io_context& io_;
   const GatewayConfig& cfg_;
   daemon::Env& env_;
   RateLimitHeaders limits_;
   std::optional<Client> client_;
-  std::optional<Worker> worker_;
-  std::optional<asio::posix::stream_descriptor> worker_fd_;
+  std::vector<std::shared_ptr<Replica>> replicas_;  // config order; drained ones leave
   std::unordered_map<std::string, Tenant> tenants_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Exchange>> by_serial_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Exchange>> by_assignment_;
   std::uint64_t next_serial_ = 1;
   std::string instance_;  // the params prefix of this gateway's requests
   std::uint32_t max_output_tokens_ = 0;
-  std::uint32_t running_ = 0;
-  std::uint64_t reserved_ = 0;
-  std::optional<std::pair<std::uint32_t, std::uint64_t>> stated_;
   bool stopping_ = false;
+  bool running_loops_ = false;  // run() was called: new replicas get their loops at once
 };
 
 }  // namespace fairsched::gateway

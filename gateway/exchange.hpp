@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,7 @@
 namespace fairsched::gateway {
 
 class UpstreamCall;
+struct Replica;
 
 struct Exchange {
   explicit Exchange(const asio::any_io_executor& ex) : wake(ex) {
@@ -34,8 +36,10 @@ struct Exchange {
   std::optional<Completion> final;  // the daemon's final completion
   std::optional<std::uint64_t> assignment;
   std::uint64_t reserved_kv = 0;
-  bool aborted = false;      // the daemon sent ABORT, or the worker connection was lost
-  bool caller_gone = false;  // the caller hung up
+  std::shared_ptr<Replica> replica;  // whose worker holds the assignment
+  std::shared_ptr<Replica> via;      // whose upstream is called (another: taken over)
+  bool aborted = false;              // the daemon sent ABORT, or the worker connection was lost
+  bool caller_gone = false;          // the caller hung up
   bool worker_finished = false;
   std::uint32_t emitted = 0;
   UpstreamCall* upstream = nullptr;  // while the upstream call is open

@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -70,6 +71,11 @@ constexpr IntKey<UpstreamConfig> kUpstreamInts[] = {
     {"max_response_bytes", &UpstreamConfig::max_response_bytes, 1024, 1ull << 30},
     {"pool_connections", &UpstreamConfig::pool_connections, 0, 65536},
     {"pool_idle_ms", &UpstreamConfig::pool_idle_ms, 1, 3'600'000},
+    {"health_interval_ms", &UpstreamConfig::health_interval_ms, 100, 3'600'000},
+    {"health_timeout_ms", &UpstreamConfig::health_timeout_ms, 1, 600'000},
+    {"eject_after_failures", &UpstreamConfig::eject_after_failures, 1, 1000},
+    {"eject_ms", &UpstreamConfig::eject_ms, 1, 3'600'000},
+    {"eject_max_ms", &UpstreamConfig::eject_max_ms, 1, 86'400'000},
 };
 
 class Parser {
@@ -77,17 +83,48 @@ class Parser {
   explicit Parser(std::string_view source) : r_(source) {}
 
   std::optional<ConfigError> run(const toml::table& root, GatewayConfig& cfg) {
-    static constexpr std::string_view kRoot[] = {"gateway", "upstream", "keys"};
+    static constexpr std::string_view kRoot[] = {"gateway", "upstream", "upstreams", "keys"};
     if (!r_.checkKeys(root, "", kRoot)) return r_.error();
     if (const toml::node* g = config::findKey(root, "gateway")) {
       if (!readGateway(*g, cfg)) return r_.error();
     }
-    const toml::node* u = config::findKey(root, "upstream");
-    if (u == nullptr) {
-      r_.fail(1, "upstream", "missing required table");
+    const toml::node* one = config::findKey(root, "upstream");
+    const toml::node* many = config::findKey(root, "upstreams");
+    if (one != nullptr && many != nullptr) {
+      r_.fail(*many, "upstreams", "write the upstream as [upstream] or as [[upstreams]], not both");
       return r_.error();
     }
-    if (!readUpstream(*u, cfg.upstream)) return r_.error();
+    if (one == nullptr && many == nullptr) {
+      r_.fail(1, "upstream", "missing required table ([upstream], or [[upstreams]] for several)");
+      return r_.error();
+    }
+    if (one != nullptr) {
+      cfg.upstreams.emplace_back();
+      if (!readUpstream(*one, "upstream", cfg.upstreams.back())) return r_.error();
+    } else {
+      std::vector<const toml::node*> elements;
+      if (!r_.readArray(*many, "upstreams", "array of tables (write each one as [[upstreams]])",
+                        elements)) {
+        return r_.error();
+      }
+      if (elements.empty()) {
+        r_.fail(*many, "upstreams", "at least one upstream is needed");
+        return r_.error();
+      }
+      for (std::size_t i = 0; i < elements.size(); ++i) {
+        cfg.upstreams.emplace_back();
+        const std::string path = "upstreams[" + std::to_string(i) + "]";
+        if (!readUpstream(*elements[i], path, cfg.upstreams.back())) return r_.error();
+        for (std::size_t j = 0; j < i; ++j) {
+          if (cfg.upstreams[j].name == cfg.upstreams[i].name) {
+            r_.fail(*elements[i], path + ".name",
+                    "another upstream is named " + config::quote(cfg.upstreams[i].name) +
+                        " (name them apart with `name`)");
+            return r_.error();
+          }
+        }
+      }
+    }
     if (const toml::node* k = config::findKey(root, "keys")) {
       if (!readKeys(*k, cfg)) return r_.error();
     }
@@ -164,16 +201,17 @@ class Parser {
     return readInts(*t, "gateway", kGatewayInts, cfg);
   }
 
-  bool readUpstream(const toml::node& node, UpstreamConfig& u) {
-    static constexpr std::string_view kStrings[] = {"url"};
-    const toml::table* t = r_.readTable(node, "upstream");
-    if (t == nullptr || !checkKeys(*t, "upstream", kStrings, kUpstreamInts)) return false;
+  bool readUpstream(const toml::node& node, const std::string& path, UpstreamConfig& u) {
+    static constexpr std::string_view kStrings[] = {"url", "name", "health_path"};
+    const toml::table* t = r_.readTable(node, path);
+    if (t == nullptr || !checkKeys(*t, path, kStrings, kUpstreamInts)) return false;
+    const std::string url_key = path + ".url";
     const toml::node* url = config::findKey(*t, "url");
-    if (url == nullptr) return r_.fail(node, "upstream.url", "missing required key");
-    if (!r_.readString(*url, "upstream.url", u.url)) return false;
+    if (url == nullptr) return r_.fail(node, url_key, "missing required key");
+    if (!r_.readString(*url, url_key, u.url)) return false;
     std::string_view rest = u.url;
     if (!rest.starts_with("http://")) {
-      return r_.fail(*url, "upstream.url",
+      return r_.fail(*url, url_key,
                      "expected http://HOST[:PORT][/PREFIX], got " + config::quote(u.url) +
                          " (https upstreams are not supported: keep the engine on a private "
                          "address)");
@@ -187,12 +225,26 @@ class Parser {
       u.host = std::string(authority);
       u.port = 80;
     } else if (!splitHostPort(authority, u.host, u.port)) {
-      return r_.fail(*url, "upstream.url", "bad HOST:PORT in " + config::quote(u.url));
+      return r_.fail(*url, url_key, "bad HOST:PORT in " + config::quote(u.url));
     }
-    if (u.host.empty()) return r_.fail(*url, "upstream.url", "no host in " + config::quote(u.url));
-    if (!readInts(*t, "upstream", kUpstreamInts, u)) return false;
+    if (u.host.empty()) return r_.fail(*url, url_key, "no host in " + config::quote(u.url));
+    if (!readString(*t, path, "name", u.name)) return false;
+    if (const toml::node* n = config::findKey(*t, "name")) {
+      if (auto err = nameError(u.name, 40)) return r_.fail(*n, path + ".name", *err);
+    } else {
+      u.name = std::string(authority.substr(0, 40));
+    }
+    if (!readString(*t, path, "health_path", u.health_path)) return false;
+    const auto bad_byte = [](char c) { return c <= ' ' || c == 0x7f; };
+    if ((!u.health_path.empty() && u.health_path.front() != '/') ||
+        std::any_of(u.health_path.begin(), u.health_path.end(), bad_byte)) {
+      return r_.fail(*config::findKey(*t, "health_path"), path + ".health_path",
+                     "expected a path from the server's root (\"/health\"), or \"\" for no checks");
+    }
+    if (!readInts(*t, path, kUpstreamInts, u)) return false;
     // One idle connection for each sequence the upstream runs, unless set.
     if (config::findKey(*t, "pool_connections") == nullptr) u.pool_connections = u.max_sequences;
+    if (u.eject_max_ms < u.eject_ms) u.eject_max_ms = u.eject_ms;
     return true;
   }
 

@@ -49,7 +49,8 @@ struct ApiKeyConfig {
 };
 
 struct UpstreamConfig {
-  std::string url;  // http://HOST[:PORT][/PREFIX] as written
+  std::string name;  // in logs, /readyz and the worker's name ("" in the file: HOST:PORT)
+  std::string url;   // http://HOST[:PORT][/PREFIX] as written
   std::string host;
   std::uint16_t port = 80;
   std::string prefix;                 // path prefix before /v1/..., without a trailing '/'
@@ -64,6 +65,17 @@ struct UpstreamConfig {
   // timeout: uvicorn's is 5 s).
   std::uint32_t pool_connections = 64;
   std::uint64_t pool_idle_ms = 4000;
+  // Active health checks: GET health_path (from the server's root, not under
+  // the prefix; "" = none) every health_interval_ms, failed past
+  // health_timeout_ms or on a 5xx. Passive ejection: eject_after_failures
+  // failed calls in a row (one refused connect) take the upstream out for
+  // eject_ms, doubled at each relapse up to eject_max_ms (upstream_health.hpp).
+  std::string health_path = "/health";
+  std::uint64_t health_interval_ms = 5000;
+  std::uint64_t health_timeout_ms = 2000;
+  std::uint32_t eject_after_failures = 3;
+  std::uint64_t eject_ms = 1000;
+  std::uint64_t eject_max_ms = 30000;
   std::uint64_t max_response_bytes = 8u << 20;  // a non-streamed response body, or one SSE event
 };
 
@@ -88,7 +100,9 @@ struct GatewayConfig {
   std::uint32_t send_buffer_bytes = 65536;
   std::uint64_t request_timeout_ms = 600000;  // fairsched deadline: queueing + running (504)
   std::uint32_t default_max_tokens = 256;     // when the body names none
-  UpstreamConfig upstream;
+  // [upstream], or each [[upstreams]] table: the engine replicas, each its
+  // own worker of the endpoint (at least one; names unique).
+  std::vector<UpstreamConfig> upstreams;
   std::vector<ApiKeyConfig> keys;
   std::string source_path;
 };

@@ -30,7 +30,7 @@ struct GatewayServer::Parts {
   Parts(GatewayConfig c, daemon::Env& env)
       : cfg(std::move(c)),
         bridge(io, cfg, env),
-        relay(io, cfg, bridge),
+        relay(cfg, bridge),
         front(io, cfg, bridge, relay),
         signals(io) {}
 
@@ -67,7 +67,11 @@ bool GatewayServer::Parts::start() {
   bridge.loadLimits();
   if (!bridge.start() || !front.listen()) return false;
   std::cout << "fairsched-gateway: listening on " << front.boundAddress() << " (endpoint "
-            << cfg.endpoint << ", upstream " << cfg.upstream.url << ")" << std::endl;
+            << cfg.endpoint << ", upstream " << cfg.upstreams[0].url
+            << (cfg.upstreams.size() > 1
+                    ? " and " + std::to_string(cfg.upstreams.size() - 1) + " more"
+                    : std::string())
+            << ")" << std::endl;
   signals.add(SIGTERM);
   signals.add(SIGINT);
   signals.add(SIGHUP);
@@ -98,24 +102,13 @@ void GatewayServer::Parts::reload() {
     return;
   }
   GatewayConfig next = std::move(r).value();
-  if (next.listen != cfg.listen || next.socket != cfg.socket || next.endpoint != cfg.endpoint ||
-      next.upstream.url != cfg.upstream.url ||
-      next.upstream.max_sequences != cfg.upstream.max_sequences ||
-      next.upstream.max_tokens != cfg.upstream.max_tokens) {
-    spdlog::warn(
-        "reload: listen, socket, endpoint and the upstream's url and capacity change only at a "
-        "restart; applying the rest");
+  if (next.listen != cfg.listen || next.socket != cfg.socket || next.endpoint != cfg.endpoint) {
+    spdlog::warn("reload: listen, socket and endpoint change only at a restart; applying the rest");
     next.listen = cfg.listen;
     next.listen_host = cfg.listen_host;
     next.listen_port = cfg.listen_port;
     next.socket = cfg.socket;
     next.endpoint = cfg.endpoint;
-    next.upstream.url = cfg.upstream.url;
-    next.upstream.host = cfg.upstream.host;
-    next.upstream.port = cfg.upstream.port;
-    next.upstream.prefix = cfg.upstream.prefix;
-    next.upstream.max_sequences = cfg.upstream.max_sequences;
-    next.upstream.max_tokens = cfg.upstream.max_tokens;
   }
   cfg = std::move(next);
   front.setKeys(KeyTable(cfg.keys));
@@ -125,7 +118,9 @@ void GatewayServer::Parts::reload() {
   }
   bridge.loadLimits();
   bridge.syncTenants();
-  spdlog::info("reloaded {}: {} keys", cfg.source_path, front.keyCount());
+  bridge.setUpstreams();
+  spdlog::info("reloaded {}: {} keys, {} upstreams", cfg.source_path, front.keyCount(),
+               cfg.upstreams.size());
 }
 
 awaitable<void> GatewayServer::Parts::drain() {

@@ -270,9 +270,15 @@ awaitable<bool> HttpFront::Session::handle(http::request<http::string_body>& req
   if (path == "/readyz") {
     const std::string_view why = f_.draining_ ? "draining" : f_.bridge_.unready();
     if (why.empty()) {
-      co_return co_await sendBody(200, "{\"status\":\"ready\"}", "application/json", {});
+      std::string body = "{\"status\":\"ready\",\"upstreams\":" + f_.bridge_.upstreamsJson() + "}";
+      co_return co_await sendBody(200, std::move(body), "application/json", {});
     }
-    co_return co_await sendError(schedulerUnavailable(why));
+    // Unready: the error, with each upstream's state beside it.
+    const ErrorReply e = schedulerUnavailable(why);
+    std::string body = errorJson(e.message, e.type, e.param, e.code);
+    body.pop_back();
+    body += ",\"upstreams\":" + f_.bridge_.upstreamsJson() + "}";
+    co_return co_await sendBody(e.status, std::move(body), "application/json", e.headers);
   }
   std::optional<Route> route;
   if (path == "/v1/completions") route = Route::kCompletions;

@@ -48,8 +48,8 @@ int main(int argc, char** argv) {
   }
   auto& cfg = r.value();
   if (!check.empty()) {
-    std::cout << path << ": OK (" << cfg.keys.size() << " keys, endpoint " << cfg.endpoint
-              << ", upstream " << cfg.upstream.url << ")\n";
+    std::cout << path << ": OK (" << cfg.keys.size() << " keys, endpoint " << cfg.endpoint << ", "
+              << cfg.upstreams.size() << " upstream(s), first " << cfg.upstreams[0].url << ")\n";
     return 0;
   }
   if (!level.empty()) cfg.log_level = level;

@@ -71,7 +71,12 @@ awaitable<bool> Relay::generate(Caller& c, const ApiKeyConfig& key, Route route,
 }
 
 awaitable<bool> Relay::models(Caller& c, std::string path) {
-  UpstreamCall up(pool_);
+  const std::shared_ptr<Replica> replica = bridge_.anyReplica();
+  if (!replica) {
+    ErrorReply e = schedulerUnavailable("no upstream is configured");
+    co_return co_await c.sendError(std::move(e));
+  }
+  UpstreamCall up(replica->pool);
   const auto called_at = std::chrono::steady_clock::now();
   std::optional<UpstreamError> err = co_await up.connect();
   std::string body;
@@ -80,7 +85,7 @@ awaitable<bool> Relay::models(Caller& c, std::string path) {
     std::string accept;
     err = co_await up.request(UpstreamCall::Method::kGet, path, std::move(none), std::move(accept));
   }
-  if (!err) err = co_await up.readAll(body, cfg_.upstream.max_response_bytes);
+  if (!err) err = co_await up.readAll(body, replica->cfg.max_response_bytes);
   c.timing.upstream = std::chrono::steady_clock::now() - called_at;
   if (err) {
     err->why = "GET " + path + ": " + err->why;
@@ -92,8 +97,7 @@ awaitable<bool> Relay::models(Caller& c, std::string path) {
 
 // Calls the upstream for an assigned exchange and relays its answer.
 awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
-  UpstreamCall up(pool_);
-  ex.upstream = &up;
+  std::optional<UpstreamCall> call;
   struct Detach {
     Exchange& ex;
     ~Detach() { ex.upstream = nullptr; }
@@ -101,20 +105,39 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
   if (ex.aborted) co_return co_await endBeforeResponse(c, ex);
 
   const auto called_at = std::chrono::steady_clock::now();
-  std::optional<UpstreamError> err = co_await up.connect();
+  std::optional<UpstreamError> err;
+  // Connect; a replica that refuses hands the call to another with room
+  // (nothing was sent: safe to run elsewhere), once.
+  for (int attempt = 0;; ++attempt) {
+    ex.upstream = nullptr;
+    call.emplace(ex.via->pool);
+    ex.upstream = &*call;
+    err = co_await call->connect();
+    if (!err || ex.caller_gone || ex.aborted) break;
+    bridge_.upstreamFailed(*ex.via, /*certain=*/true, err->why);
+    if (attempt > 0 || !bridge_.takeOver(ex)) break;
+  }
+  UpstreamCall& up = *call;
   if (!err) {
     std::string body = std::move(ex.req.upstream_body);
     std::string accept = ex.req.stream ? "text/event-stream" : "application/json";
     err = co_await up.request(UpstreamCall::Method::kPost, std::string(routePath(ex.route)),
                               std::move(body), std::move(accept));
+    if (err && !ex.caller_gone && !ex.aborted) bridge_.upstreamFailed(*ex.via, false, err->why);
   }
   if (err) {
     c.timing.upstream = std::chrono::steady_clock::now() - called_at;
     if (ex.caller_gone || ex.aborted) co_return co_await endBeforeResponse(c, ex);
-    spdlog::warn("request {}: upstream: {}", ex.serial, err->why);
+    spdlog::warn("request {}: upstream {}: {}", ex.serial, ex.via->cfg.name, err->why);
     ErrorReply e = replyFor(*err);
     bridge_.finish(ex, Status::kExecutorFailed, ex.emitted, err->why);
     co_return co_await c.sendError(std::move(e));
+  }
+  // An engine that answers 502-504 itself is failing; any other answer is one.
+  if (up.status() >= 502 && up.status() <= 504) {
+    bridge_.upstreamFailed(*ex.via, false, "HTTP " + std::to_string(up.status()));
+  } else {
+    bridge_.upstreamOk(*ex.via);
   }
 
   Relayed r;
@@ -124,13 +147,18 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
     c.timing.upstream = std::chrono::steady_clock::now() - called_at;
     co_await relayStream(c, ex, up, r);
   } else {
-    if (auto e = co_await up.readAll(r.whole, cfg_.upstream.max_response_bytes)) {
+    if (auto e = co_await up.readAll(r.whole, ex.via->cfg.max_response_bytes)) {
       r.broken = std::move(e->why);
     }
     c.timing.upstream = std::chrono::steady_clock::now() - called_at;
   }
   // A connection with a broken answer, or a stream cut short, is not reused.
-  if (r.broken || (r.sse && !r.done)) up.close();
+  if (r.broken || (r.sse && !r.done)) {
+    if (!ex.caller_gone && !ex.aborted) {
+      bridge_.upstreamFailed(*ex.via, false, r.broken ? *r.broken : "a stream cut short");
+    }
+    up.close();
+  }
 
   if (ex.caller_gone) {
     co_await bridge_.finishCancelled(ex, ex.emitted);
@@ -156,7 +184,7 @@ awaitable<void> Relay::relayStream(Caller& c, Exchange& ex, UpstreamCall& up, Re
     co_return;
   }
   r.header_sent = true;
-  const std::size_t limit = cfg_.upstream.max_response_bytes;
+  const std::size_t limit = ex.via->cfg.max_response_bytes;
   std::array<char, 16384> tmp{};
   std::vector<std::string> events;
   SseParser parser(limit);

@@ -31,8 +31,7 @@ struct Exchange;
 class Relay {
  public:
   // `cfg` (the running config) and `bridge` outlive the relay.
-  Relay(asio::io_context& io, const GatewayConfig& cfg, DaemonBridge& bridge)
-      : cfg_(cfg), bridge_(bridge), pool_(io, cfg.upstream) {}
+  Relay(const GatewayConfig& cfg, DaemonBridge& bridge) : cfg_(cfg), bridge_(bridge) {}
 
   // Serves one generation request of `key` on `route`, with a deadline of
   // `timeout_ms` (queueing and running).
@@ -40,8 +39,6 @@ class Relay {
                            std::uint64_t timeout_ms);
   // GET `path` (/v1/models[/...]) from the upstream, its answer as it is.
   awaitable<bool> models(Caller& c, std::string path);
-  // The upstream's keep-alive connections.
-  const UpstreamPool& pool() const { return pool_; }
 
  private:
   // What the upstream's body came to.
@@ -56,7 +53,6 @@ class Relay {
 
   const GatewayConfig& cfg_;
   DaemonBridge& bridge_;
-  UpstreamPool pool_;
 };
 
 }  // namespace fairsched::gateway

@@ -109,7 +109,10 @@ std::size_t UpstreamPool::idle() const {
 
 struct UpstreamCall::Impl {
   explicit Impl(std::shared_ptr<UpstreamPool::Impl> p)
-      : pool(std::move(p)), u(pool->u), resolver(pool->io) {
+      : pool(std::move(p)),
+        u(pool->u),
+        resolver(pool->io),
+        response_timeout(milliseconds(u.response_timeout_ms)) {
     newParser();
   }
   void newParser() {
@@ -132,6 +135,7 @@ struct UpstreamCall::Impl {
   std::shared_ptr<UpstreamPool::Impl> pool;
   const UpstreamConfig& u;
   tcp::resolver resolver;
+  milliseconds response_timeout;
   std::unique_ptr<Conn> conn;
   std::optional<http::response_parser<http::buffer_body>> parser;
   bool reused = false;     // conn came from the pool
@@ -202,7 +206,7 @@ awaitable<std::optional<UpstreamError>> UpstreamCall::connect() {
 
 awaitable<error_code> UpstreamCall::Impl::send(http::request<http::string_body>& req) {
   error_code ec;
-  conn->stream.expires_after(milliseconds(u.response_timeout_ms));
+  conn->stream.expires_after(response_timeout);
   co_await http::async_write(conn->stream, req, asio::redirect_error(use_awaitable, ec));
   if (!ec) {
     co_await http::async_read_header(conn->stream, conn->buf, *parser,
@@ -211,13 +215,17 @@ awaitable<error_code> UpstreamCall::Impl::send(http::request<http::string_body>&
   co_return ec;
 }
 
+void UpstreamCall::setResponseTimeout(milliseconds t) {
+  impl_->response_timeout = t;
+}
+
 awaitable<std::optional<UpstreamError>> UpstreamCall::request(Method method, std::string path,
-                                                              std::string body,
-                                                              std::string accept) {
+                                                              std::string body, std::string accept,
+                                                              bool under_prefix) {
   Impl& m = *impl_;
   const bool post = method == Method::kPost;
-  http::request<http::string_body> req{post ? http::verb::post : http::verb::get, m.u.prefix + path,
-                                       11};
+  std::string target = under_prefix ? m.u.prefix + path : std::move(path);
+  http::request<http::string_body> req{post ? http::verb::post : http::verb::get, target, 11};
   req.set(http::field::host, m.u.host + ":" + std::to_string(m.u.port));
   if (post) {
     req.set(http::field::content_type, "application/json");
@@ -238,7 +246,7 @@ awaitable<std::optional<UpstreamError>> UpstreamCall::request(Method method, std
   if (ec) {
     m.failed = true;
     co_return Impl::failure(
-        ec, "no response within " + std::to_string(m.u.response_timeout_ms) + " ms");
+        ec, "no response within " + std::to_string(m.response_timeout.count()) + " ms");
   }
   m.requested = true;
   co_return std::nullopt;

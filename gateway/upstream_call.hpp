@@ -80,8 +80,11 @@ class UpstreamCall {
   awaitable<std::optional<UpstreamError>> connect();
   // Sends `method` on the upstream's prefix + `path` (kPost: `body` as JSON,
   // asking for `accept` back), then reads the response's header.
+  // !under_prefix: `path` from the server's root (a health check).
   awaitable<std::optional<UpstreamError>> request(Method method, std::string path, std::string body,
-                                                  std::string accept);
+                                                  std::string accept, bool under_prefix = true);
+  // A bound for request() other than response_timeout_ms (a health check's).
+  void setResponseTimeout(milliseconds t);
   // After request(): the response's status and content type
   // ("application/json" when it names none).
   int status() const;

@@ -62,7 +62,9 @@ def daemon_toml(socket: str) -> str:
     )
 
 
-def gateway_toml(socket: str, daemon_config: Path, upstream_port: int, **over) -> str:
+def gateway_toml(socket: str, daemon_config: Path, upstream_port, **over) -> str:
+    """The gateway's TOML; `upstream_port` an int ([upstream]) or a list of
+    ports ([[upstreams]] named r0, r1, ...)."""
     g = {
         "listen": '"127.0.0.1:0"', "socket": f'"{socket}"', "endpoint": '"chat"',
         "daemon_config": f'"{daemon_config}"', "log_level": '"debug"',
@@ -71,7 +73,7 @@ def gateway_toml(socket: str, daemon_config: Path, upstream_port: int, **over) -
         "default_max_tokens": 16,
     }
     u = {
-        "url": f'"http://127.0.0.1:{upstream_port}"', "max_sequences": 8, "max_tokens": 1000000,
+        "max_sequences": 8, "max_tokens": 1000000,
         "connect_timeout_ms": 1000, "response_timeout_ms": int(1500 * SLOW),
         "idle_timeout_ms": int(1500 * SLOW),
     }
@@ -81,7 +83,12 @@ def gateway_toml(socket: str, daemon_config: Path, upstream_port: int, **over) -
         else:
             g[k] = v
     text = "[gateway]\n" + "".join(f"{k} = {v}\n" for k, v in g.items())
-    text += "[upstream]\n" + "".join(f"{k} = {v}\n" for k, v in u.items())
+    body = "".join(f"{k} = {v}\n" for k, v in u.items())
+    if isinstance(upstream_port, int):
+        text += f'[upstream]\nurl = "http://127.0.0.1:{upstream_port}"\n' + body
+    else:
+        for i, port in enumerate(upstream_port):
+            text += (f'[[upstreams]]\nname = "r{i}"\nurl = "http://127.0.0.1:{port}"\n' + body)
     for name, (key, tenant, extra) in KEYS.items():
         text += f'[keys.{name}]\nsha256 = "{sha(key)}"\ntenant = "{tenant}"\n{extra}'
     return text
@@ -101,23 +108,40 @@ class Stack:
         self.upstream: Optional[Process] = None
         self.gateway: Optional[Process] = None
         self.upstream_port = 0
+        self.replicas: list[tuple[Process, int]] = []
+        self.gateway_over: dict = {}
         self.port = 0
 
-    def start(self, upstream_args: tuple[str, ...] = (), upstream: bool = True, **gateway_over):
+    def start_upstream(self, args: tuple[str, ...] = (), port: int = 0) -> tuple[Process, int]:
+        """One more fake upstream (on `port`, or a free one): its process and port."""
+        p = self._spawn([sys.executable, str(HERE / "fake_upstream.py"), "--port", str(port),
+                         *args], "upstream")
+        wait_until(lambda: "PORT" in p.output() or not p.alive(), 10, "the fake upstream")
+        assert p.alive(), p.output()
+        return p, int(re.search(r"PORT (\d+)", p.output()).group(1))
+
+    def start(self, upstream_args: tuple[str, ...] = (), upstream: bool = True,
+              replicas: int = 0, **gateway_over):
+        """`replicas` > 0: that many fake upstreams as [[upstreams]] r0, r1, ...
+        (self.replicas: their (process, port))."""
         self.daemon = self._spawn([str(BIN / "fairschedd"), "--config", str(self.daemon_config)],
                                   "fairschedd")
         wait_until(lambda: os.path.exists(self.socket) or not self.daemon.alive(), 15,
                    "fairschedd's socket")
         assert self.daemon.alive(), self.daemon.output()
-        if upstream:
-            self.upstream = self._spawn(
-                [sys.executable, str(HERE / "fake_upstream.py"), *upstream_args], "upstream")
-            wait_until(lambda: "PORT" in self.upstream.output(), 10, "the fake upstream")
-            self.upstream_port = int(re.search(r"PORT (\d+)", self.upstream.output()).group(1))
+        ports = None
+        if replicas > 0:
+            self.replicas = [self.start_upstream(upstream_args) for _ in range(replicas)]
+            self.upstream, self.upstream_port = self.replicas[0]
+            ports = [port for _, port in self.replicas]
+        elif upstream:
+            self.upstream, self.upstream_port = self.start_upstream(upstream_args)
         else:
             self.upstream_port = free_port()
+        self.gateway_over = gateway_over
         self.gateway_config.write_text(
-            gateway_toml(self.socket, self.daemon_config, self.upstream_port, **gateway_over))
+            gateway_toml(self.socket, self.daemon_config, ports or self.upstream_port,
+                         **gateway_over))
         self.start_gateway()
         return self
 
@@ -163,8 +187,8 @@ class Stack:
         c.close()
         return out
 
-    def upstream_stats(self) -> dict:
-        c = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=5)
+    def upstream_stats(self, port: Optional[int] = None) -> dict:
+        c = http.client.HTTPConnection("127.0.0.1", port or self.upstream_port, timeout=5)
         c.request("GET", "/stats")
         stats = json.loads(c.getresponse().read())
         c.close()

@@ -16,7 +16,8 @@ has max_tokens tokens. The model name picks a behaviour:
   "short-usage" reports a usage of 1 prompt token whatever the prompt
 
 GET /stats: {"requests", "running", "max_running", "disconnects", "connections",
-"prompts": [...]} ("connections": accepted, /stats's own excluded).
+"health_checks", "prompts": [...]} ("connections": those that carried an API
+call). GET /health: 200, or 503 while --unhealthy-file exists.
 --keep-alive-s closes a connection idle that long (as uvicorn does after 5 s).
 Prints "PORT <n>" on stdout once it listens. Standard library only.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -32,8 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
 STATS = {"requests": 0, "running": 0, "max_running": 0, "disconnects": 0, "connections": 0,
-         "prompts": []}
-ARGS = argparse.Namespace(token_ms=1.0, slow_ms=200.0)
+         "health_checks": 0, "prompts": []}
+ARGS = argparse.Namespace(token_ms=1.0, slow_ms=200.0, unhealthy_file=None)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -72,9 +74,14 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
-        if self.path != "/stats":
+        if self.path not in ("/stats", "/health"):
             self._count_connection()
-        if self.path.startswith("/v1/models"):
+        if self.path == "/health":
+            sick = ARGS.unhealthy_file and os.path.exists(ARGS.unhealthy_file)
+            with LOCK:
+                STATS["health_checks"] += 1
+            self._json(503 if sick else 200, {"status": "unhealthy" if sick else "ok"})
+        elif self.path.startswith("/v1/models"):
             self._json(200, {"object": "list",
                              "data": [{"id": "test-model", "object": "model", "owned_by": "tests"}]})
         elif self.path == "/stats":
@@ -178,7 +185,10 @@ def main() -> None:
     p.add_argument("--slow-ms", type=float, default=200.0, help="the same for model 'slow'")
     p.add_argument("--keep-alive-s", type=float, default=None,
                    help="close a connection idle this long")
+    p.add_argument("--unhealthy-file", default=None,
+                   help="GET /health answers 503 while this file exists")
     args = p.parse_args()
+    ARGS.unhealthy_file = args.unhealthy_file
     if args.keep_alive_s is not None:
         Handler.timeout = args.keep_alive_s
     ARGS.token_ms, ARGS.slow_ms = args.token_ms, args.slow_ms

@@ -31,8 +31,8 @@ TEST(GatewayConfig, DefaultsAndAFullFile) {
   const GatewayConfig& c = r.value();
   EXPECT_EQ(c.listen_host, "0.0.0.0");
   EXPECT_EQ(c.listen_port, 9000);
-  EXPECT_EQ(c.upstream.host, "127.0.0.1");
-  EXPECT_EQ(c.upstream.port, 8000);
+  EXPECT_EQ(c.upstreams[0].host, "127.0.0.1");
+  EXPECT_EQ(c.upstreams[0].port, 8000);
   ASSERT_EQ(c.keys.size(), 1u);
   EXPECT_EQ(c.keys[0].tenant, "acme");
   EXPECT_EQ(*c.keys[0].tier, "paid");
@@ -43,14 +43,16 @@ TEST(GatewayConfig, DefaultsAndAFullFile) {
 TEST(GatewayConfig, UpstreamUrlWithPrefixAndDefaultPort) {
   auto r = parseGatewayConfig("[upstream]\nurl = \"http://engine/api/\"\n");
   ASSERT_TRUE(r.ok());
-  const auto& u = r.value().upstream;
+  const auto& u = r.value().upstreams.at(0);
   EXPECT_EQ(u.host, "engine");
   EXPECT_EQ(u.port, 80);
   EXPECT_EQ(u.prefix, "/api");
 }
 
 TEST(GatewayConfig, EachBadFieldNamesItsLineAndKey) {
-  EXPECT_EQ(errorOf(""), "gw.toml:1: upstream: missing required table");
+  EXPECT_EQ(errorOf(""),
+            "gw.toml:1: upstream: missing required table ([upstream], or [[upstreams]] for "
+            "several)");
   EXPECT_EQ(errorOf("[upstream]\nurl = \"https://x\"\n").substr(0, 31),
             "gw.toml:2: upstream.url: expect");
   EXPECT_EQ(errorOf(kMinimal + "[gateway]\nlisten = \"nowhere\"\n"),
@@ -71,6 +73,39 @@ TEST(GatewayConfig, EachBadFieldNamesItsLineAndKey) {
   EXPECT_EQ(errorOf(kMinimal + "[keys.a]\nsha256 = \"" + kDigest + "\"\ntenant = \"bad name\"\n")
                 .substr(0, 26),
             "gw.toml:5: keys.a.tenant: ");
+}
+
+TEST(GatewayConfig, SeveralUpstreamsEachWithItsOwnCapacityAndChecks) {
+  auto r = parseGatewayConfig(
+      "[[upstreams]]\nurl = \"http://10.0.0.1:8000\"\nmax_sequences = 32\n"
+      "[[upstreams]]\nname = \"gpu1\"\nurl = \"http://10.0.0.2:8000/v\"\nhealth_path = \"\"\n"
+      "eject_ms = 500\n");
+  ASSERT_TRUE(r.ok()) << r.error().toString();
+  const auto& u = r.value().upstreams;
+  ASSERT_EQ(u.size(), 2u);
+  EXPECT_EQ(u[0].name, "10.0.0.1:8000");  // unnamed: its HOST:PORT
+  EXPECT_EQ(u[0].max_sequences, 32u);
+  EXPECT_EQ(u[0].pool_connections, 32u);  // one idle connection per sequence
+  EXPECT_EQ(u[0].health_path, "/health");
+  EXPECT_EQ(u[1].name, "gpu1");
+  EXPECT_EQ(u[1].prefix, "/v");
+  EXPECT_EQ(u[1].health_path, "");
+  EXPECT_EQ(u[1].eject_ms, 500u);
+  EXPECT_EQ(u[1].eject_max_ms, 30000u);
+}
+
+TEST(GatewayConfig, UpstreamsAreNamedApartAndWrittenOneWay) {
+  EXPECT_EQ(errorOf("[[upstreams]]\nurl = \"http://a:1\"\n[[upstreams]]\nurl = \"http://a:1\"\n"),
+            "gw.toml:3: upstreams[1].name: another upstream is named 'a:1' (name them apart with "
+            "`name`)");
+  EXPECT_EQ(errorOf(kMinimal + "[[upstreams]]\nurl = \"http://a:1\"\n"),
+            "gw.toml:3: upstreams: write the upstream as [upstream] or as [[upstreams]], not both");
+  EXPECT_EQ(
+      errorOf("[[upstreams]]\nurl = \"http://a:1\"\nhealth_path = \"health\"\n").substr(0, 40),
+      "gw.toml:3: upstreams[0].health_path: exp");
+  EXPECT_EQ(errorOf("[[upstreams]]\nurl = \"http://a:1\"\n[[upstreams]]\nurl = \"ftp://b\"\n")
+                .substr(0, 40),
+            "gw.toml:4: upstreams[1].url: expected ht");
 }
 
 }  // namespace fairsched::gateway

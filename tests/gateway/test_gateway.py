@@ -607,3 +607,120 @@ def test_concurrent_calls_open_no_more_connections_than_they_need(stack: Stack):
     assert results == [200] * 24
     # The upstream runs at most 4 at once: 4 connections are all it ever needs.
     assert stack.upstream_stats()["connections"] <= 4
+
+
+# --- several upstreams ------------------------------------------------------------
+
+
+def readyz_upstreams(stack: Stack) -> dict:
+    """Each upstream's state by name, from /readyz (503 when every one is out)."""
+    s, _, b = stack.request("GET", "/readyz", key=None)
+    assert s in (200, 503), b
+    return {u["name"]: u for u in json.loads(b)["upstreams"]}
+
+
+def complete(stack: Stack, i: int, key: str = "alice", tokens: int = 4) -> int:
+    return stack.request("POST", "/v1/completions",
+                         {"model": "m", "prompt": f"r{i}", "max_tokens": tokens}, key=key,
+                         timeout=30)[0]
+
+
+def test_replicas_each_run_their_share_within_their_own_capacity(stack: Stack):
+    stack.start(replicas=2, upstream_args=("--token-ms", "20"), upstream_max_sequences=2)
+    workers = sorted(w["name"] for w in stack.status()["workers"])
+    assert workers == ["gateway/r0", "gateway/r1"]  # fairschedctl status shows each
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(complete(stack, i, tokens=10)))
+               for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60 * SLOW)
+    assert results == [200] * 12
+    stats = [stack.upstream_stats(port) for _, port in stack.replicas]
+    assert all(s["requests"] >= 3 for s in stats), stats  # both took a share
+    assert all(s["max_running"] <= 2 for s in stats), stats  # each within its own capacity
+    assert sum(s["requests"] for s in stats) == 12
+
+
+def test_a_killed_replica_is_ejected_its_calls_run_elsewhere_and_it_comes_back(stack: Stack):
+    # Checks every second: the burst below meets the dead replica before one.
+    stack.start(replicas=2, upstream_health_interval_ms=1000, upstream_eject_ms=200)
+    proc, port = stack.replicas[1]
+    proc.stop(signal.SIGKILL)
+    # Every request is answered: one assigned to the dead replica is refused
+    # before anything was sent, so the live one runs it; then it is ejected.
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(complete(stack, i, tokens=20)))
+               for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60 * SLOW)
+    assert results == [200] * 12
+    assert "unreachable; upstream r0 runs it" in stack.gateway.output()
+    wait_until(lambda: readyz_upstreams(stack)["r1"]["state"] != "healthy", 5, "r1's ejection")
+    assert readyz_upstreams(stack)["r1"]["ejections"] >= 1
+    # Restarted on its port: a passing check brings it back, and it serves again.
+    _, again = stack.start_upstream(port=port)
+    assert again == port
+    wait_until(lambda: readyz_upstreams(stack)["r1"]["state"] == "healthy", 10, "r1's return")
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(complete(stack, i, tokens=20)))
+               for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60 * SLOW)
+    assert results == [200] * 16
+    assert stack.upstream_stats(port)["requests"] > 0
+
+
+def test_a_failing_health_check_ejects_a_replica_until_it_passes(stack: Stack):
+    sick = stack.dir / "r1-sick"
+    sick.touch()
+    stack.start(replicas=2, upstream_args=("--unhealthy-file", str(sick)),
+                upstream_health_interval_ms=200, upstream_eject_ms=200)
+    wait_until(lambda: readyz_upstreams(stack)["r1"]["state"] != "healthy" and
+               readyz_upstreams(stack)["r0"]["state"] != "healthy", 5, "both ejected")
+    s, _, b = stack.request("GET", "/readyz", key=None)
+    assert s == 503 and b"every upstream is ejected" in b, b
+    # Every replica out: the gateway still calls them (an answer now, not a
+    # wait in the queue); this one answers, its check does not.
+    assert complete(stack, 0) == 200
+    sick.unlink()
+    wait_until(lambda: all(u["state"] == "healthy" for u in readyz_upstreams(stack).values()), 10,
+               "both back")
+    assert "ejected" in stack.gateway.output() and "healthy again" in stack.gateway.output()
+
+
+def test_removing_a_replica_by_sighup_drains_it_without_cutting_its_stream(stack: Stack):
+    stack.start(replicas=2, upstream_args=("--slow-ms", "50"))
+    c, r = slow_stream(stack, "alice", tokens=30)  # 1.5 s of stream
+    busy = next(i for i, (_, port) in enumerate(stack.replicas)
+                if stack.upstream_stats(port)["running"] == 1)
+    keep = 1 - busy
+    # The config now lists only the other replica (named as before).
+    text = gateway_toml_without(stack, busy)
+    stack.gateway_config.write_text(text)
+    stack.gateway.send(signal.SIGHUP)
+    wait_until(lambda: readyz_upstreams(stack)[f"r{busy}"]["state"] == "draining", 5,
+               "the removed replica to drain")
+    # New work goes to the one that stays; the draining one finishes its stream.
+    assert [complete(stack, i) for i in range(4)] == [200] * 4
+    assert stack.upstream_stats(stack.replicas[keep][1])["requests"] == 4
+    rest = r.read()
+    c.close()
+    assert rest.rstrip().endswith(b"data: [DONE]")
+    assert b'"error"' not in rest
+    wait_until(lambda: list(readyz_upstreams(stack)) == [f"r{keep}"], 5, "the drained worker to go")
+    assert [w["name"] for w in stack.status()["workers"]] == [f"gateway/r{keep}"]
+
+
+def gateway_toml_without(stack: Stack, index: int) -> str:
+    from conftest import gateway_toml
+    text = gateway_toml(stack.socket, stack.daemon_config,
+                        [port for _, port in stack.replicas], **stack.gateway_over)
+    blocks = text.split("[[upstreams]]\n")
+    head, ups = blocks[0], blocks[1:]
+    return head + "".join("[[upstreams]]\n" + b for i, b in enumerate(ups) if i != index)

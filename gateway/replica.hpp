@@ -1,0 +1,51 @@
+// One upstream (an engine replica) as the gateway runs it: its config, its
+// keep-alive connections, its health, and its own worker connection to
+// fairschedd — so the daemon's roomiest-worker choice balances the
+// replicas — with what runs on it. Owned by the daemon bridge through
+// shared_ptr: an exchange keeps the replicas it uses alive, so one removed
+// by a reload drains and goes only when nothing uses it. Loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+
+#include "fairsched/worker.hpp"
+#include "gateway/coro.hpp"
+#include "gateway/gateway_config.hpp"
+#include "gateway/upstream_call.hpp"
+#include "gateway/upstream_health.hpp"
+
+namespace fairsched::gateway {
+
+inline UpstreamHealth::Policy healthPolicy(const UpstreamConfig& u) {
+  UpstreamHealth::Policy p;
+  p.eject_after = u.eject_after_failures;
+  p.backoff_min = static_cast<TimeNs>(u.eject_ms) * 1'000'000;
+  p.backoff_max = static_cast<TimeNs>(u.eject_max_ms) * 1'000'000;
+  p.checks = !u.health_path.empty();
+  return p;
+}
+
+struct Replica {
+  Replica(asio::io_context& io, UpstreamConfig c)
+      : cfg(std::move(c)), pool(io, cfg), health(healthPolicy(cfg)), kick(io) {}
+  Replica(const Replica&) = delete;
+  Replica& operator=(const Replica&) = delete;
+
+  UpstreamConfig cfg;  // before pool, which refers to it
+  UpstreamPool pool;
+  UpstreamHealth health;
+  std::optional<Worker> worker;
+  std::optional<asio::posix::stream_descriptor> worker_fd;
+  asio::steady_timer kick;  // wakes its health loop (an ejection changes its next wake)
+  std::uint32_t running = 0;   // calls on it: assigned to its worker, or taken over from another
+  std::uint64_t reserved = 0;  // their prompt + max output tokens
+  std::optional<std::pair<std::uint32_t, std::uint64_t>> stated;  // the capacity last stated
+  bool removed = false;   // gone from the config: states no capacity, drains
+  bool detached = false;  // drained and detached: its loops end
+};
+
+}  // namespace fairsched::gateway
