@@ -40,7 +40,7 @@ struct Replica {
   UpstreamHealth health;
   std::optional<Worker> worker;
   std::optional<asio::posix::stream_descriptor> worker_fd;
-  asio::steady_timer kick;  // wakes its health loop (an ejection changes its next wake)
+  asio::steady_timer kick;     // wakes its health loop (an ejection changes its next wake)
   std::uint32_t running = 0;   // calls on it: assigned to its worker, or taken over from another
   std::uint64_t reserved = 0;  // their prompt + max output tokens
   std::optional<std::pair<std::uint32_t, std::uint64_t>> stated;  // the capacity last stated

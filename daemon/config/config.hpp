@@ -47,6 +47,12 @@ struct WorkerEndpointConfig {
   // beyond the ring itself; past it the client's streamed request ends
   // SLOW_CONSUMER (aborted on its worker). Bounds the daemon's memory.
   std::uint32_t client_buffer_chunks = 1024;
+  // Sequences kept for tenants with nothing running on the endpoint: a
+  // tenant that is running something takes a worker's sequences only while
+  // more than this many stay free across the endpoint's workers, so a light
+  // tenant's first request starts at once instead of after the next
+  // sequence frees (Scheduler::takeHeadroom). 0 = off.
+  std::uint32_t headroom = 0;
 };
 
 // [endpoints.NAME.engine]: the engine model of the reference worker

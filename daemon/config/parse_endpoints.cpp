@@ -62,6 +62,7 @@ constexpr KeyRule<WorkerEndpointConfig> kWorkerKeys[] = {
     {"max_prompt_tokens", intKey<&WorkerEndpointConfig::max_prompt_tokens, 1, 1U << 18>},
     {"max_sequences", intKey<&WorkerEndpointConfig::max_sequences, 2, 4096>},
     {"client_buffer_chunks", intKey<&WorkerEndpointConfig::client_buffer_chunks, 1, 1U << 20>},
+    {"headroom", intKey<&WorkerEndpointConfig::headroom, 0, 4096>},
     {"preemption", boolKey<&WorkerEndpointConfig::preemption>},
     {"max_preemptions_per_s", positiveDoubleKey<&WorkerEndpointConfig::max_preemptions_per_s>},
     {"min_progress_tokens", intKey<&WorkerEndpointConfig::min_progress_tokens, 1, 1U << 20>},

@@ -233,6 +233,7 @@ void Scheduler::enqueue(EndpointState& ep, std::uint32_t index, TimeNs now) {
   }
   if (was_empty) ep.tiers[ts.tier].backlogged_weight += ts.weight;
   ts.queued++;
+  if (was_empty && ts.in_flight == 0 && spec_.policy == Policy::kFair) noteNewcomer(ep, s.ts);
   ts.queued_tokens += tokens;
   ep.tiers[ts.tier].queued_tokens += tokens;
   if (ep.queued++ == 0) ep.pending_since = now;
@@ -246,6 +247,64 @@ TimeNs Scheduler::batchDueAt(EndpointId e) const {
     return std::numeric_limits<TimeNs>::min();
   }
   return ep.pending_since + ep.spec.max_wait;
+}
+
+void Scheduler::noteNewcomer(EndpointState& ep, std::uint32_t i) {
+  TenantState& ts = ep.states[i];
+  if (ts.newcomer_listed) return;
+  ts.newcomer_listed = true;
+  ep.newcomers.push_back(i);
+  if (ep.newcomers.size() > 2 * ep.states.size() + 64) {  // stale entries of reused states
+    ep.newcomers.clear();
+    for (std::uint32_t j = 0; j < ep.states.size(); ++j) {
+      TenantState& o = ep.states[j];
+      o.newcomer_listed = o.live && o.queued > 0 && o.in_flight == 0;
+      if (o.newcomer_listed) ep.newcomers.push_back(j);
+    }
+  }
+}
+
+bool Scheduler::takeHeadroom(EndpointId e, TimeNs now, std::uint32_t max_requests,
+                             std::uint64_t max_tokens, Batch& out, std::vector<Done>& done) {
+  out.clear();
+  out.endpoint = e;
+  if (e >= endpoints_.size() || spec_.policy != Policy::kFair) return false;
+  EndpointState& ep = endpoints_[e];
+  while (out.requests.size() < max_requests && !ep.newcomers.empty()) {
+    const std::uint32_t i = ep.newcomers.front();
+    TenantState& ts = ep.states[i];
+    if (!ts.live || ts.queued == 0 || ts.in_flight != 0 || ts.queue.empty()) {
+      ts.newcomer_listed = false;
+      ep.newcomers.pop_front();
+      continue;
+    }
+    if (ts.withdrawn > 0 && dropWithdrawnHead(ts) && ts.queue.empty()) continue;
+    const QueueEntry head = ts.queue.top();
+    Slot& s = slots_[indexOf(head.handle)];
+    if (head.key.deadline <= now) {
+      withdraw(s, Status::kDeadlineExceeded, done);  // the tenant stays listed
+      continue;
+    }
+    if (out.tokens + head.input_tokens + head.max_output_tokens > max_tokens) break;
+    ts.newcomer_listed = false;
+    ep.newcomers.pop_front();
+    TenantSelector& selector = ep.tenant_selectors[ts.tier];
+    const std::int64_t cost = costOf(ep, ts, head);
+    ts.queue.pop();
+    unqueue(ep, ts, std::uint64_t{head.input_tokens} + head.max_output_tokens);
+    s.charged += cost;
+    dispatch(ep, s, out, now);
+    if (ts.withdrawn > 0) dropWithdrawnHead(ts);
+    // Out of its turn: the flow pays now (a DRR deficit may go negative) and
+    // keeps its place in line for what it still has queued.
+    selector.adjust(i, -cost, now);
+    if (ts.queue.empty()) {
+      selector.remove(i);
+    } else {
+      selector.headChanged(i, costOf(ep, ts, ts.queue.top()));
+    }
+  }
+  return !out.requests.empty();
 }
 
 void Scheduler::unqueue(EndpointState& ep, TenantState& ts, std::uint64_t tokens) {
@@ -476,6 +535,9 @@ bool Scheduler::complete(Handle h, std::uint32_t output_tokens, TimeNs now, Stat
   ts.in_flight--;
   ts.last_active = now;
   in_flight_--;
+  if (ts.in_flight == 0 && ts.queued > 0 && spec_.policy == Policy::kFair) {
+    noteNewcomer(ep, s->ts);
+  }
   freeSlot(indexOf(h));
   return true;
 }

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -183,6 +184,15 @@ class Scheduler {
   // could be taken.
   bool take(EndpointId e, TimeNs now, std::uint32_t max_requests, std::uint64_t max_tokens,
             Batch& out, std::vector<Done>& done);
+  // take() for the sequences a worker endpoint keeps as headroom
+  // ([endpoints.X.worker] headroom): only from tenants with nothing in flight
+  // on `e` — one request each, the tenant that became such first first —
+  // whatever the fair order (the request is charged as any dispatch: a DRR
+  // flow goes into debt, a service counter grows). A light tenant's first
+  // request thus starts while a heavy one holds every other sequence. Fair
+  // policy only (false under fifo).
+  bool takeHeadroom(EndpointId e, TimeNs now, std::uint32_t max_requests, std::uint64_t max_tokens,
+                    Batch& out, std::vector<Done>& done);
   // take() with the endpoint's batch limits, when a batch is due (see
   // batchDueAt; false, with `out` empty, when not). `force` forms a batch from
   // whatever is queued, due or not.
@@ -324,7 +334,8 @@ class Scheduler {
     double expected_output = -1.0;  // adaptive: EMA of actual output; < 0 = none yet
     std::uint32_t queued = 0;
     std::uint32_t in_flight = 0;
-    std::uint32_t withdrawn = 0;  // dead entries still in `queue`
+    std::uint32_t withdrawn = 0;   // dead entries still in `queue`
+    bool newcomer_listed = false;  // in EndpointState::newcomers
     std::uint32_t queue_limit = 0;
     TenantId tenant = kNoTenant;
     TierId tier = 0;
@@ -353,6 +364,11 @@ class Scheduler {
     FifoQueue fifo;
     BacklogThrottle throttle;
     std::unique_ptr<bool[]> backlogged;  // scratch: which tiers have requests, one per tier
+    // States whose tenant has requests queued and none in flight, in the
+    // order they became so (takeHeadroom); checked when taken, so an entry
+    // may be stale. At most one entry per state (newcomer_listed), rebuilt
+    // when reused states leave it twice the states' size.
+    std::deque<std::uint32_t> newcomers;
     // When the queue last went from empty to non-empty; a partial batch is
     // due max_wait after it. kNever while the queue is empty.
     TimeNs pending_since = kNever;
@@ -447,6 +463,8 @@ class Scheduler {
   void dispatch(EndpointState& ep, Slot& s, Batch& out, TimeNs now);
   // Bookkeeping shared by dispatch and withdraw: the request leaves the queue.
   void unqueue(EndpointState& ep, TenantState& ts, std::uint64_t tokens);
+  // Lists state `i` in ep.newcomers when it has queued requests and none in flight.
+  void noteNewcomer(EndpointState& ep, std::uint32_t i);
   void freeSlot(std::uint32_t index);
 
   SchedulerSpec spec_;

@@ -14,6 +14,7 @@ void Scheduler::backToQueue(EndpointState& ep, Slot& s, Handle h, TimeNs now) {
   s.state = SlotState::kQueued;
   ts.last_active = now;
   enqueue(ep, indexOf(h), now);
+  if (ts.in_flight == 0 && spec_.policy == Policy::kFair) noteNewcomer(ep, s.ts);
   // Its deadline entry may be gone: nextDeadline() and expireDeadlines() drop
   // the entries of requests in flight. A second entry is harmless (stale ones
   // are skipped).

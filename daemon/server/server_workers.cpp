@@ -400,11 +400,23 @@ bool Server::assignToWorkers(TimeNs now) {
   for (std::size_t e = 0; e < cfg_.endpoints.size(); ++e) {
     if (!isWorkerEndpoint(e)) continue;
     const auto ep = static_cast<EndpointId>(e);
+    // Headroom: while no more than `headroom` sequences are free across the
+    // endpoint, only tenants with nothing running take them.
+    const std::uint32_t headroom = cfg_.endpoints[e].worker.headroom;
+    std::uint32_t free_total = headroom > 0 ? workers_.freeSequences(ep) : 0;
     while (sched_.queued(ep) > 0) {
       Connection* wc = workers_.roomiest(ep);
       if (!wc) break;
       WorkerState& w = *wc->worker;
-      if (!sched_.take(ep, now, workers_.sequencesFor(*wc), w.freeKvTokens(), batch_, done_)) break;
+      const std::uint32_t seqs = workers_.sequencesFor(*wc);
+      const std::uint32_t open =
+          headroom == 0 ? seqs : std::min(seqs, free_total > headroom ? free_total - headroom : 0);
+      const bool took =
+          (open > 0 && sched_.take(ep, now, open, w.freeKvTokens(), batch_, done_)) ||
+          (headroom > 0 && sched_.takeHeadroom(ep, now, seqs, w.freeKvTokens(), batch_, done_));
+      if (!took) break;
+      free_total -=
+          std::min<std::uint32_t>(free_total, static_cast<std::uint32_t>(batch_.requests.size()));
       for (const core::Dispatched& d : batch_.requests) {
         Pending& p = pending_[d.id];
         if (d.resumed_tokens == 0) p.dispatched = now;  // a resumed one keeps its first

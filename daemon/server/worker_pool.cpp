@@ -70,6 +70,15 @@ Connection* WorkerPool::roomiest(EndpointId e) const {
   return best;
 }
 
+std::uint32_t WorkerPool::freeSequences(EndpointId e) const {
+  std::uint32_t total = 0;
+  for (Connection* c : by_endpoint_[e]) {
+    if (c->closing || c->worker->freeKvTokens() == 0) continue;
+    total += sequencesFor(*c);
+  }
+  return total;
+}
+
 void WorkerPool::started(EndpointId e) {
   ++running_;
   ++stats_.running_on_workers[e];

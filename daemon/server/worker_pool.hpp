@@ -42,6 +42,9 @@ class WorkerPool {
   // request (most free KV tokens, then sequences): if the next fair choice
   // does not fit there, it fits nowhere now. Null when none can.
   Connection* roomiest(EndpointId e) const;
+  // Sequences the endpoint's workers may still be given, all together
+  // (sequencesFor each, those with no free KV tokens counted as none).
+  std::uint32_t freeSequences(EndpointId e) const;
 
   // A request started / stopped running on a worker of endpoint `e`.
   void started(EndpointId e);

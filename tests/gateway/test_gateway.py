@@ -724,3 +724,41 @@ def gateway_toml_without(stack: Stack, index: int) -> str:
     blocks = text.split("[[upstreams]]\n")
     head, ups = blocks[0], blocks[1:]
     return head + "".join("[[upstreams]]\n" + b for i, b in enumerate(ups) if i != index)
+
+
+def test_with_headroom_a_light_tenants_first_token_does_not_wait_for_a_sequence(stack: Stack):
+    # As the flood test above, with one of the upstream's 4 sequences kept for
+    # tenants with nothing running: Bob's first token comes at once, not after
+    # the next of Alice's 200 ms sequences ends.
+    from conftest import daemon_toml
+    stack.daemon_config.write_text(
+        daemon_toml(stack.socket).replace("max_sequences = 256\n",
+                                          "max_sequences = 256\nheadroom = 1\n"))
+    stack.start(upstream_args=("--token-ms", "5"), upstream_max_sequences=4)
+    alone = sorted(ttft(stack, "bob") for _ in range(3))[1]
+    flood_done = []
+
+    def flood(i):
+        flood_done.append(stack.request("POST", "/v1/completions",
+                                        {"model": "m", "prompt": f"f{i}", "max_tokens": 40},
+                                        key="alice", timeout=120)[0])
+
+    threads = [threading.Thread(target=flood, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: stack.upstream_stats()["running"] == 3, 10, "the flood to fill 3 sequences")
+    time.sleep(0.1)
+    assert stack.upstream_stats()["running"] == 3  # the fourth is kept
+    loaded = []
+    for _ in range(5):
+        loaded.append(ttft(stack, "bob"))
+        time.sleep(0.05)
+    for t in threads:
+        t.join(120 * SLOW)
+    assert flood_done == [200] * 40
+    median = sorted(loaded)[2]
+    one_sequence = 40 * 0.005
+    # Within 2x of alone (plus 20 ms for two shared cores), far from the
+    # next-free-sequence wait (up to one sequence, 200 ms) without headroom.
+    assert median <= 2 * alone + 0.02 * SLOW, (alone, loaded)
+    assert median < one_sequence / 2, (alone, loaded)
