@@ -61,6 +61,7 @@ std::shared_ptr<Replica> DaemonBridge::addReplica(const UpstreamConfig& u) {
   if (running_loops_) {
     spawn(io_, workerLoop(r));
     spawn(io_, healthLoop(r));
+    spawn(io_, metricsLoop(r));
   }
   return r;
 }
@@ -69,6 +70,7 @@ void DaemonBridge::stop() {
   stopping_ = true;
   for (const auto& r : replicas_) {
     r->kick.cancel();
+    r->scrape.cancel();
     if (r->worker_fd) r->worker_fd->cancel();
   }
 }
@@ -94,6 +96,8 @@ void DaemonBridge::setUpstreams() {
     next.port = r->cfg.port;
     next.prefix = r->cfg.prefix;
     r->cfg = std::move(next);  // capacity, timeouts, pool and checks follow at once
+    r->autocap.setPolicy(capacityPolicy(r->cfg));
+    r->scrape.cancel();  // a new interval, or capacity = "auto", applies now
     r->removed = false;
   }
   for (const UpstreamConfig& u : cfg_.upstreams) {
@@ -160,6 +164,7 @@ void DaemonBridge::run() {
   for (const auto& r : replicas_) {
     spawn(io_, workerLoop(r));
     spawn(io_, healthLoop(r));
+    spawn(io_, metricsLoop(r));
   }
 }
 
@@ -187,6 +192,25 @@ std::string_view DaemonBridge::unready() const {
   return "";
 }
 
+namespace {
+
+// capacity = "auto": the engine's figures at the last scrape, for /readyz.
+std::string engineJson(const Replica& r) {
+  if (!r.cfg.capacity_auto) return "";
+  std::string out = ",\"engine\":{";
+  if (const auto& l = r.autocap.last()) {
+    out += "\"kind\":\"" + std::string(l->engine) +
+           "\",\"running\":" + std::to_string(static_cast<long long>(l->running)) +
+           ",\"waiting\":" + std::to_string(static_cast<long long>(l->waiting)) + ",";
+    if (l->kv_usage) out += "\"kv_usage\":" + fmt::format("{:.3f}", *l->kv_usage) + ",";
+  }
+  out += "\"slow_start\":" + std::string(r.autocap.slowStart() ? "true" : "false") +
+         ",\"scrape_error\":\"" + escapeForDisplay(r.scrape_error) + "\"}";
+  return out;
+}
+
+}  // namespace
+
 std::string DaemonBridge::upstreamsJson() const {
   const TimeNs now = env_.now();
   std::string out = "[";
@@ -198,7 +222,8 @@ std::string DaemonBridge::upstreamsJson() const {
            escapeForDisplay(r->cfg.url) + "\",\"state\":\"" + std::string(state) +
            "\",\"attached\":" + (r->worker ? "true" : "false") +
            ",\"running\":" + std::to_string(r->running) +
-           ",\"max_sequences\":" + std::to_string(r->cfg.max_sequences) +
+           ",\"max_sequences\":" + std::to_string(r->maxSequences()) + ",\"capacity\":\"" +
+           (r->cfg.capacity_auto ? "auto" : "fixed") + "\"" + engineJson(*r) +
            ",\"ejections\":" + std::to_string(r->health.ejections()) + ",\"why\":\"" +
            escapeForDisplay(r->health.why()) + "\"}";
   }
@@ -356,7 +381,7 @@ void DaemonBridge::stateCapacity(Replica& r, bool panic) {
   if (!r.worker) return;
   // Ejected (unless every replica is) or removed: no new work.
   const bool open = !r.removed && (panic || r.health.usable(env_.now()));
-  const std::uint32_t max_seqs = open ? r.cfg.max_sequences : 0;
+  const std::uint32_t max_seqs = open ? r.maxSequences() : 0;
   const std::uint64_t max_kv = open ? r.cfg.max_tokens : 0;
   const std::uint32_t seqs = r.running >= max_seqs ? 0 : max_seqs - r.running;
   const std::uint64_t kv = r.reserved >= max_kv ? 0 : max_kv - r.reserved;
@@ -389,9 +414,9 @@ std::shared_ptr<Replica> DaemonBridge::takeOver(Exchange& ex) {
   const TimeNs now = env_.now();
   std::shared_ptr<Replica> best;
   for (const auto& r : replicas_) {
-    if (r == ex.via || r->removed || !r->health.usable(now) || r->running >= r->cfg.max_sequences)
+    if (r == ex.via || r->removed || !r->health.usable(now) || r->running >= r->maxSequences())
       continue;
-    if (!best || r->cfg.max_sequences - r->running > best->cfg.max_sequences - best->running) {
+    if (!best || r->maxSequences() - r->running > best->maxSequences() - best->running) {
       best = r;
     }
   }
@@ -451,6 +476,7 @@ void DaemonBridge::detachIfDrained(Replica& r) {
   r.worker.reset();  // the daemon drops the worker connection; nothing ran on it
   if (r.worker_fd) r.worker_fd->cancel();
   r.kick.cancel();
+  r.scrape.cancel();
   std::erase_if(replicas_, [&](const auto& x) { return x.get() == &r; });
 }
 
@@ -515,24 +541,27 @@ awaitable<void> DaemonBridge::healthLoop(std::shared_ptr<Replica> r) {
   }
 }
 
-awaitable<void> DaemonBridge::check(Replica& r) {
+awaitable<std::string> DaemonBridge::getFromRoot(Replica& r, const std::string& path,
+                                                 std::string& body, std::size_t limit) {
   UpstreamCall up(r.pool);
   up.setResponseTimeout(milliseconds(r.cfg.health_timeout_ms));
   std::optional<UpstreamError> err = co_await up.connect();
-  std::string body;
   if (!err) {
     std::string none;
     std::string accept;
-    err = co_await up.request(UpstreamCall::Method::kGet, r.cfg.health_path, std::move(none),
-                              std::move(accept), /*under_prefix=*/false);
+    err = co_await up.request(UpstreamCall::Method::kGet, path, std::move(none), std::move(accept),
+                              /*under_prefix=*/false);
   }
-  if (!err) err = co_await up.readAll(body, 64 * 1024);
-  const bool ok = !err && up.status() < 500;
-  std::string why;
-  if (!ok) {
-    why = "GET " + r.cfg.health_path + ": " +
-          (err ? err->why : "HTTP " + std::to_string(up.status()));
-  }
+  if (!err) err = co_await up.readAll(body, limit);
+  if (err) co_return "GET " + path + ": " + err->why;
+  if (up.status() >= 500) co_return "GET " + path + ": HTTP " + std::to_string(up.status());
+  co_return "";
+}
+
+awaitable<void> DaemonBridge::check(Replica& r) {
+  std::string body;
+  std::string why = co_await getFromRoot(r, r.cfg.health_path, body, 64 * 1024);
+  const bool ok = why.empty();
   const TimeNs now = env_.now();
   const bool was = r.health.usable(now);
   const std::uint64_t ejections = r.health.ejections();
@@ -544,6 +573,44 @@ awaitable<void> DaemonBridge::check(Replica& r) {
   } else if (!was && r.health.usable(now)) {
     spdlog::info("upstream {} is healthy again ({} passed)", r.cfg.name, r.cfg.health_path);
     stateCapacity();
+  }
+}
+
+awaitable<void> DaemonBridge::metricsLoop(std::shared_ptr<Replica> r) {
+  error_code ec;
+  for (;;) {
+    if (stopping_ || r->detached) co_return;
+    if (r->cfg.capacity_auto && r->worker) co_await scrape(*r);
+    if (stopping_ || r->detached) co_return;
+    r->scrape.expires_after(milliseconds(r->cfg.metrics_interval_ms));
+    co_await r->scrape.async_wait(asio::redirect_error(use_awaitable, ec));
+  }
+}
+
+awaitable<void> DaemonBridge::scrape(Replica& r) {
+  std::string body;
+  std::string why = co_await getFromRoot(r, r.cfg.metrics_path, body, 4u << 20);
+  std::optional<EngineLoad> load;
+  if (why.empty()) {
+    load = parseEngineMetrics(body, why);
+    if (!why.empty()) why = "GET " + r.cfg.metrics_path + ": " + why;
+  }
+  if (!load) {
+    // The limit stays where it was: a scrape that fails says nothing about the engine.
+    if (why != r.scrape_error) {
+      spdlog::warn("upstream {}: capacity stays {}: {}", r.cfg.name, r.autocap.limit(), why);
+    }
+    r.scrape_error = std::move(why);
+    co_return;
+  }
+  if (!r.scrape_error.empty()) spdlog::info("upstream {}: metrics read again", r.cfg.name);
+  r.scrape_error.clear();
+  const std::uint32_t before = r.autocap.limit();
+  r.autocap.observe(*load, r.running);
+  if (r.autocap.limit() != before) {
+    spdlog::debug("upstream {}: capacity {} -> {} ({} running, {} waiting)", r.cfg.name, before,
+                  r.autocap.limit(), load->running, load->waiting);
+    stateCapacity(r, !anyUsable());
   }
 }
 

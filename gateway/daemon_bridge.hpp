@@ -138,6 +138,13 @@ class DaemonBridge {
   awaitable<void> workerLoop(std::shared_ptr<Replica> r);
   awaitable<void> healthLoop(std::shared_ptr<Replica> r);
   awaitable<void> check(Replica& r);
+  // GET `path` from the upstream's root within health_timeout_ms: why it
+  // failed ("" when it answered below 500; its body in `body`).
+  awaitable<std::string> getFromRoot(Replica& r, const std::string& path, std::string& body,
+                                     std::size_t limit);
+  // capacity = "auto": scrapes the engine's metrics and states the limit.
+  awaitable<void> metricsLoop(std::shared_ptr<Replica> r);
+  awaitable<void> scrape(Replica& r);
   void onWorkItem(const std::shared_ptr<Replica>& r, WorkItem& item);
   void endAssignment(Replica& r, std::uint64_t id, std::uint64_t kv, Status status,
                      std::uint32_t output, std::string_view message, std::uint32_t input = 0);

@@ -64,6 +64,8 @@ constexpr IntKey<GatewayConfig> kGatewayInts[] = {
 // The integer keys of [upstream], read after its url.
 constexpr IntKey<UpstreamConfig> kUpstreamInts[] = {
     {"max_sequences", &UpstreamConfig::max_sequences, 1, 65536},
+    {"min_sequences", &UpstreamConfig::min_sequences, 1, 65536},
+    {"metrics_interval_ms", &UpstreamConfig::metrics_interval_ms, 50, 3'600'000},
     {"max_tokens", &UpstreamConfig::max_tokens, 1, 1ull << 40},
     {"connect_timeout_ms", &UpstreamConfig::connect_timeout_ms, 1, 600'000},
     {"response_timeout_ms", &UpstreamConfig::response_timeout_ms, 1, 86'400'000},
@@ -202,7 +204,8 @@ class Parser {
   }
 
   bool readUpstream(const toml::node& node, const std::string& path, UpstreamConfig& u) {
-    static constexpr std::string_view kStrings[] = {"url", "name", "health_path"};
+    static constexpr std::string_view kStrings[] = {"url", "name", "health_path", "capacity",
+                                                    "metrics_path"};
     const toml::table* t = r_.readTable(node, path);
     if (t == nullptr || !checkKeys(*t, path, kStrings, kUpstreamInts)) return false;
     const std::string url_key = path + ".url";
@@ -234,17 +237,40 @@ class Parser {
     } else {
       u.name = std::string(authority.substr(0, 40));
     }
-    if (!readString(*t, path, "health_path", u.health_path)) return false;
-    const auto bad_byte = [](char c) { return c <= ' ' || c == 0x7f; };
-    if ((!u.health_path.empty() && u.health_path.front() != '/') ||
-        std::any_of(u.health_path.begin(), u.health_path.end(), bad_byte)) {
-      return r_.fail(*config::findKey(*t, "health_path"), path + ".health_path",
-                     "expected a path from the server's root (\"/health\"), or \"\" for no checks");
+    if (!readPath(*t, path, "health_path", u.health_path, /*may_be_empty=*/true)) return false;
+    if (!readPath(*t, path, "metrics_path", u.metrics_path, /*may_be_empty=*/false)) return false;
+    std::string capacity = "fixed";
+    if (!readString(*t, path, "capacity", capacity)) return false;
+    if (capacity != "fixed" && capacity != "auto") {
+      return r_.fail(*config::findKey(*t, "capacity"), path + ".capacity",
+                     "expected \"fixed\" (max_sequences) or \"auto\" (from the engine's "
+                     "metrics), got " +
+                         config::quote(capacity));
     }
+    u.capacity_auto = capacity == "auto";
     if (!readInts(*t, path, kUpstreamInts, u)) return false;
+    if (u.min_sequences > u.max_sequences) {
+      return r_.fail(*config::findKey(*t, "min_sequences"), path + ".min_sequences",
+                     "is above max_sequences (" + std::to_string(u.max_sequences) + ")");
+    }
     // One idle connection for each sequence the upstream runs, unless set.
     if (config::findKey(*t, "pool_connections") == nullptr) u.pool_connections = u.max_sequences;
     if (u.eject_max_ms < u.eject_ms) u.eject_max_ms = u.eject_ms;
+    return true;
+  }
+
+  // A path from the server's root ("/health"); "" where `may_be_empty`.
+  bool readPath(const toml::table& t, const std::string& path, std::string_view key,
+                std::string& out, bool may_be_empty) {
+    if (!readString(t, path, key, out)) return false;
+    const auto bad_byte = [](char c) { return c <= ' ' || c == 0x7f; };
+    if ((out.empty() && !may_be_empty) || (!out.empty() && out.front() != '/') ||
+        std::any_of(out.begin(), out.end(), bad_byte)) {
+      return r_.fail(*config::findKey(t, key), path + "." + std::string(key),
+                     std::string("expected a path from the server's root (\"/") +
+                         (key == "health_path" ? "health\"), or \"\" for no checks"
+                                               : "metrics\")"));
+    }
     return true;
   }
 

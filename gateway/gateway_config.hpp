@@ -55,6 +55,14 @@ struct UpstreamConfig {
   std::uint16_t port = 80;
   std::string prefix;                 // path prefix before /v1/..., without a trailing '/'
   std::uint32_t max_sequences = 64;   // requests the upstream runs at once
+  // capacity = "auto": the requests sent at once follow the engine's
+  // Prometheus metrics (GET metrics_path every metrics_interval_ms), between
+  // min_sequences and max_sequences (auto_capacity.hpp); "fixed":
+  // max_sequences.
+  bool capacity_auto = false;
+  std::string metrics_path = "/metrics";
+  std::uint64_t metrics_interval_ms = 1000;
+  std::uint32_t min_sequences = 1;
   std::uint64_t max_tokens = 262144;  // prompt + max output of those requests, together
   std::uint64_t connect_timeout_ms = 2000;
   std::uint64_t response_timeout_ms = 120000;  // request sent → response headers

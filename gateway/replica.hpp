@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include "fairsched/worker.hpp"
+#include "gateway/auto_capacity.hpp"
 #include "gateway/coro.hpp"
 #include "gateway/gateway_config.hpp"
 #include "gateway/upstream_call.hpp"
@@ -29,23 +31,44 @@ inline UpstreamHealth::Policy healthPolicy(const UpstreamConfig& u) {
   return p;
 }
 
+inline AutoCapacity::Policy capacityPolicy(const UpstreamConfig& u) {
+  AutoCapacity::Policy p;
+  p.min = u.min_sequences;
+  p.max = u.max_sequences;
+  return p;
+}
+
 struct Replica {
   Replica(asio::io_context& io, UpstreamConfig c)
-      : cfg(std::move(c)), pool(io, cfg), health(healthPolicy(cfg)), kick(io) {}
+      : cfg(std::move(c)),
+        pool(io, cfg),
+        health(healthPolicy(cfg)),
+        autocap(capacityPolicy(cfg)),
+        kick(io),
+        scrape(io) {}
   Replica(const Replica&) = delete;
   Replica& operator=(const Replica&) = delete;
 
   UpstreamConfig cfg;  // before pool, which refers to it
   UpstreamPool pool;
   UpstreamHealth health;
+  AutoCapacity autocap;  // its limit applies under capacity = "auto"
+  std::string scrape_error;  // the last failed metrics scrape ("" when it passed)
   std::optional<Worker> worker;
   std::optional<asio::posix::stream_descriptor> worker_fd;
   asio::steady_timer kick;     // wakes its health loop (an ejection changes its next wake)
+  asio::steady_timer scrape;   // paces its metrics loop
   std::uint32_t running = 0;   // calls on it: assigned to its worker, or taken over from another
   std::uint64_t reserved = 0;  // their prompt + max output tokens
   std::optional<std::pair<std::uint32_t, std::uint64_t>> stated;  // the capacity last stated
   bool removed = false;   // gone from the config: states no capacity, drains
   bool detached = false;  // drained and detached: its loops end
+
+  // The requests it may run at once: max_sequences, or what the engine's
+  // metrics allow.
+  std::uint32_t maxSequences() const {
+    return cfg.capacity_auto ? autocap.limit() : cfg.max_sequences;
+  }
 };
 
 }  // namespace fairsched::gateway

@@ -19,6 +19,12 @@ GET /stats: {"requests", "running", "max_running", "disconnects", "connections",
 "health_checks", "prompts": [...]} ("connections": those that carried an API
 call). GET /health: 200, or 503 while --unhealthy-file exists.
 --keep-alive-s closes a connection idle that long (as uvicorn does after 5 s).
+--engine-slots N runs at most N calls at once, the rest waiting in a FIFO,
+as an engine's scheduler does; GET /metrics then says so as vLLM does
+(vllm:num_requests_running, vllm:num_requests_waiting,
+vllm:kv_cache_usage_perc), and /stats adds "engine": its peaks and the
+seconds integrated over time of calls running and waiting (GET /stats/reset
+starts them again).
 Prints "PORT <n>" on stdout once it listens. Standard library only.
 """
 
@@ -36,6 +42,75 @@ LOCK = threading.Lock()
 STATS = {"requests": 0, "running": 0, "max_running": 0, "disconnects": 0, "connections": 0,
          "health_checks": 0, "prompts": []}
 ARGS = argparse.Namespace(token_ms=1.0, slow_ms=200.0, unhealthy_file=None)
+
+
+class Engine:
+    """At most `slots` calls run at once; the rest wait, first come first
+    served."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.cond = threading.Condition()
+        self.running = 0
+        self.waiting: list[object] = []
+        self.max_running = 0
+        self.max_waiting = 0
+        self.running_s = 0.0
+        self.waiting_s = 0.0
+        self.since = time.monotonic()
+
+    def _tick(self) -> None:  # under cond
+        now = time.monotonic()
+        self.running_s += self.running * (now - self.since)
+        self.waiting_s += len(self.waiting) * (now - self.since)
+        self.since = now
+
+    def enter(self) -> None:
+        me = object()
+        with self.cond:
+            self._tick()
+            self.waiting.append(me)
+            self.max_waiting = max(self.max_waiting, len(self.waiting))
+            while self.waiting[0] is not me or self.running >= self.slots:
+                self.cond.wait()
+            self._tick()
+            self.waiting.pop(0)
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
+            self.cond.notify_all()
+
+    def leave(self) -> None:
+        with self.cond:
+            self._tick()
+            self.running -= 1
+            self.cond.notify_all()
+
+    def metrics(self) -> str:
+        with self.cond:
+            run, wait = self.running, len(self.waiting)
+        return ("# TYPE vllm:num_requests_running gauge\n"
+                f'vllm:num_requests_running{{model_name="test-model"}} {float(run)}\n'
+                "# TYPE vllm:num_requests_waiting gauge\n"
+                f'vllm:num_requests_waiting{{model_name="test-model"}} {float(wait)}\n'
+                "# TYPE vllm:kv_cache_usage_perc gauge\n"
+                f'vllm:kv_cache_usage_perc{{model_name="test-model"}} {run / self.slots:.3f}\n')
+
+    def reset(self) -> None:
+        with self.cond:
+            self._tick()
+            self.max_running = self.running
+            self.max_waiting = len(self.waiting)
+            self.running_s = self.waiting_s = 0.0
+
+    def stats(self) -> dict:
+        with self.cond:
+            self._tick()
+            return {"slots": self.slots, "running": self.running, "waiting": len(self.waiting),
+                    "max_running": self.max_running, "max_waiting": self.max_waiting,
+                    "running_s": self.running_s, "waiting_s": self.waiting_s}
+
+
+ENGINE: Engine | None = None
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -63,6 +138,8 @@ class Handler(BaseHTTPRequestHandler):
             self._running = False
             with LOCK:
                 STATS["running"] -= 1
+            if ENGINE is not None:
+                ENGINE.leave()
 
     def _json(self, status: int, obj) -> None:
         body = json.dumps(obj).encode()
@@ -74,9 +151,19 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
-        if self.path not in ("/stats", "/health"):
+        if self.path == "/stats/reset" and ENGINE is not None:
+            ENGINE.reset()
+            self.path = "/stats"
+        if self.path not in ("/stats", "/health", "/metrics"):
             self._count_connection()
-        if self.path == "/health":
+        if self.path == "/metrics" and ENGINE is not None:
+            body = ENGINE.metrics().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif self.path == "/health":
             sick = ARGS.unhealthy_file and os.path.exists(ARGS.unhealthy_file)
             with LOCK:
                 STATS["health_checks"] += 1
@@ -86,7 +173,10 @@ class Handler(BaseHTTPRequestHandler):
                              "data": [{"id": "test-model", "object": "model", "owned_by": "tests"}]})
         elif self.path == "/stats":
             with LOCK:
-                self._json(200, dict(STATS))
+                stats = dict(STATS)
+            if ENGINE is not None:
+                stats["engine"] = ENGINE.stats()
+            self._json(200, stats)
         else:
             self._json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
 
@@ -111,6 +201,8 @@ class Handler(BaseHTTPRequestHandler):
             STATS["max_running"] = max(STATS["max_running"], STATS["running"])
             STATS["prompts"].append(prompt[:64])
         self._running = True
+        if ENGINE is not None:
+            ENGINE.enter()
         try:
             self._serve(body, chat, model, prompt, max_tokens)
         except (BrokenPipeError, ConnectionResetError):
@@ -187,7 +279,12 @@ def main() -> None:
                    help="close a connection idle this long")
     p.add_argument("--unhealthy-file", default=None,
                    help="GET /health answers 503 while this file exists")
+    p.add_argument("--engine-slots", type=int, default=0,
+                   help="run at most this many calls at once, queue the rest; serve /metrics")
     args = p.parse_args()
+    global ENGINE
+    if args.engine_slots > 0:
+        ENGINE = Engine(args.engine_slots)
     ARGS.unhealthy_file = args.unhealthy_file
     if args.keep_alive_s is not None:
         Handler.timeout = args.keep_alive_s

@@ -108,4 +108,28 @@ TEST(GatewayConfig, UpstreamsAreNamedApartAndWrittenOneWay) {
             "gw.toml:4: upstreams[1].url: expected ht");
 }
 
+TEST(GatewayConfig, CapacityIsFixedOrFollowsTheEnginesMetrics) {
+  auto r = parseGatewayConfig(
+      "[upstream]\nurl = \"http://a:1\"\ncapacity = \"auto\"\nmin_sequences = 2\n"
+      "metrics_path = \"/m\"\nmetrics_interval_ms = 250\n");
+  ASSERT_TRUE(r.ok()) << r.error().toString();
+  const UpstreamConfig& u = r.value().upstreams.at(0);
+  EXPECT_TRUE(u.capacity_auto);
+  EXPECT_EQ(u.min_sequences, 2u);
+  EXPECT_EQ(u.metrics_path, "/m");
+  EXPECT_EQ(u.metrics_interval_ms, 250u);
+  auto fixed = parseGatewayConfig("[upstream]\nurl = \"http://a:1\"\n");
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_FALSE(fixed.value().upstreams.at(0).capacity_auto);
+  EXPECT_EQ(fixed.value().upstreams.at(0).metrics_path, "/metrics");
+
+  EXPECT_EQ(errorOf("[upstream]\nurl = \"http://a:1\"\ncapacity = \"dynamic\"\n"),
+            "gw.toml:3: upstream.capacity: expected \"fixed\" (max_sequences) or \"auto\" (from "
+            "the engine's metrics), got 'dynamic'");
+  EXPECT_EQ(errorOf("[upstream]\nurl = \"http://a:1\"\nmax_sequences = 4\nmin_sequences = 5\n"),
+            "gw.toml:4: upstream.min_sequences: is above max_sequences (4)");
+  EXPECT_EQ(errorOf("[upstream]\nurl = \"http://a:1\"\nmetrics_path = \"\"\n").substr(0, 50),
+            "gw.toml:3: upstream.metrics_path: expected a path ");
+}
+
 }  // namespace fairsched::gateway

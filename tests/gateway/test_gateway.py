@@ -3,6 +3,7 @@ and the gateway, driven by http.client and curl."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -762,3 +763,89 @@ def test_with_headroom_a_light_tenants_first_token_does_not_wait_for_a_sequence(
     # next-free-sequence wait (up to one sequence, 200 ms) without headroom.
     assert median <= 2 * alone + 0.02 * SLOW, (alone, loaded)
     assert median < one_sequence / 2, (alone, loaded)
+
+
+# --- capacity that follows the engine ---------------------------------------------
+
+
+def flood(stack: Stack, n: int, tokens: int, samples: list) -> list:
+    """`n` requests at once; while they run, /readyz's limit of upstream r0 is
+    sampled into `samples`. Their statuses."""
+    results: list = []
+    threads = [threading.Thread(target=lambda i=i: results.append(complete(stack, i, tokens=tokens)))
+               for i in range(n)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        samples.append(readyz_upstreams(stack)["r0"]["max_sequences"])
+        time.sleep(0.03)
+    for t in threads:
+        t.join(60 * SLOW)
+    return results
+
+
+def test_capacity_auto_sends_what_the_engine_runs_and_keeps_its_queue_near_empty(stack: Stack):
+    # An engine that runs 3 calls at once and queues the rest; the gateway
+    # may send 16 (fixed), then follows its metrics (auto, after a reload).
+    stack.start(replicas=1, upstream_args=("--engine-slots", "3", "--token-ms", "12"),
+                upstream_max_sequences=16, upstream_metrics_interval_ms=50)
+    port = stack.replicas[0][1]
+    fixed: list = []
+    t0 = time.monotonic()
+    assert flood(stack, 32, 8, fixed) == [200] * 32
+    fixed_s = time.monotonic() - t0
+    engine = stack.upstream_stats(port)["engine"]
+    assert engine["max_running"] == 3
+    assert engine["max_waiting"] >= 10  # fixed: the engine's FIFO holds what fairsched sent
+    assert set(fixed) == {16}
+    fixed_waiting_s = engine["waiting_s"]
+    fixed_engine = engine
+
+    text = stack.gateway_config.read_text()
+    stack.gateway_config.write_text(text.replace("max_sequences = 16\n",
+                                                 'max_sequences = 16\ncapacity = "auto"\n'))
+    stack.gateway.send(signal.SIGHUP)
+    wait_until(lambda: readyz_upstreams(stack)["r0"]["capacity"] == "auto", 5, "the reload")
+    wait_until(lambda: readyz_upstreams(stack)["r0"]["engine"].get("kind") == "vllm", 5,
+               "a first scrape")
+    stack_reset(port)
+    auto: list = []
+    t0 = time.monotonic()
+    assert flood(stack, 32, 8, auto) == [200] * 32
+    auto_s = time.monotonic() - t0
+    engine = stack.upstream_stats(port)["engine"]
+    up = readyz_upstreams(stack)["r0"]
+    assert engine["max_running"] == 3, engine  # the engine stayed busy
+    # At most what the engine runs, and the one more that probes for room
+    # (a call on its way to the engine may look like room for a scrape).
+    assert engine["max_waiting"] <= 3, (engine, auto)
+    assert max(auto) <= 8 and min(auto) >= 1, auto
+    assert 1 <= up["max_sequences"] <= 4, up
+    assert not up["engine"]["slow_start"]
+    assert up["engine"]["scrape_error"] == ""
+    assert engine["waiting_s"] < fixed_waiting_s / 3, (engine, fixed_waiting_s)
+    print(f"engine queue: fixed max {fixed_engine['max_waiting']} waiting {fixed_waiting_s:.2f} "
+          f"call-s; auto max {engine['max_waiting']} waiting {engine['waiting_s']:.2f} call-s, "
+          f"running {engine['running_s']:.2f} call-s; limits {sorted(set(auto))}; "
+          f"flood {fixed_s:.2f} s fixed, {auto_s:.2f} s auto")
+
+
+def stack_reset(port: int) -> None:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    c.request("GET", "/stats/reset")
+    c.getresponse().read()
+    c.close()
+
+
+def test_capacity_auto_holds_its_limit_when_the_metrics_cannot_be_read(stack: Stack):
+    # No --engine-slots: the fake serves no /metrics (404).
+    stack.start(replicas=1, upstream_capacity='"auto"', upstream_max_sequences=16,
+                upstream_metrics_interval_ms=50)
+    wait_until(lambda: readyz_upstreams(stack)["r0"]["engine"]["scrape_error"] != "", 5,
+               "a failed scrape")
+    up = readyz_upstreams(stack)["r0"]
+    assert "GET /metrics" in up["engine"]["scrape_error"], up
+    assert up["max_sequences"] == 4  # where it starts, held
+    results: list = []
+    assert flood(stack, 8, 4, results) == [200] * 8
+    assert "capacity stays 4" in stack.gateway.output()
