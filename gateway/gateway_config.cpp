@@ -204,8 +204,8 @@ class Parser {
   }
 
   bool readUpstream(const toml::node& node, const std::string& path, UpstreamConfig& u) {
-    static constexpr std::string_view kStrings[] = {"url", "name", "health_path", "capacity",
-                                                    "metrics_path"};
+    static constexpr std::string_view kStrings[] = {"url",      "name",         "health_path",
+                                                    "capacity", "metrics_path", "engine_priority"};
     const toml::table* t = r_.readTable(node, path);
     if (t == nullptr || !checkKeys(*t, path, kStrings, kUpstreamInts)) return false;
     const std::string url_key = path + ".url";
@@ -248,6 +248,20 @@ class Parser {
                          config::quote(capacity));
     }
     u.capacity_auto = capacity == "auto";
+    std::string priority = "off";
+    if (!readString(*t, path, "engine_priority", priority)) return false;
+    if (priority == "off") {
+      u.engine_priority = UpstreamConfig::EnginePriority::kOff;
+    } else if (priority == "lower_first") {
+      u.engine_priority = UpstreamConfig::EnginePriority::kLowerFirst;
+    } else if (priority == "higher_first") {
+      u.engine_priority = UpstreamConfig::EnginePriority::kHigherFirst;
+    } else {
+      return r_.fail(*config::findKey(*t, "engine_priority"), path + ".engine_priority",
+                     "expected \"off\", \"lower_first\" (vLLM) or \"higher_first\" (SGLang's "
+                     "default), got " +
+                         config::quote(priority));
+    }
     if (!readInts(*t, path, kUpstreamInts, u)) return false;
     if (u.min_sequences > u.max_sequences) {
       return r_.fail(*config::findKey(*t, "min_sequences"), path + ".min_sequences",
@@ -266,10 +280,10 @@ class Parser {
     const auto bad_byte = [](char c) { return c <= ' ' || c == 0x7f; };
     if ((out.empty() && !may_be_empty) || (!out.empty() && out.front() != '/') ||
         std::any_of(out.begin(), out.end(), bad_byte)) {
-      return r_.fail(*config::findKey(t, key), path + "." + std::string(key),
-                     std::string("expected a path from the server's root (\"/") +
-                         (key == "health_path" ? "health\"), or \"\" for no checks"
-                                               : "metrics\")"));
+      return r_.fail(
+          *config::findKey(t, key), path + "." + std::string(key),
+          std::string("expected a path from the server's root (\"/") +
+              (key == "health_path" ? "health\"), or \"\" for no checks" : "metrics\")"));
     }
     return true;
   }

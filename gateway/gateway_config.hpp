@@ -53,13 +53,21 @@ struct UpstreamConfig {
   std::string url;   // http://HOST[:PORT][/PREFIX] as written
   std::string host;
   std::uint16_t port = 80;
-  std::string prefix;                 // path prefix before /v1/..., without a trailing '/'
-  std::uint32_t max_sequences = 64;   // requests the upstream runs at once
+  std::string prefix;                // path prefix before /v1/..., without a trailing '/'
+  std::uint32_t max_sequences = 64;  // requests the upstream runs at once
   // capacity = "auto": the requests sent at once follow the engine's
   // Prometheus metrics (GET metrics_path every metrics_interval_ms), between
   // min_sequences and max_sequences (auto_capacity.hpp); "fixed":
   // max_sequences.
   bool capacity_auto = false;
+  // engine_priority: the gateway sets each call's "priority" from how many
+  // of its tenant's calls already run on the upstream (0 for a tenant with
+  // none), so an engine that schedules by priority (vLLM's
+  // --scheduling-policy priority, SGLang's --enable-priority-scheduling)
+  // takes a light tenant's call first and may preempt for it. kOff: the
+  // caller's own "priority", if any, passes through.
+  enum class EnginePriority : std::uint8_t { kOff, kLowerFirst, kHigherFirst };
+  EnginePriority engine_priority = EnginePriority::kOff;
   std::string metrics_path = "/metrics";
   std::uint64_t metrics_interval_ms = 1000;
   std::uint32_t min_sequences = 1;

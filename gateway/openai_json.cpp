@@ -52,6 +52,15 @@ std::variant<GenerateRequest, BodyError> parseGenerateRequest(Route route, std::
     if (!s->is_boolean()) return BodyError{"'stream' must be a boolean", "stream"};
     r.stream = s->get<bool>();
   }
+  // An engine's scheduling priority (vLLM, SGLang): kept apart, so that an
+  // upstream with engine_priority set gets the gateway's instead.
+  if (auto p = j.find("priority"); p != j.end()) {
+    if (!p->is_null()) {
+      if (!p->is_number_integer()) return BodyError{"'priority' must be an integer", "priority"};
+      r.caller_priority = p->get<std::int64_t>();
+    }
+    j.erase(p);
+  }
   if (auto n = j.find("n"); n != j.end() && !n->is_null()) {
     if (!n->is_number_integer() || n->get<std::int64_t>() != 1) {
       return BodyError{"only n = 1 is supported", "n"};
@@ -195,6 +204,22 @@ std::string errorJson(std::string_view message, std::string_view type, std::stri
   out["error"] = std::move(e);
   // Invalid UTF-8 in a message (a peer's bytes) is replaced, never thrown on.
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string bodyForEngine(std::string body, UpstreamConfig::EnginePriority mode,
+                          std::uint32_t tenant_calls, std::optional<std::int64_t> caller_priority) {
+  std::optional<std::int64_t> priority = caller_priority;
+  if (mode == UpstreamConfig::EnginePriority::kLowerFirst) priority = tenant_calls;
+  if (mode == UpstreamConfig::EnginePriority::kHigherFirst) {
+    priority = -static_cast<std::int64_t>(tenant_calls);
+  }
+  if (!priority) return body;
+  const std::size_t close = body.rfind('}');
+  if (close == std::string::npos) return body;
+  std::string field = "\"priority\":" + std::to_string(*priority);
+  const bool empty = body.find_first_not_of(" \t\r\n", body.find('{') + 1) == close;
+  body.insert(close, empty ? field : "," + field);
+  return body;
 }
 
 }  // namespace fairsched::gateway

@@ -25,11 +25,19 @@ struct GenerateRequest {
   // The caller asked for stream_options.include_usage; the gateway always
   // asks the upstream for it and drops the usage chunk otherwise.
   bool caller_wants_usage = false;
-  std::uint32_t max_tokens = 0;     // as the caller gave it, or the default
-  std::uint32_t prompt_tokens = 0;  // the estimate above
-  std::string model;                // "" when the body names none
-  std::string upstream_body;        // the body for the upstream
+  std::uint32_t max_tokens = 0;                 // as the caller gave it, or the default
+  std::uint32_t prompt_tokens = 0;              // the estimate above
+  std::string model;                            // "" when the body names none
+  std::optional<std::int64_t> caller_priority;  // the body's "priority", not in upstream_body
+  std::string upstream_body;                    // the body for the upstream
 };
+
+// upstream_body as the upstream gets it: with "priority" set by the
+// upstream's engine_priority from `tenant_calls` (the tenant's calls already
+// open on it: 0 for a tenant with none; lower_first sends it as is,
+// higher_first negated), or the caller's own when engine_priority is off.
+std::string bodyForEngine(std::string body, UpstreamConfig::EnginePriority mode,
+                          std::uint32_t tenant_calls, std::optional<std::int64_t> caller_priority);
 
 struct BodyError {
   std::string message;

@@ -118,8 +118,27 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
     if (attempt > 0 || !bridge_.takeOver(ex)) break;
   }
   UpstreamCall& up = *call;
+  // The tenant's calls open on this upstream, this one included, while it is.
+  struct TenantCall {
+    std::shared_ptr<Replica> on;
+    const std::string& tenant;
+    std::uint32_t before;
+    explicit TenantCall(std::shared_ptr<Replica> r, const std::string& t)
+        : on(std::move(r)), tenant(t), before(on->tenant_calls[tenant]++) {}
+    ~TenantCall() {
+      if (auto it = on->tenant_calls.find(tenant);
+          it != on->tenant_calls.end() && --it->second == 0)
+        on->tenant_calls.erase(it);
+    }
+    TenantCall(const TenantCall&) = delete;
+    TenantCall& operator=(const TenantCall&) = delete;
+  };
+  std::optional<TenantCall> tenant_call;
   if (!err) {
+    tenant_call.emplace(ex.via, ex.tenant);
     std::string body = std::move(ex.req.upstream_body);
+    body = bodyForEngine(std::move(body), ex.via->cfg.engine_priority, tenant_call->before,
+                         ex.req.caller_priority);
     std::string accept = ex.req.stream ? "text/event-stream" : "application/json";
     err = co_await up.request(UpstreamCall::Method::kPost, std::string(routePath(ex.route)),
                               std::move(body), std::move(accept));

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -52,7 +53,7 @@ struct Replica {
   UpstreamConfig cfg;  // before pool, which refers to it
   UpstreamPool pool;
   UpstreamHealth health;
-  AutoCapacity autocap;  // its limit applies under capacity = "auto"
+  AutoCapacity autocap;      // its limit applies under capacity = "auto"
   std::string scrape_error;  // the last failed metrics scrape ("" when it passed)
   std::optional<Worker> worker;
   std::optional<asio::posix::stream_descriptor> worker_fd;
@@ -60,6 +61,8 @@ struct Replica {
   asio::steady_timer scrape;   // paces its metrics loop
   std::uint32_t running = 0;   // calls on it: assigned to its worker, or taken over from another
   std::uint64_t reserved = 0;  // their prompt + max output tokens
+  // Calls of each tenant whose upstream call is open on it (engine_priority).
+  std::unordered_map<std::string, std::uint32_t> tenant_calls;
   std::optional<std::pair<std::uint32_t, std::uint64_t>> stated;  // the capacity last stated
   bool removed = false;   // gone from the config: states no capacity, drains
   bool detached = false;  // drained and detached: its loops end

@@ -8,7 +8,8 @@ namespace fairsched::gateway {
 namespace {
 
 // What vLLM's /metrics says (abridged, as v0.10 writes it).
-constexpr std::string_view kVllm = R"(# HELP vllm:num_requests_running Number of requests in model execution batches.
+constexpr std::string_view kVllm =
+    R"(# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="m"} 7.0
 vllm:num_requests_running{engine="1",model_name="m"} 5.0

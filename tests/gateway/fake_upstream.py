@@ -22,9 +22,12 @@ call). GET /health: 200, or 503 while --unhealthy-file exists.
 --engine-slots N runs at most N calls at once, the rest waiting in a FIFO,
 as an engine's scheduler does; GET /metrics then says so as vLLM does
 (vllm:num_requests_running, vllm:num_requests_waiting,
-vllm:kv_cache_usage_perc), and /stats adds "engine": its peaks and the
+vllm:kv_cache_usage_perc), and /stats adds "engine": its peaks, the order
+calls arrived and were admitted in ("log"), and the
 seconds integrated over time of calls running and waiting (GET /stats/reset
-starts them again).
+starts them again). --engine-priority orders the waiting calls by the
+body's "priority" as vLLM's (lower_first) or SGLang's (higher_first)
+priority scheduling does.
 Prints "PORT <n>" on stdout once it listens. Standard library only.
 """
 
@@ -48,8 +51,11 @@ class Engine:
     """At most `slots` calls run at once; the rest wait, first come first
     served."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, priority: str = "off") -> None:
         self.slots = slots
+        self.priority = priority  # off (first come), lower_first, higher_first
+        self.arrivals = 0
+        self.log: list[list] = []  # ["arrive"|"admit", prompt, priority]
         self.cond = threading.Condition()
         self.running = 0
         self.waiting: list[object] = []
@@ -65,16 +71,23 @@ class Engine:
         self.waiting_s += len(self.waiting) * (now - self.since)
         self.since = now
 
-    def enter(self) -> None:
-        me = object()
+    def enter(self, prompt: str, priority: int) -> None:
+        """Waits for a slot: first come first served, or by the body's
+        "priority" (then arrival) as vLLM's and SGLang's priority policies
+        order their waiting queues."""
         with self.cond:
             self._tick()
+            self.arrivals += 1
+            rank = {"off": 0, "lower_first": priority, "higher_first": -priority}[self.priority]
+            me = (rank, self.arrivals)
             self.waiting.append(me)
+            self.log.append(["arrive", prompt, priority])
             self.max_waiting = max(self.max_waiting, len(self.waiting))
-            while self.waiting[0] is not me or self.running >= self.slots:
+            while min(self.waiting) != me or self.running >= self.slots:
                 self.cond.wait()
             self._tick()
-            self.waiting.pop(0)
+            self.waiting.remove(me)
+            self.log.append(["admit", prompt, priority])
             self.running += 1
             self.max_running = max(self.max_running, self.running)
             self.cond.notify_all()
@@ -101,13 +114,15 @@ class Engine:
             self.max_running = self.running
             self.max_waiting = len(self.waiting)
             self.running_s = self.waiting_s = 0.0
+            self.log = []
 
     def stats(self) -> dict:
         with self.cond:
             self._tick()
             return {"slots": self.slots, "running": self.running, "waiting": len(self.waiting),
                     "max_running": self.max_running, "max_waiting": self.max_waiting,
-                    "running_s": self.running_s, "waiting_s": self.waiting_s}
+                    "running_s": self.running_s, "waiting_s": self.waiting_s,
+                    "log": list(self.log)}
 
 
 ENGINE: Engine | None = None
@@ -202,7 +217,7 @@ class Handler(BaseHTTPRequestHandler):
             STATS["prompts"].append(prompt[:64])
         self._running = True
         if ENGINE is not None:
-            ENGINE.enter()
+            ENGINE.enter(prompt[:64], int(body.get("priority") or 0))
         try:
             self._serve(body, chat, model, prompt, max_tokens)
         except (BrokenPipeError, ConnectionResetError):
@@ -281,10 +296,13 @@ def main() -> None:
                    help="GET /health answers 503 while this file exists")
     p.add_argument("--engine-slots", type=int, default=0,
                    help="run at most this many calls at once, queue the rest; serve /metrics")
+    p.add_argument("--engine-priority", default="off",
+                   choices=("off", "lower_first", "higher_first"),
+                   help="order the engine's waiting calls by the body's priority")
     args = p.parse_args()
     global ENGINE
     if args.engine_slots > 0:
-        ENGINE = Engine(args.engine_slots)
+        ENGINE = Engine(args.engine_slots, args.engine_priority)
     ARGS.unhealthy_file = args.unhealthy_file
     if args.keep_alive_s is not None:
         Handler.timeout = args.keep_alive_s

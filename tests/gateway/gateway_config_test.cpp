@@ -130,6 +130,14 @@ TEST(GatewayConfig, CapacityIsFixedOrFollowsTheEnginesMetrics) {
             "gw.toml:4: upstream.min_sequences: is above max_sequences (4)");
   EXPECT_EQ(errorOf("[upstream]\nurl = \"http://a:1\"\nmetrics_path = \"\"\n").substr(0, 50),
             "gw.toml:3: upstream.metrics_path: expected a path ");
+  EXPECT_EQ(fixed.value().upstreams.at(0).engine_priority, UpstreamConfig::EnginePriority::kOff);
+  auto sglang =
+      parseGatewayConfig("[upstream]\nurl = \"http://a:1\"\nengine_priority = \"higher_first\"\n");
+  ASSERT_TRUE(sglang.ok());
+  EXPECT_EQ(sglang.value().upstreams.at(0).engine_priority,
+            UpstreamConfig::EnginePriority::kHigherFirst);
+  EXPECT_EQ(errorOf("[upstream]\nurl = \"http://a:1\"\nengine_priority = \"vllm\"\n").substr(0, 56),
+            "gw.toml:3: upstream.engine_priority: expected \"off\", \"lo");
 }
 
 }  // namespace fairsched::gateway

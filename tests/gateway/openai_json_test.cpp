@@ -67,6 +67,29 @@ TEST(ParseGenerateRequest, RefusesWhatCannotBeScheduled) {
   EXPECT_EQ(bad(Route::kCompletions, R"({"prompt":"x","stream":"yes"})").param, "stream");
 }
 
+TEST(ParseGenerateRequest, TheCallersPriorityIsKeptApartAndTheEngineGetsTheGatewaysWhenSet) {
+  using P = UpstreamConfig::EnginePriority;
+  const GenerateRequest r = ok(Route::kCompletions, R"({"prompt":"x","priority":-50})");
+  ASSERT_TRUE(r.caller_priority);
+  EXPECT_EQ(*r.caller_priority, -50);
+  EXPECT_FALSE(nlohmann::json::parse(r.upstream_body).contains("priority"));
+  const auto priorityIn = [](const std::string& body) {
+    const auto j = nlohmann::json::parse(body);
+    return j.contains("priority") ? j["priority"].get<std::int64_t>() : -999;
+  };
+  // Off: the caller's passes through; set: the caller's is replaced.
+  EXPECT_EQ(priorityIn(bodyForEngine(r.upstream_body, P::kOff, 3, r.caller_priority)), -50);
+  EXPECT_EQ(priorityIn(bodyForEngine(r.upstream_body, P::kLowerFirst, 3, r.caller_priority)), 3);
+  EXPECT_EQ(priorityIn(bodyForEngine(r.upstream_body, P::kHigherFirst, 3, r.caller_priority)), -3);
+  EXPECT_EQ(priorityIn(bodyForEngine(r.upstream_body, P::kLowerFirst, 0, std::nullopt)), 0);
+  const GenerateRequest none = ok(Route::kCompletions, R"({"prompt":"x","priority":null})");
+  EXPECT_FALSE(none.caller_priority);
+  EXPECT_EQ(bodyForEngine(none.upstream_body, P::kOff, 7, std::nullopt), none.upstream_body);
+  EXPECT_EQ(bodyForEngine("{}", P::kLowerFirst, 2, std::nullopt), R"({"priority":2})");
+  EXPECT_EQ(bad(Route::kCompletions, R"({"prompt":"x","priority":"high"})").param, "priority");
+  EXPECT_EQ(bad(Route::kCompletions, R"({"prompt":"x","priority":1.5})").param, "priority");
+}
+
 TEST(ParseStreamChunk, TextUsageAndErrors) {
   EXPECT_TRUE(parseStreamChunk(R"({"choices":[{"text":"a"}]})").has_text);
   EXPECT_FALSE(parseStreamChunk(R"({"choices":[{"text":""}]})").has_text);

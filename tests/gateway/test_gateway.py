@@ -849,3 +849,66 @@ def test_capacity_auto_holds_its_limit_when_the_metrics_cannot_be_read(stack: St
     results: list = []
     assert flood(stack, 8, 4, results) == [200] * 8
     assert "capacity stays 4" in stack.gateway.output()
+
+
+# --- the order passed to the engine -----------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["off", "lower_first", "higher_first"])
+def test_engine_priority_puts_a_light_tenants_call_before_a_floods_waiting_calls(
+        stack: Stack, mode: str):
+    # An engine that runs 2 at once and orders its waiting calls by their
+    # "priority" as vLLM (lower_first) or SGLang (higher_first) do; the
+    # gateway sends it 10 (more than it runs, so some wait in it).
+    stack.start(replicas=1, upstream_max_sequences=10, upstream_engine_priority=f'"{mode}"',
+                upstream_args=("--engine-slots", "2", "--token-ms", "10",
+                               "--engine-priority", "lower_first" if mode == "off" else mode))
+    port = stack.replicas[0][1]
+    results: list = []
+    threads = [threading.Thread(
+        target=lambda i=i: results.append(complete(stack, i, key="alice", tokens=10)))
+        for i in range(10)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: stack.upstream_stats(port)["engine"]["waiting"] >= 6, 10 * SLOW,
+               "the flood to wait in the engine")
+    t0 = time.monotonic()
+    assert complete(stack, 1000, key="bob", tokens=2) == 200
+    bob_s = time.monotonic() - t0
+    for t in threads:
+        t.join(60 * SLOW)
+    assert results == [200] * 10
+    log = stack.upstream_stats(port)["engine"]["log"]
+    arrived = next(i for i, e in enumerate(log) if e[:2] == ["arrive", "r1000"])
+    bob_priority = log[arrived][2]
+    waiting = {e[1] for e in log[:arrived] if e[0] == "arrive"} - {
+        e[1] for e in log[:arrived] if e[0] == "admit"}
+    admitted_after = [e[1] for e in log[arrived:] if e[0] == "admit"]
+    alice_priorities = sorted(e[2] for e in log if e[0] == "arrive" and e[1] != "r1000")
+    print(f"{mode}: bob's call {bob_s * 1000:.0f} ms, {len(waiting)} of the flood waiting when it "
+          f"arrived, admitted {admitted_after.index('r1000') + 1}th after")
+    assert len(waiting) >= 4, log
+    if mode == "off":
+        # The caller sent none: none reaches the engine, which serves first come.
+        assert bob_priority == 0 and set(alice_priorities) == {0}
+        assert admitted_after.index("r1000") == len(waiting), log
+    else:
+        # Bob has nothing running there: the engine's first choice.
+        assert bob_priority == 0
+        assert admitted_after[0] == "r1000", log
+        sign = 1 if mode == "lower_first" else -1
+        assert sign * alice_priorities[-1 if sign > 0 else 0] >= 5, alice_priorities
+
+
+def test_a_callers_own_priority_reaches_the_engine_only_when_the_gateway_sets_none(stack: Stack):
+    stack.start(replicas=1, upstream_args=("--engine-slots", "4"),
+                upstream_engine_priority='"lower_first"')
+    port = stack.replicas[0][1]
+    s, _, b = stack.request("POST", "/v1/completions",
+                            {"model": "m", "prompt": "jump", "max_tokens": 1, "priority": -100})
+    assert s == 200, b
+    log = stack.upstream_stats(port)["engine"]["log"]
+    assert ["arrive", "jump", 0] in log, log  # the gateway's, not the caller's
+    s, _, b = stack.request("POST", "/v1/completions",
+                            {"model": "m", "prompt": "x", "priority": "high"})
+    assert s == 400 and json.loads(b)["error"]["param"] == "priority", b
