@@ -350,10 +350,12 @@ class Parser {
             k.routes |= routeBit(Route::kChatCompletions);
           } else if (s.text == "models") {
             k.routes |= routeBit(Route::kModels);
+          } else if (s.text == "embeddings") {
+            k.routes |= routeBit(Route::kEmbeddings);
           } else {
             return r_.fail(s.line, path + ".routes",
                            "unknown route " + config::quote(s.text) +
-                               " (expected completions, chat.completions or models)");
+                               " (expected completions, chat.completions, embeddings or models)");
           }
         }
       }

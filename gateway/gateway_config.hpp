@@ -20,12 +20,18 @@
 namespace fairsched::gateway {
 
 // The routes a key may use.
-enum class Route : std::uint8_t { kCompletions = 0, kChatCompletions = 1, kModels = 2 };
-inline constexpr std::uint8_t kAllRoutes = 0b111;
+enum class Route : std::uint8_t {
+  kCompletions = 0,
+  kChatCompletions = 1,
+  kModels = 2,
+  kEmbeddings = 3
+};
+inline constexpr std::uint8_t kAllRoutes = 0b1111;
 constexpr std::uint8_t routeBit(Route r) {
   return static_cast<std::uint8_t>(1u << static_cast<unsigned>(r));
 }
-// The route's URL path: "/v1/completions", "/v1/chat/completions", "/v1/models".
+// The route's URL path: "/v1/completions", "/v1/chat/completions",
+// "/v1/models", "/v1/embeddings".
 constexpr std::string_view routePath(Route r) {
   switch (r) {
     case Route::kCompletions:
@@ -34,6 +40,8 @@ constexpr std::string_view routePath(Route r) {
       return "/v1/chat/completions";
     case Route::kModels:
       return "/v1/models";
+    case Route::kEmbeddings:
+      return "/v1/embeddings";
   }
   return "?";
 }

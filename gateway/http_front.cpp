@@ -283,6 +283,7 @@ awaitable<bool> HttpFront::Session::handle(http::request<http::string_body>& req
   std::optional<Route> route;
   if (path == "/v1/completions") route = Route::kCompletions;
   if (path == "/v1/chat/completions") route = Route::kChatCompletions;
+  if (path == "/v1/embeddings") route = Route::kEmbeddings;
   if (path == "/v1/models" || path.starts_with("/v1/models/")) route = Route::kModels;
   if (!route) co_return co_await sendError(notFound(path));
   const bool get = method == http::verb::get;

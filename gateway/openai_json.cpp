@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <limits>
 
 namespace fairsched::gateway {
@@ -33,6 +34,44 @@ std::uint64_t textBytes(const json& v) {
 
 std::uint32_t clampTokens(std::uint64_t v) {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(v, 1u << 30));
+}
+
+// /v1/embeddings: "input" is a string, an array of strings, an array of
+// token ids or an array of such arrays. Nothing is generated: the request
+// reserves its input alone (max_tokens 0) and is never streamed.
+std::variant<GenerateRequest, BodyError> embeddingsRequest(json j, GenerateRequest r) {
+  if (r.stream) return BodyError{"embeddings are not streamed", "stream"};
+  const auto in = j.find("input");
+  if (in == j.end()) return BodyError{"'input' is required", "input"};
+  const auto tokenIds = [](const json& a) {
+    return a.is_array() && !a.empty() &&
+           std::all_of(a.begin(), a.end(), [](const json& t) { return t.is_number_unsigned(); });
+  };
+  std::uint64_t tokens = 0;
+  if (in->is_string()) {
+    tokens = (in->get_ref<const std::string&>().size() + 3) / 4;
+  } else if (tokenIds(*in)) {
+    tokens = in->size();
+  } else if (in->is_array() && !in->empty()) {
+    for (const json& item : *in) {
+      if (item.is_string()) {
+        tokens += std::max<std::uint64_t>(1, (item.get_ref<const std::string&>().size() + 3) / 4);
+      } else if (tokenIds(item)) {
+        tokens += item.size();
+      } else {
+        return BodyError{
+            "'input' must be a string, an array of strings, an array of token ids or an array of "
+            "such arrays",
+            "input"};
+      }
+    }
+  } else {
+    return BodyError{"'input' must be a non-empty string or array", "input"};
+  }
+  r.prompt_tokens = clampTokens(std::max<std::uint64_t>(1, tokens));
+  r.max_tokens = 0;
+  r.upstream_body = j.dump();
+  return r;
 }
 
 }  // namespace
@@ -73,6 +112,7 @@ std::variant<GenerateRequest, BodyError> parseGenerateRequest(Route route, std::
   }
   std::uint64_t bytes = 0;
   std::uint64_t overhead = 0;
+  if (route == Route::kEmbeddings) return embeddingsRequest(std::move(j), std::move(r));
   if (route == Route::kCompletions) {
     auto p = j.find("prompt");
     if (p == j.end() || !(p->is_string() || p->is_array())) {

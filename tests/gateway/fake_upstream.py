@@ -4,7 +4,8 @@
 Speaks what vLLM and SGLang speak on /v1/completions and
 /v1/chat/completions: JSON, or with "stream": true server-sent events
 (one chunk per token, then a usage chunk when stream_options.include_usage,
-then "data: [DONE]") over chunked transfer encoding; GET /v1/models.
+then "data: [DONE]") over chunked transfer encoding; GET /v1/models; POST
+/v1/embeddings (a 4-number vector per input).
 
 Token i of a response is "t<i> " (so a test can count them); the response
 has max_tokens tokens. The model name picks a behaviour:
@@ -204,6 +205,9 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", "0"))
         body = json.loads(self.rfile.read(length) or b"{}")
         chat = self.path.startswith("/v1/chat/completions")
+        if self.path.startswith("/v1/embeddings"):
+            self._embeddings(body)
+            return
         if not (chat or self.path.startswith("/v1/completions")):
             self._json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
             return
@@ -225,6 +229,21 @@ class Handler(BaseHTTPRequestHandler):
                 STATS["disconnects"] += 1
         finally:
             self._release()
+
+    def _embeddings(self, body) -> None:
+        """One 4-dimensional vector per input; usage counts a token per 4 bytes
+        of each string (at least 1), or the ids given."""
+        inp = body.get("input")
+        items = [inp] if isinstance(inp, str) or (
+            isinstance(inp, list) and inp and isinstance(inp[0], int)) else list(inp or [])
+        tokens = sum(len(x) if isinstance(x, list) else max(1, len(x) // 4) for x in items)
+        with LOCK:
+            STATS["requests"] += 1
+            STATS["prompts"].append(json.dumps(inp)[:64])
+        data = [{"object": "embedding", "index": i, "embedding": [0.5, -0.25, 0.125, float(i)]}
+                for i in range(len(items))]
+        self._json(200, {"object": "list", "data": data, "model": body.get("model", "embed"),
+                         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     def _serve(self, body, chat, model, prompt, max_tokens):
         if model == "fail":

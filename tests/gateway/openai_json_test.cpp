@@ -90,6 +90,23 @@ TEST(ParseGenerateRequest, TheCallersPriorityIsKeptApartAndTheEngineGetsTheGatew
   EXPECT_EQ(bad(Route::kCompletions, R"({"prompt":"x","priority":1.5})").param, "priority");
 }
 
+TEST(ParseGenerateRequest, EmbeddingsReserveTheirInputAloneAndAreNeverStreamed) {
+  const GenerateRequest one = ok(Route::kEmbeddings, R"({"model":"e","input":"12345678"})");
+  EXPECT_EQ(one.prompt_tokens, 2u);
+  EXPECT_EQ(one.max_tokens, 0u);
+  EXPECT_FALSE(one.stream);
+  EXPECT_EQ(ok(Route::kEmbeddings, R"({"input":["1234","12345",""]})").prompt_tokens, 4u);
+  EXPECT_EQ(ok(Route::kEmbeddings, R"({"input":[5,6,7]})").prompt_tokens, 3u);
+  EXPECT_EQ(ok(Route::kEmbeddings, R"({"input":[[5,6],[7]]})").prompt_tokens, 3u);
+  // The body goes on as it came (no max_tokens added).
+  EXPECT_FALSE(nlohmann::json::parse(one.upstream_body).contains("max_tokens"));
+  EXPECT_EQ(bad(Route::kEmbeddings, R"({"model":"e"})").param, "input");
+  EXPECT_EQ(bad(Route::kEmbeddings, R"({"input":[]})").param, "input");
+  EXPECT_EQ(bad(Route::kEmbeddings, R"({"input":[[5],"x",{}]})").param, "input");
+  EXPECT_EQ(bad(Route::kEmbeddings, R"({"input":[-1]})").param, "input");
+  EXPECT_EQ(bad(Route::kEmbeddings, R"({"input":"x","stream":true})").param, "stream");
+}
+
 TEST(ParseStreamChunk, TextUsageAndErrors) {
   EXPECT_TRUE(parseStreamChunk(R"({"choices":[{"text":"a"}]})").has_text);
   EXPECT_FALSE(parseStreamChunk(R"({"choices":[{"text":""}]})").has_text);

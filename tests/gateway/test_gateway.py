@@ -912,3 +912,51 @@ def test_a_callers_own_priority_reaches_the_engine_only_when_the_gateway_sets_no
     s, _, b = stack.request("POST", "/v1/completions",
                             {"model": "m", "prompt": "x", "priority": "high"})
     assert s == 400 and json.loads(b)["error"]["param"] == "priority", b
+
+
+# --- embeddings ---------------------------------------------------------------------
+
+
+def test_embeddings_are_scheduled_with_their_input_alone_and_settled_by_usage(stack: Stack):
+    stack.start()
+    s, h, b = stack.request("POST", "/v1/embeddings",
+                            {"model": "embed", "input": ["first text", "second, longer text"]},
+                            key="tokened")
+    assert s == 200, b
+    out = json.loads(b)
+    assert [d["index"] for d in out["data"]] == [0, 1]
+    assert len(out["data"][0]["embedding"]) == 4
+    assert out["usage"]["prompt_tokens"] == 6
+    assert "x-fairsched-overhead-ms" in h and "x-fairsched-queue-ms" in h
+    # Reserved while it ran: the estimate (3 + 5 tokens), nothing for output.
+    assert int(h["x-ratelimit-remaining-tokens"]) == 100000 - 8, h
+    c = stack.tenant_counts("tokened")
+    assert c["completed"] == 1 and c["queued"] == 0 and c["in_flight"] == 0
+    # Then settled at what the upstream counted (6): the next request's
+    # headers are 100000 − 6 − its own reservation (2 tokens).
+    time.sleep(0.5 * SLOW)  # the daemon's completion reaches the gateway
+    s, h, b = stack.request("POST", "/v1/embeddings", {"model": "embed", "input": "12345678"},
+                            key="tokened")
+    assert s == 200, b
+    assert int(h["x-ratelimit-remaining-tokens"]) == 100000 - 6 - 2, h
+    s, _, b = stack.request("POST", "/v1/embeddings", {"model": "embed", "input": [1, 2, 3]})
+    assert s == 200, b
+    assert json.loads(b)["usage"]["prompt_tokens"] == 3
+
+
+def test_embeddings_refuse_what_has_no_input_or_asks_to_stream(stack: Stack):
+    stack.start()
+    for body, param in (({"model": "e"}, "input"), ({"model": "e", "input": ""}, None),
+                        ({"model": "e", "input": [{"x": 1}]}, "input"),
+                        ({"model": "e", "input": []}, "input"),
+                        ({"model": "e", "input": "x", "stream": True}, "stream")):
+        s, _, b = stack.request("POST", "/v1/embeddings", body)
+        if param is None:
+            assert s == 200, b  # an empty string is one (estimated) token
+            continue
+        assert s == 400, (body, b)
+        assert json.loads(b)["error"]["param"] == param, b
+    # A key limited to other routes may not use it.
+    assert stack.request("POST", "/v1/embeddings", {"model": "e", "input": "x"},
+                         key="modelsonly")[0] == 403
+    assert stack.request("GET", "/v1/embeddings")[0] == 405
