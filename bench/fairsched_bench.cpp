@@ -67,6 +67,8 @@ constexpr ScenarioInfo kScenarios[] = {
      fairsched::bench::runFleetScenario, nullptr},
     {"flood", "steady clients' latency while 8 clients flood with rejected submissions",
      fairsched::bench::runFlood, nullptr},
+    {"gateway", "fairsched-gateway against its upstream called directly (a native one)",
+     fairsched::bench::runGatewayScenario, nullptr},
 };
 
 const ScenarioInfo* findScenario(std::string_view name) {

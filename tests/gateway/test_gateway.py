@@ -496,7 +496,8 @@ def test_health_endpoints_answer_get_and_head_only(stack: Stack):
 
 
 def test_an_upstream_answering_something_not_http_is_a_bad_response(stack: Stack):
-    stack.start(upstream=False)
+    # No health checks: the one connection accepted below is the call's.
+    stack.start(upstream=False, upstream_health_path='""')
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", stack.upstream_port))
@@ -645,9 +646,12 @@ def test_replicas_each_run_their_share_within_their_own_capacity(stack: Stack):
 
 
 def test_a_killed_replica_is_ejected_its_calls_run_elsewhere_and_it_comes_back(stack: Stack):
-    # Checks every second: the burst below meets the dead replica before one.
-    stack.start(replicas=2, upstream_health_interval_ms=1000, upstream_eject_ms=200)
+    # Checks every 2 s: killed just after its first check passed, the burst
+    # below meets the dead replica before the next one.
+    stack.start(replicas=2, upstream_health_interval_ms=2000, upstream_eject_ms=200)
     proc, port = stack.replicas[1]
+    wait_until(lambda: stack.upstream_stats(port)["health_checks"] >= 1, 5 * SLOW,
+               "r1's first check")
     proc.stop(signal.SIGKILL)
     # Every request is answered: one assigned to the dead replica is refused
     # before anything was sent, so the live one runs it; then it is ejected.
