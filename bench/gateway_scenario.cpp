@@ -229,8 +229,9 @@ class NativeUpstream {
       const std::string len = headerValue(head, "content-length");
       if (!len.empty() && !r.bytes(std::stoul(len), &body)) break;
       if (head.starts_with("GET ")) {
-        if (!writeAll(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                          "Content-Length: 15\r\n\r\n{\"status\":\"ok\"}")) {
+        if (!writeAll(fd,
+                      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                      "Content-Length: 15\r\n\r\n{\"status\":\"ok\"}")) {
           break;
         }
         continue;
@@ -257,16 +258,18 @@ class NativeUpstream {
 
   static const std::string& sseAnswer() {
     static const std::string a = [] {
-      std::string out = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                        "Transfer-Encoding: chunked\r\n\r\n";
+      std::string out =
+          "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+          "Transfer-Encoding: chunked\r\n\r\n";
       const auto chunk = [&](const std::string& data) {
         char size[16];
         std::snprintf(size, sizeof size, "%zx\r\n", data.size());
         out += size + data + "\r\n";
       };
       for (int i = 0; i < kTokens; ++i) {
-        chunk(R"(data: {"id":"cmpl-1","object":"text_completion.chunk","model":"m","choices":[{"index":0,"text":"t)" +
-              std::to_string(i) + R"( ","finish_reason":null}]})" + "\n\n");
+        chunk(
+            R"(data: {"id":"cmpl-1","object":"text_completion.chunk","model":"m","choices":[{"index":0,"text":"t)" +
+            std::to_string(i) + R"( ","finish_reason":null}]})" + "\n\n");
       }
       chunk(
           R"(data: {"id":"cmpl-1","object":"text_completion.chunk","model":"m","choices":[],"usage":{"prompt_tokens":34,"completion_tokens":8,"total_tokens":42}})"
@@ -443,7 +446,8 @@ std::uint16_t freePort() {
 
 std::string daemonConfigText(std::uint64_t busy_poll_us) {
   return "default_tier = \"bench\"\n[daemon]\nbusy_poll_us = " + std::to_string(busy_poll_us) +
-         "\n[[tiers]]\nname = \"bench\"\n[endpoints.chat]\nexecutor = \"worker\"\nmax_batch_tokens = 65536\n"
+         "\n[[tiers]]\nname = \"bench\"\n[endpoints.chat]\nexecutor = \"worker\"\nmax_batch_tokens "
+         "= 65536\n"
          "max_output_tokens = 4096\nbatch_timeout_ms = 60000\n"
          "[endpoints.chat.worker]\nmax_sequences = 256\n"
          "[tenants.bench]\nqueue_limit = 100000\n";
@@ -464,8 +468,7 @@ struct Cell {
   int concurrency;
   bool stream;
 };
-constexpr Cell kCells[] = {{1, false}, {16, false}, {64, false},
-                           {1, true},  {16, true},  {64, true}};
+constexpr Cell kCells[] = {{1, false}, {16, false}, {64, false}, {1, true}, {16, true}, {64, true}};
 
 // One grid with the daemon's busy_poll_us set so; its cells appended to `cells`.
 // The upstream starts after the daemon is forked, so that the fork copies
@@ -556,8 +559,8 @@ ScenarioResult runGatewayScenario(const ScenarioOptions& opts) {
     const bool met = at_most ? value <= target : value >= target;
     aims[name] = {{"value", value}, {"aim", target}, {"met", met}};
     char line[200];
-    std::snprintf(line, sizeof line, "%-44s %9.3f %s %-7g %s\n", name, value, at_most ? "<=" : ">=",
-                  target, met ? "MET" : "MISS");
+    std::snprintf(line, sizeof line, "%-44s %9.3f %s %-7g %s\n", name, value,
+                  at_most ? "<=" : ">=", target, met ? "MET" : "MISS");
     table += line;
   };
   table += "\n";
@@ -586,8 +589,8 @@ ScenarioResult runGatewayScenario(const ScenarioOptions& opts) {
         0.5, true);
     double worst = 0;
     for (const json& c : cells) {
-      worst = std::max(worst, c["upstream_connections"].get<double>() /
-                                  c["concurrency"].get<double>());
+      worst =
+          std::max(worst, c["upstream_connections"].get<double>() / c["concurrency"].get<double>());
     }
     aim("upstream connections / concurrency (worst)", worst, 2.0, true);
   }

@@ -64,9 +64,9 @@ TEST(GatewayConfig, EachBadFieldNamesItsLineAndKey) {
   EXPECT_EQ(errorOf(kMinimal + "[keys.a]\nsha256 = \"" + kDigest + "\"\n"),
             "gw.toml:3: keys.a.tenant: missing required key");
   EXPECT_EQ(errorOf(kMinimal + "[keys.a]\nsha256 = \"" + kDigest +
-                    "\"\ntenant = \"t\"\nroutes = [\"embeddings\"]\n"),
-            "gw.toml:6: keys.a.routes: unknown route 'embeddings' (expected completions, "
-            "chat.completions or models)");
+                    "\"\ntenant = \"t\"\nroutes = [\"audio.speech\"]\n"),
+            "gw.toml:6: keys.a.routes: unknown route 'audio.speech' (expected completions, "
+            "chat.completions, embeddings or models)");
   EXPECT_EQ(errorOf(kMinimal + "[keys.a]\nsha256 = \"" + kDigest + "\"\ntenant = \"t\"\n" +
                     "[keys.b]\nsha256 = \"" + kDigest + "\"\ntenant = \"u\"\n"),
             "gw.toml:7: keys.b.sha256: the same digest as keys.a (line 3)");
