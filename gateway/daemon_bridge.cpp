@@ -434,6 +434,13 @@ std::shared_ptr<Replica> DaemonBridge::takeOver(Exchange& ex) {
   return best;
 }
 
+bool DaemonBridge::roomLater(const Exchange& ex) const {
+  const TimeNs now = env_.now();
+  return std::any_of(replicas_.begin(), replicas_.end(), [&](const auto& r) {
+    return r != ex.via && !r->removed && r->health.usable(now) && r->maxSequences() > 0;
+  });
+}
+
 std::shared_ptr<Replica> DaemonBridge::anyReplica() const {
   const TimeNs now = env_.now();
   for (const auto& r : replicas_) {

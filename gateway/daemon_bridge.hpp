@@ -22,7 +22,8 @@
 // replica is out, when all state their capacity again and callers get a
 // fast 502 rather than a wait in the queue (Envoy's panic threshold). A
 // call refused before anything was sent is taken over by another replica
-// with room (takeOver). A reload (setUpstreams) adds replicas, changes
+// with room (takeOver), or waits for room on one that is up (roomLater). A
+// reload (setUpstreams) adds replicas, changes
 // their capacity, and drains the removed ones: no new work, their streams
 // run to the end, then their workers detach.
 // Loop thread only; nothing blocks but libfairsched's bounded control
@@ -104,6 +105,9 @@ class DaemonBridge {
   // with a free sequence runs it instead (counted there until it ends); null
   // when none has room.
   std::shared_ptr<Replica> takeOver(Exchange& ex);
+  // No replica has room for a take-over now, but another one is up (full):
+  // room will come.
+  bool roomLater(const Exchange& ex) const;
   // A usable replica for a call that is not scheduled (GET /v1/models).
   std::shared_ptr<Replica> anyReplica() const;
   // The caller hung up: ends the assignment CANCELLED once the daemon has

@@ -24,6 +24,13 @@
 
 namespace fairsched::gateway {
 
+namespace {
+// A refused call moves to another replica at most this many times.
+constexpr int kMaxTakeOvers = 3;
+// While every other replica that is up is full: how often room is looked for.
+constexpr std::chrono::milliseconds kRoomPoll{5};
+}  // namespace
+
 struct Relay::Relayed {
   int status = 0;
   bool sse = false;                   // relayed as SSE events (a 200 to a streamed request)
@@ -107,7 +114,8 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
   const auto called_at = std::chrono::steady_clock::now();
   std::optional<UpstreamError> err;
   // Connect; a replica that refuses hands the call to another with room
-  // (nothing was sent: safe to run elsewhere), once.
+  // (nothing was sent: safe to run elsewhere) — when every other one that
+  // is up is full, once one of its calls ends.
   for (int attempt = 0;; ++attempt) {
     ex.upstream = nullptr;
     call.emplace(ex.via->pool);
@@ -115,7 +123,16 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
     err = co_await call->connect();
     if (!err || ex.caller_gone || ex.aborted) break;
     bridge_.upstreamFailed(*ex.via, /*certain=*/true, err->why);
-    if (attempt > 0 || !bridge_.takeOver(ex)) break;
+    if (attempt >= kMaxTakeOvers) break;
+    std::shared_ptr<Replica> next = bridge_.takeOver(ex);
+    while (!next && bridge_.roomLater(ex) && !ex.caller_gone && !ex.aborted) {
+      asio::steady_timer pause(co_await asio::this_coro::executor);
+      pause.expires_after(kRoomPoll);
+      error_code ec;
+      co_await pause.async_wait(asio::redirect_error(use_awaitable, ec));
+      next = bridge_.takeOver(ex);
+    }
+    if (!next) break;
   }
   UpstreamCall& up = *call;
   // The tenant's calls open on this upstream, this one included, while it is.
