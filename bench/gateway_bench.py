@@ -169,6 +169,7 @@ def idle_streams(stack, n: int) -> dict:
             "gateway_rss_bytes": during["gateway"], "daemon_rss_bytes": during["daemon"],
             "healthz_ms_before": health_before, "healthz_ms_during": health_during,
             "left_after_hang_up": after["queued"] + after["in_flight"],
+            "left_queued": after["queued"], "left_in_flight": after["in_flight"],
             "cancelled": after["cancelled"] - cancelled_before["cancelled"],
             "completed": after["completed"] - cancelled_before["completed"]}
 
@@ -194,6 +195,7 @@ def main() -> int:
 
     d = Path(tempfile.mkdtemp(prefix="fsgwb-", dir="/tmp"))
     stack = conftest.Stack(d)
+    keep = os.environ.get("FAIRSCHED_BENCH_KEEP")  # keep the logs' directory
     try:
         over = {}
         if a.pool_connections is not None:
@@ -248,14 +250,18 @@ def main() -> int:
                   f"B resident each ({idle['gateway_rss_bytes'] / 2**20:.1f} MiB in all), "
                   f"fairschedd +{idle['daemon_rss_per_stream_bytes']:.0f} B each; /healthz "
                   f"{idle['healthz_ms_before']:.2f} ms before, {idle['healthz_ms_during']:.2f} ms "
-                  f"during; after the hang-ups {idle['left_after_hang_up']} left, "
+                  f"during; after the hang-ups {idle['left_queued']} queued and "
+                  f"{idle['left_in_flight']} running left, "
                   f"{idle['cancelled']} counted cancelled, {idle['completed']} completed")
             ok = ok and idle["held"] >= idle["streams"] and idle["left_after_hang_up"] == 0
         write_json(a.json, out)
         return 0 if ok else 1
     finally:
         stack.stop()
-        shutil.rmtree(d, ignore_errors=True)
+        if keep:
+            print(f"logs kept in {d}")
+        else:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@
 namespace fairsched::gateway {
 
 DaemonBridge::DaemonBridge(asio::io_context& io, const GatewayConfig& cfg, daemon::Env& env)
-    : io_(io), cfg_(cfg), env_(env) {
+    : io_(io), cfg_(cfg), env_(env), retry_(io) {
   std::random_device rd;
   instance_ = "fsgw " + std::to_string(::getpid()) + "." + std::to_string(rd()) + " ";
 }
@@ -68,6 +68,7 @@ std::shared_ptr<Replica> DaemonBridge::addReplica(const UpstreamConfig& u) {
 
 void DaemonBridge::stop() {
   stopping_ = true;
+  retry_.cancel();
   for (const auto& r : replicas_) {
     r->kick.cancel();
     r->scrape.cancel();
@@ -161,6 +162,7 @@ void DaemonBridge::syncTenants() {
 void DaemonBridge::run() {
   running_loops_ = true;
   spawn(io_, completionLoop());
+  spawn(io_, cancelRetryLoop());
   for (const auto& r : replicas_) {
     spawn(io_, workerLoop(r));
     spawn(io_, healthLoop(r));
@@ -326,9 +328,47 @@ void DaemonBridge::callerGone(Exchange& ex) {
   if (ex.caller_gone) return;
   ex.caller_gone = true;
   spdlog::debug("caller of request {} hung up; cancelling it", ex.serial);
-  if (!ex.final && client_) (void)client_->cancel(ex.request_id);
+  if (!ex.final && client_) cancel(ex.request_id);
   if (ex.upstream != nullptr) ex.upstream->close();
   ex.notify();
+}
+
+void DaemonBridge::cancel(RequestId id) {
+  auto r = client_->cancel(id);
+  if (r || r.error().code != ErrorCode::kRingFull) return;  // sent, or already ended
+  // Every lane is full (a burst of hang-ups): sent again shortly, in order.
+  if (cancel_retry_.empty()) retry_.cancel();  // wakes cancelRetryLoop
+  cancel_retry_.push_back(id);
+}
+
+awaitable<void> DaemonBridge::cancelRetryLoop() {
+  error_code ec;
+  std::vector<RequestId> again;
+  while (!stopping_) {
+    if (cancel_retry_.empty()) {
+      retry_.expires_at(asio::steady_timer::time_point::max());
+    } else {
+      retry_.expires_after(milliseconds(1));
+    }
+    co_await retry_.async_wait(asio::redirect_error(use_awaitable, ec));
+    if (stopping_ || cancel_retry_.empty() || !client_) continue;
+    again.clear();
+    for (const RequestId id : cancel_retry_) {
+      if (!again.empty()) {  // the lanes filled again: keep the order
+        again.push_back(id);
+        continue;
+      }
+      auto r = client_->cancel(id);
+      if (!r && r.error().code == ErrorCode::kRingFull) again.push_back(id);
+    }
+    retried_cancels_ += cancel_retry_.size() - again.size();
+    cancel_retry_.swap(again);
+    if (cancel_retry_.empty()) {
+      spdlog::info("{} cancels found the submission lanes full and were sent again",
+                   retried_cancels_);
+      retried_cancels_ = 0;
+    }
+  }
 }
 
 std::vector<HttpHeader> DaemonBridge::limitHeaders(
@@ -508,6 +548,10 @@ awaitable<void> DaemonBridge::workerLoop(std::shared_ptr<Replica> r) {
     items.clear();
     r->worker->poll(items, 256);
     for (WorkItem& item : items) onWorkItem(r, item);
+    // The daemon counts the room stated from the assignments taken when it
+    // was stated: having taken some, the same figures must be stated again
+    // (assignments that ended within this batch left them unchanged).
+    if (!items.empty()) r->stated.reset();
     stateCapacity(*r, !anyUsable());
     if (!items.empty()) continue;
     auto ready = r->worker->prepareToBlock();

@@ -128,6 +128,9 @@ class DaemonBridge {
 
  private:
   awaitable<void> completionLoop();
+  // Cancels `id` at the daemon; when the lanes are full, again shortly.
+  void cancel(RequestId id);
+  awaitable<void> cancelRetryLoop();
   void onCompletion(Completion c);
   std::variant<Tenant, ErrorReply> tenantFor(const ApiKeyConfig& key);
 
@@ -167,6 +170,10 @@ class DaemonBridge {
   std::uint32_t max_output_tokens_ = 0;
   bool stopping_ = false;
   bool running_loops_ = false;  // run() was called: new replicas get their loops at once
+  // Cancels that found every submission lane full, sent again in order.
+  std::vector<RequestId> cancel_retry_;
+  std::uint64_t retried_cancels_ = 0;  // in this burst, for its log line
+  asio::steady_timer retry_;           // paces cancelRetryLoop
 };
 
 }  // namespace fairsched::gateway

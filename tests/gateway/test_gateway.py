@@ -6,12 +6,15 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -964,3 +967,84 @@ def test_embeddings_refuse_what_has_no_input_or_asks_to_stream(stack: Stack):
     assert stack.request("POST", "/v1/embeddings", {"model": "e", "input": "x"},
                          key="modelsonly")[0] == 403
     assert stack.request("GET", "/v1/embeddings")[0] == 405
+
+
+# --- what the gateway's worker gives back -----------------------------------------
+
+
+def test_an_assignment_the_gateway_ends_at_once_gives_its_sequence_back(stack: Stack):
+    # A request another client submits to the gateway's endpoint is not the
+    # gateway's: its worker ends it at once (EXECUTOR_FAILED). The sequence
+    # the daemon counted for it must come back, or two of them leave the
+    # gateway (2 sequences) no room for its own callers.
+    if os.environ.get("FAIRSCHED_SANITIZED"):
+        pytest.skip("the Python client cannot load a sanitized libfairsched into python3")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+    import fairsched
+    stack.start(upstream_max_sequences=2)
+    client = fairsched.Client.connect(stack.socket, name="foreign")
+    try:
+        tenant = client.open_tenant("foreign")
+        for _ in range(4):
+            done = client.submit_and_wait(tenant, "chat", [1, 2, 3], max_output_tokens=4,
+                                          wait_timeout=10 * SLOW)
+            assert done.status == fairsched.Status.EXECUTOR_FAILED, done
+    finally:
+        client.close()
+    assert [w["free_sequences"] for w in stack.status()["workers"]] == [2]
+    assert complete(stack, 1) == 200
+
+
+def test_a_burst_of_hang_ups_cancels_every_queued_request(stack: Stack):
+    # 10,000 callers each wait on a streamed request (64 run on an upstream
+    # that never answers, the rest queue in the daemon), then all hang up at
+    # once: more cancels than the client's submission lanes hold. Every one
+    # must reach the daemon (sent again when the lanes were full), and the
+    # gateway's sequences must all come back.
+    import asyncio
+    import resource
+    n = 10000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < n + 1000:
+        pytest.skip(f"needs {n + 1000} open files; the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n + 1000, hard))
+    try:
+        stack.start(upstream_max_sequences=64, max_connections=n + 100,
+                    request_timeout_ms=600000, log_level='"info"')
+        body = json.dumps({"model": "hang", "prompt": "idle", "stream": True}).encode()
+        head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: Bearer {KEYS['alice'][0]}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+
+        async def open_all() -> list:
+            conns = []
+            for i in range(0, n, 500):
+                batch = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", stack.port)
+                                               for _ in range(500)))
+                for _, w in batch:
+                    w.write(head + body)
+                await asyncio.gather(*(w.drain() for _, w in batch))
+                conns.extend(batch)
+            return conns
+
+        loop = asyncio.new_event_loop()
+        try:
+            conns = loop.run_until_complete(open_all())
+            wait_until(lambda: sum(stack.tenant_counts("alice")[k]
+                                   for k in ("queued", "in_flight")) == n, 30 * SLOW,
+                       "every request queued or running")
+            for _, w in conns:
+                w.close()
+            loop.run_until_complete(asyncio.sleep(0.1))
+        finally:
+            loop.close()
+        wait_until(lambda: sum(stack.tenant_counts("alice")[k]
+                               for k in ("queued", "in_flight")) == 0, 30 * SLOW,
+                   "every request cancelled")
+        assert stack.tenant_counts("alice")["cancelled"] == n
+        assert [w["free_sequences"] for w in stack.status()["workers"]] == [64]
+        retried = re.findall(r"(\d+) cancels found the submission lanes full",
+                             stack.gateway.output())
+        print(f"cancels sent again: {retried or 'none'}")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
