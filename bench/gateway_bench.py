@@ -203,6 +203,8 @@ def main() -> int:
         if a.idle_streams:
             over["max_connections"] = a.idle_streams + 1024
             over["request_timeout_ms"] = 600000
+            # The held streams' upstream calls never answer: no timeout ends them.
+            over["upstream_response_timeout_ms"] = 600000
         stack.start(upstream_args=("--token-ms", "0"), log_level='"warn"',
                     upstream_max_sequences=max(64, a.concurrency), **over)
         body = {"model": "m", "prompt": "benchmark prompt " * 8, "max_tokens": a.max_tokens,

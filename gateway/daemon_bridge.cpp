@@ -328,17 +328,26 @@ void DaemonBridge::callerGone(Exchange& ex) {
   if (ex.caller_gone) return;
   ex.caller_gone = true;
   spdlog::debug("caller of request {} hung up; cancelling it", ex.serial);
-  if (!ex.final && client_) cancel(ex.request_id);
+  if (!ex.final && client_) cancel(ex.request_id, ex.assignment.has_value());
   if (ex.upstream != nullptr) ex.upstream->close();
   ex.notify();
 }
 
-void DaemonBridge::cancel(RequestId id) {
-  auto r = client_->cancel(id);
-  if (r || r.error().code != ErrorCode::kRingFull) return;  // sent, or already ended
-  // Every lane is full (a burst of hang-ups): sent again shortly, in order.
-  if (cancel_retry_.empty()) retry_.cancel();  // wakes cancelRetryLoop
-  cancel_retry_.push_back(id);
+void DaemonBridge::cancel(RequestId id, bool running) {
+  // Behind others that wait already: sent in order.
+  if (cancel_retry_.empty()) {
+    auto r = client_->cancel(id);
+    if (r || r.error().code != ErrorCode::kRingFull) return;  // sent, or already ended
+    retry_.cancel();                                          // wakes cancelRetryLoop
+  }
+  // Every lane is full (a burst of hang-ups): sent again shortly. A running
+  // request's first: it holds a sequence, and its assignment ends only once
+  // the daemon has taken the cancel (finishCancelled).
+  if (running) {
+    cancel_retry_.insert(cancel_retry_.begin(), id);
+  } else {
+    cancel_retry_.push_back(id);
+  }
 }
 
 awaitable<void> DaemonBridge::cancelRetryLoop() {

@@ -128,8 +128,9 @@ class DaemonBridge {
 
  private:
   awaitable<void> completionLoop();
-  // Cancels `id` at the daemon; when the lanes are full, again shortly.
-  void cancel(RequestId id);
+  // Cancels `id` at the daemon; when the lanes are full, again shortly
+  // (`running`: before the queued ones).
+  void cancel(RequestId id, bool running);
   awaitable<void> cancelRetryLoop();
   void onCompletion(Completion c);
   std::variant<Tenant, ErrorReply> tenantFor(const ApiKeyConfig& key);
