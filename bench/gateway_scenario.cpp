@@ -37,8 +37,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -227,7 +230,8 @@ class NativeUpstream {
     while (r.head(head)) {
       body.clear();
       const std::string len = headerValue(head, "content-length");
-      if (!len.empty() && !r.bytes(std::stoul(len), &body)) break;
+      const std::size_t n = std::strtoul(len.c_str(), nullptr, 10);  // 0 when absent or bad
+      if (n > (1u << 20) || !r.bytes(n, &body)) break;
       if (head.starts_with("GET ")) {
         if (!writeAll(fd,
                       "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -310,14 +314,16 @@ bool oneRequest(int fd, Reader& r, const std::string& request, bool stream, doub
   const std::string len = headerValue(head, "content-length");
   if (!len.empty()) {
     first_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    return r.bytes(std::stoul(len), nullptr);
+    return r.bytes(std::strtoul(len.c_str(), nullptr, 10), nullptr);
   }
   if (headerValue(head, "transfer-encoding") != "chunked") return false;
   bool first = true;
   std::string size_line;
   for (;;) {
     if (!r.line(size_line)) return false;
-    const std::size_t n = std::stoul(size_line, nullptr, 16);
+    char* end = nullptr;
+    const std::size_t n = std::strtoul(size_line.c_str(), &end, 16);
+    if (end == size_line.c_str()) return false;  // not a chunk size
     if (first && stream && n > 0) {
       first_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       first = false;
