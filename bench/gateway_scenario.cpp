@@ -8,8 +8,11 @@
 // fairschedd (a worker endpoint, 256 sequences) and fairsched-gateway (next
 // to this binary) in front of the upstream. For each cell — concurrency 1,
 // 16 and 64, JSON and streamed — the same load runs direct to the upstream
-// and through the gateway, one after the other; the whole grid runs twice,
-// with the daemon's default busy polling and with busy_poll_us = 0.
+// and through the gateway, one after the other; the whole grid runs three
+// times: the gateway on one thread (the baseline) and on its default
+// threads (one per core, at most 8) with the daemon's default busy polling,
+// and on its default threads with busy_poll_us = 0. The aims read the
+// default threads' cells.
 //
 // Per cell: requests/s, p50/p99 of the whole request (and of the first
 // streamed chunk), the upstream connections the gateway opened, and the
@@ -22,7 +25,7 @@
 // first streamed token <= 0.5 ms; upstream connections <= 2x concurrency.
 //
 // JSON: {"scenario":"gateway","seconds_per_cell":S,"cells":[{"busy_poll_us":B,
-// "concurrency":C,"stream":bool,"requests":M,"direct":{"req_per_s","p50_ms",
+// "gateway_threads":T,"concurrency":C,"stream":bool,"requests":M,"direct":{"req_per_s","p50_ms",
 // "p99_ms","first_chunk_p50_ms"?},"gateway":{...},"upstream_connections":N,
 // "gateway_cpu_ms_per_request","daemon_cpu_ms_per_request","errors"}],
 // "aims":{name:{"value","aim","met"}}}.
@@ -460,9 +463,11 @@ std::string daemonConfigText(std::uint64_t busy_poll_us) {
 }
 
 std::string gatewayConfigText(const std::string& socket, std::uint16_t listen,
-                              std::uint16_t upstream) {
+                              std::uint16_t upstream, unsigned threads) {
   return "[gateway]\nlisten = \"127.0.0.1:" + std::to_string(listen) + "\"\nsocket = \"" + socket +
-         "\"\nendpoint = \"chat\"\nlog_level = \"warn\"\ndaemon_config = \"\"\n"
+         "\"\nendpoint = \"chat\"\nlog_level = \"warn\"\ndaemon_config = \"\"\nthreads = " +
+         std::to_string(threads) +
+         "\n"
          "[upstream]\nurl = \"http://127.0.0.1:" +
          std::to_string(upstream) +
          "\"\nmax_sequences = 256\nmax_tokens = 100000000\n"
@@ -476,11 +481,12 @@ struct Cell {
 };
 constexpr Cell kCells[] = {{1, false}, {16, false}, {64, false}, {1, true}, {16, true}, {64, true}};
 
-// One grid with the daemon's busy_poll_us set so; its cells appended to `cells`.
-// The upstream starts after the daemon is forked, so that the fork copies
-// no thread.
-std::optional<std::string> runGrid(std::uint64_t busy_poll_us, std::chrono::milliseconds per_cell,
-                                   json& cells, std::string& table) {
+// One grid with the daemon's busy_poll_us and the gateway's threads set so;
+// its cells appended to `cells`. The upstream starts after the daemon is
+// forked, so that the fork copies no thread.
+std::optional<std::string> runGrid(std::uint64_t busy_poll_us, unsigned threads,
+                                   std::chrono::milliseconds per_cell, json& cells,
+                                   std::string& table) {
   const TempDir dir("fairsched-bench-gateway");
   auto parsed = config::parseConfig(daemonConfigText(busy_poll_us), "<gateway>");
   if (auto* err = parsed.errorOrNull()) return err->toString();
@@ -493,7 +499,7 @@ std::optional<std::string> runGrid(std::uint64_t busy_poll_us, std::chrono::mill
   if (!upstream.start()) return "cannot listen on loopback";
   const std::uint16_t port = freePort();
   const std::string gw_config = dir.path() + "/gateway.toml";
-  std::ofstream(gw_config) << gatewayConfigText(cfg.daemon.socket, port, upstream.port());
+  std::ofstream(gw_config) << gatewayConfigText(cfg.daemon.socket, port, upstream.port(), threads);
   if (auto err = gateway.start(gw_config, dir.path() + "/gateway.log", port)) return err;
 
   for (const Cell& c : kCells) {
@@ -511,6 +517,7 @@ std::optional<std::string> runGrid(std::uint64_t busy_poll_us, std::chrono::mill
     const double dm_ms =
         static_cast<double>(cpuTimeNs(daemon.value().pid()).value_or(0) - dm_cpu) / 1e6 / n;
     json cell = {{"busy_poll_us", busy_poll_us},
+                 {"gateway_threads", threads},
                  {"concurrency", c.concurrency},
                  {"stream", c.stream},
                  {"requests", through.ms.size()},
@@ -521,26 +528,28 @@ std::optional<std::string> runGrid(std::uint64_t busy_poll_us, std::chrono::mill
                  {"daemon_cpu_ms_per_request", dm_ms},
                  {"errors", direct.errors + through.errors}};
     char line[320];
-    std::snprintf(line, sizeof line,
-                  "%6llu %4d %-6s %9.0f %9.0f %6.2f %8.3f %8.3f %8.3f %8.3f %7.3f %7.3f %5llu\n",
-                  static_cast<unsigned long long>(busy_poll_us), c.concurrency,
-                  c.stream ? "sse" : "json", cell["direct"]["req_per_s"].get<double>(),
-                  cell["gateway"]["req_per_s"].get<double>(),
-                  cell["gateway"]["req_per_s"].get<double>() /
-                      std::max(1.0, cell["direct"]["req_per_s"].get<double>()),
-                  cell["direct"]["p50_ms"].get<double>(), cell["gateway"]["p50_ms"].get<double>(),
-                  cell["direct"]["p99_ms"].get<double>(), cell["gateway"]["p99_ms"].get<double>(),
-                  gw_ms, dm_ms, static_cast<unsigned long long>(cell["upstream_connections"]));
+    std::snprintf(
+        line, sizeof line,
+        "%6llu %3u %4d %-6s %9.0f %9.0f %6.2f %8.3f %8.3f %8.3f %8.3f %7.3f %7.3f %5llu\n",
+        static_cast<unsigned long long>(busy_poll_us), threads, c.concurrency,
+        c.stream ? "sse" : "json", cell["direct"]["req_per_s"].get<double>(),
+        cell["gateway"]["req_per_s"].get<double>(),
+        cell["gateway"]["req_per_s"].get<double>() /
+            std::max(1.0, cell["direct"]["req_per_s"].get<double>()),
+        cell["direct"]["p50_ms"].get<double>(), cell["gateway"]["p50_ms"].get<double>(),
+        cell["direct"]["p99_ms"].get<double>(), cell["gateway"]["p99_ms"].get<double>(), gw_ms,
+        dm_ms, static_cast<unsigned long long>(cell["upstream_connections"]));
     table += line;
     cells.push_back(std::move(cell));
   }
   return std::nullopt;
 }
 
-const json* findCell(const json& cells, std::uint64_t busy_poll_us, int concurrency, bool stream) {
+const json* findCell(const json& cells, std::uint64_t busy_poll_us, unsigned threads,
+                     int concurrency, bool stream) {
   for (const json& c : cells) {
-    if (c["busy_poll_us"] == busy_poll_us && c["concurrency"] == concurrency &&
-        c["stream"] == stream) {
+    if (c["busy_poll_us"] == busy_poll_us && c["gateway_threads"] == threads &&
+        c["concurrency"] == concurrency && c["stream"] == stream) {
       return &c;
     }
   }
@@ -552,12 +561,19 @@ const json* findCell(const json& cells, std::uint64_t busy_poll_us, int concurre
 ScenarioResult runGatewayScenario(const ScenarioOptions& opts) {
   const std::chrono::milliseconds per_cell(opts.quick ? 300 : 1500);
   const std::uint64_t default_poll = config::DaemonConfig().busy_poll_us;
+  // The gateway's default: a thread per core, at most 8 (gateway_server.hpp).
+  const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
   json cells = json::array();
   std::string table =
-      "  poll conc  kind   direct/s  gateway/s  ratio  d p50ms  g p50ms  d p99ms  g p99ms "
+      "  poll thr conc  kind   direct/s  gateway/s  ratio  d p50ms  g p50ms  d p99ms  g p99ms "
       "gw cpu  dm cpu conns\n";
-  for (const std::uint64_t poll : {default_poll, std::uint64_t{0}}) {
-    if (auto err = runGrid(poll, per_cell, cells, table)) return ScenarioError{*err};
+  // One thread (the baseline), then the default threads with the daemon's
+  // busy polling on and off.
+  const std::pair<std::uint64_t, unsigned> grids[] = {
+      {default_poll, 1}, {default_poll, threads}, {0, threads}};
+  for (const auto& [poll, n] : grids) {
+    if (threads == 1 && n == 1 && poll == default_poll) continue;  // the same as the next
+    if (auto err = runGrid(poll, n, per_cell, cells, table)) return ScenarioError{*err};
   }
 
   json aims = json::object();
@@ -570,10 +586,10 @@ ScenarioResult runGatewayScenario(const ScenarioOptions& opts) {
     table += line;
   };
   table += "\n";
-  const json* c1 = findCell(cells, default_poll, 1, false);
-  const json* c64 = findCell(cells, default_poll, 64, false);
-  const json* s16 = findCell(cells, default_poll, 16, true);
-  const json* idle16 = findCell(cells, 0, 16, false);
+  const json* c1 = findCell(cells, default_poll, threads, 1, false);
+  const json* c64 = findCell(cells, default_poll, threads, 64, false);
+  const json* s16 = findCell(cells, default_poll, threads, 16, true);
+  const json* idle16 = findCell(cells, 0, threads, 16, false);
   if (c1 && c64 && s16 && idle16) {
     aim("added p50 at concurrency 1 (ms)",
         (*c1)["gateway"]["p50_ms"].get<double>() - (*c1)["direct"]["p50_ms"].get<double>(), 0.1,

@@ -15,13 +15,31 @@
 
 namespace fairsched::gateway {
 
-DaemonBridge::DaemonBridge(asio::io_context& io, const GatewayConfig& cfg, daemon::Env& env)
-    : io_(io), cfg_(cfg), env_(env), retry_(io) {
+namespace {
+
+// Runs `fn(ex)` on the exchange's home thread (a post: never inline, so
+// never under the bridge's lock).
+template <typename F>
+void atHome(const std::shared_ptr<Exchange>& ex, F fn) {
+  asio::post(ex->home(), [ex, fn = std::move(fn)]() mutable { fn(*ex); });
+}
+
+}  // namespace
+
+DaemonBridge::DaemonBridge(std::vector<asio::io_context*> threads, const GatewayConfig& cfg,
+                           daemon::Env& env)
+    : threads_(std::move(threads)),
+      io_(*threads_.front()),
+      cfg_(cfg),
+      endpoint_(cfg.endpoint),
+      env_(env),
+      retry_(io_) {
   std::random_device rd;
   instance_ = "fsgw " + std::to_string(::getpid()) + "." + std::to_string(rd()) + " ";
 }
 
 bool DaemonBridge::start() {
+  const std::lock_guard lock(mu_);
   ClientOptions co;
   co.socket_path = cfg_.socket;
   co.client_name = cfg_.name;
@@ -48,15 +66,25 @@ bool DaemonBridge::start() {
     spdlog::error("fairschedd has no endpoint '{}'", cfg_.endpoint);
     return false;
   }
-  syncTenants();
+  syncTenantsLocked();
   for (const UpstreamConfig& u : cfg_.upstreams) {
     if (!connectWorker(*addReplica(u), true)) return false;
   }
   return true;
 }
 
+bool DaemonBridge::idle() const {
+  const std::lock_guard lock(mu_);
+  return by_serial_.empty() && by_assignment_.empty();
+}
+
+bool DaemonBridge::daemonConnected() const {
+  const std::lock_guard lock(mu_);
+  return client_ && client_->connected();
+}
+
 std::shared_ptr<Replica> DaemonBridge::addReplica(const UpstreamConfig& u) {
-  auto r = std::make_shared<Replica>(io_, u);
+  auto r = std::make_shared<Replica>(threads_, u);
   replicas_.push_back(r);
   if (running_loops_) {
     spawn(io_, workerLoop(r));
@@ -67,6 +95,7 @@ std::shared_ptr<Replica> DaemonBridge::addReplica(const UpstreamConfig& u) {
 }
 
 void DaemonBridge::stop() {
+  const std::lock_guard lock(mu_);
   stopping_ = true;
   retry_.cancel();
   for (const auto& r : replicas_) {
@@ -77,6 +106,7 @@ void DaemonBridge::stop() {
 }
 
 void DaemonBridge::setUpstreams() {
+  const std::lock_guard lock(mu_);
   for (const auto& r : replicas_) {
     const auto it = std::find_if(cfg_.upstreams.begin(), cfg_.upstreams.end(),
                                  [&](const UpstreamConfig& u) { return u.name == r->cfg.name; });
@@ -97,6 +127,7 @@ void DaemonBridge::setUpstreams() {
     next.port = r->cfg.port;
     next.prefix = r->cfg.prefix;
     r->cfg = std::move(next);  // capacity, timeouts, pool and checks follow at once
+    r->setPoolConfigs();
     r->autocap.setPolicy(capacityPolicy(r->cfg));
     r->scrape.cancel();  // a new interval, or capacity = "auto", applies now
     r->removed = false;
@@ -115,6 +146,11 @@ void DaemonBridge::setUpstreams() {
 }
 
 void DaemonBridge::syncTenants() {
+  const std::lock_guard lock(mu_);
+  syncTenantsLocked();
+}
+
+void DaemonBridge::syncTenantsLocked() {
   if (!client_) return;
   std::map<std::string_view, const ApiKeyConfig*> wanted;  // tenant → its first key
   for (const ApiKeyConfig& k : cfg_.keys) wanted.emplace(k.tenant, &k);
@@ -178,6 +214,7 @@ void DaemonBridge::loadLimits() {
     return;
   }
   const config::Config& daemon_cfg = r.value();
+  const std::lock_guard lock(mu_);
   for (const ApiKeyConfig& k : cfg_.keys) {
     limits_.setLimits(k.tenant, effectiveLimits(daemon_cfg, cfg_.endpoint, k.tenant,
                                                 k.tier ? std::optional<std::string_view>(*k.tier)
@@ -186,6 +223,7 @@ void DaemonBridge::loadLimits() {
 }
 
 std::string_view DaemonBridge::unready() const {
+  const std::lock_guard lock(mu_);
   const bool attached = std::any_of(replicas_.begin(), replicas_.end(),
                                     [](const auto& r) { return r->worker && !r->removed; });
   if (!attached) return "not attached as the worker";
@@ -214,6 +252,7 @@ std::string engineJson(const Replica& r) {
 }  // namespace
 
 std::string DaemonBridge::upstreamsJson() const {
+  const std::lock_guard lock(mu_);
   const TimeNs now = env_.now();
   std::string out = "[";
   for (const auto& r : replicas_) {
@@ -235,16 +274,25 @@ std::string DaemonBridge::upstreamsJson() const {
 // --- the client side ----------------------------------------------------------
 
 awaitable<void> DaemonBridge::completionLoop() {
-  asio::posix::stream_descriptor sd(io_, ::dup(client_->completionFd()));
+  int fd = -1;
+  {
+    const std::lock_guard lock(mu_);
+    fd = ::dup(client_->completionFd());
+  }
+  asio::posix::stream_descriptor sd(io_, fd);
   asio::steady_timer t(io_);
   std::vector<Completion> done;
   error_code ec;
   for (;;) {
-    done.clear();
-    client_->poll(done, 256);
-    for (Completion& c : done) onCompletion(std::move(c));
+    Result<bool> r = false;
+    {
+      const std::lock_guard lock(mu_);
+      done.clear();
+      client_->poll(done, 256);
+      for (Completion& c : done) onCompletion(std::move(c));
+      if (done.empty()) r = client_->prepareToBlock();
+    }
     if (!done.empty()) continue;
-    auto r = client_->prepareToBlock();
     if (!r) {
       t.expires_after(milliseconds(100));
       co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
@@ -274,8 +322,10 @@ void DaemonBridge::onCompletion(Completion c) {
   const std::uint64_t used = std::uint64_t{prompt} + c.output_tokens;
   const std::uint64_t reserved = std::uint64_t{ex->req.prompt_tokens} + ex->req.max_tokens;
   limits_.refund(ex->tenant, ex->sent, refused, reserved > used ? reserved - used : 0);
-  ex->final = std::move(c);
-  ex->notify();
+  atHome(ex, [c = std::move(c)](Exchange& e) mutable {
+    e.final = std::move(c);
+    e.notify();
+  });
 }
 
 std::variant<Tenant, ErrorReply> DaemonBridge::tenantFor(const ApiKeyConfig& key) {
@@ -291,21 +341,21 @@ std::variant<Tenant, ErrorReply> DaemonBridge::tenantFor(const ApiKeyConfig& key
   return *t;
 }
 
-std::variant<std::shared_ptr<Exchange>, ErrorReply> DaemonBridge::submit(const ApiKeyConfig& key,
-                                                                         Route route,
-                                                                         GenerateRequest req,
-                                                                         milliseconds timeout) {
-  auto ex = std::make_shared<Exchange>(io_.get_executor());
+std::variant<std::shared_ptr<Exchange>, ErrorReply> DaemonBridge::submit(
+    const asio::any_io_executor& home, const ApiKeyConfig& key, Route route, GenerateRequest req,
+    milliseconds timeout) {
+  auto ex = std::make_shared<Exchange>(home);
   ex->req = std::move(req);
   ex->tenant = key.tenant;
   ex->route = route;
+  const std::lock_guard lock(mu_);
   auto tenant = tenantFor(key);
   if (auto* e = std::get_if<ErrorReply>(&tenant)) return std::move(*e);
   ex->serial = next_serial_++;
   const std::string params = instance_ + std::to_string(ex->serial);
   SubmitRequest sr;
   sr.tenant = std::get<Tenant>(tenant);
-  sr.endpoint = cfg_.endpoint;
+  sr.endpoint = endpoint_;
   sr.max_output_tokens = ex->req.max_tokens;
   sr.priority = key.priority;
   sr.timeout = timeout;
@@ -328,7 +378,10 @@ void DaemonBridge::callerGone(Exchange& ex) {
   if (ex.caller_gone) return;
   ex.caller_gone = true;
   spdlog::debug("caller of request {} hung up; cancelling it", ex.serial);
-  if (!ex.final && client_) cancel(ex.request_id, ex.assignment.has_value());
+  if (!ex.final) {
+    const std::lock_guard lock(mu_);
+    if (client_) cancel(ex.request_id, ex.assignment.has_value());
+  }
   if (ex.upstream != nullptr) ex.upstream->close();
   ex.notify();
 }
@@ -338,7 +391,7 @@ void DaemonBridge::cancel(RequestId id, bool running) {
   if (cancel_retry_.empty()) {
     auto r = client_->cancel(id);
     if (r || r.error().code != ErrorCode::kRingFull) return;  // sent, or already ended
-    retry_.cancel();                                          // wakes cancelRetryLoop
+    asio::post(io_, [this] { retry_.cancel(); });             // wakes cancelRetryLoop
   }
   // Every lane is full (a burst of hang-ups): sent again shortly. A running
   // request's first: it holds a sequence, and its assignment ends only once
@@ -354,12 +407,18 @@ awaitable<void> DaemonBridge::cancelRetryLoop() {
   error_code ec;
   std::vector<RequestId> again;
   while (!stopping_) {
-    if (cancel_retry_.empty()) {
+    bool waiting = false;
+    {
+      const std::lock_guard lock(mu_);
+      waiting = !cancel_retry_.empty();
+    }
+    if (!waiting) {
       retry_.expires_at(asio::steady_timer::time_point::max());
     } else {
       retry_.expires_after(milliseconds(1));
     }
     co_await retry_.async_wait(asio::redirect_error(use_awaitable, ec));
+    const std::lock_guard lock(mu_);
     if (stopping_ || cancel_retry_.empty() || !client_) continue;
     again.clear();
     for (const RequestId id : cancel_retry_) {
@@ -382,6 +441,7 @@ awaitable<void> DaemonBridge::cancelRetryLoop() {
 
 std::vector<HttpHeader> DaemonBridge::limitHeaders(
     const Exchange& ex, std::optional<std::chrono::nanoseconds> retry_after) {
+  const std::lock_guard lock(mu_);
   if (!limits_.hasLimits(ex.tenant)) return {};
   return limits_.headers(ex.tenant, env_.now(), retry_after,
                          std::uint64_t{ex.req.prompt_tokens} + ex.req.max_tokens);
@@ -441,6 +501,7 @@ void DaemonBridge::stateCapacity(Replica& r, bool panic) {
 }
 
 void DaemonBridge::upstreamOk(Replica& r) {
+  const std::lock_guard lock(mu_);
   const bool was = r.health.usable(env_.now());
   r.health.callOk();
   if (!was && r.health.usable(env_.now())) {
@@ -450,20 +511,34 @@ void DaemonBridge::upstreamOk(Replica& r) {
 }
 
 void DaemonBridge::upstreamFailed(Replica& r, bool certain, std::string why) {
+  const std::lock_guard lock(mu_);
   const std::uint64_t before = r.health.ejections();
   r.health.callFailed(env_.now(), certain, std::move(why));
   if (r.health.ejections() == before) return;
   spdlog::warn("upstream {} ejected for {} ms: {}", r.cfg.name,
                (r.health.ejectedUntil() - env_.now()) / 1'000'000, r.health.why());
   stateCapacity();
-  r.kick.cancel();
+  // Its health loop (the bridge's thread) waits for the ejection's end.
+  for (const auto& x : replicas_) {
+    if (x.get() == &r) asio::post(io_, [x] { x->kick.cancel(); });
+  }
+}
+
+void DaemonBridge::release(Replica& r, std::uint64_t kv) {
+  r.running -= std::min<std::uint32_t>(r.running, 1);
+  r.reserved -= std::min(r.reserved, kv);
 }
 
 std::shared_ptr<Replica> DaemonBridge::takeOver(Exchange& ex) {
+  const std::lock_guard lock(mu_);
+  if (!ex.assignment) return nullptr;
+  const auto it = by_assignment_.find(*ex.assignment);
+  if (it == by_assignment_.end()) return nullptr;  // the daemon ended it (a lost worker)
+  Assigned& a = it->second;
   const TimeNs now = env_.now();
   std::shared_ptr<Replica> best;
   for (const auto& r : replicas_) {
-    if (r == ex.via || r->removed || !r->health.usable(now) || r->running >= r->maxSequences())
+    if (r == a.via || r->removed || !r->health.usable(now) || r->running >= r->maxSequences())
       continue;
     if (!best || r->maxSequences() - r->running > best->maxSequences() - best->running) {
       best = r;
@@ -471,19 +546,18 @@ std::shared_ptr<Replica> DaemonBridge::takeOver(Exchange& ex) {
   }
   if (!best) return nullptr;
   spdlog::info("request {}: upstream {} unreachable; upstream {} runs it", ex.serial,
-               ex.via->cfg.name, best->cfg.name);
-  if (ex.via != ex.replica) {  // a second take-over: the first one gives its room back
-    ex.via->running -= std::min<std::uint32_t>(ex.via->running, 1);
-    ex.via->reserved -= std::min(ex.via->reserved, ex.reserved_kv);
-  }
+               a.via->cfg.name, best->cfg.name);
+  if (a.via != a.replica) release(*a.via, a.kv);  // a second take-over: its room back
   best->running += 1;
-  best->reserved += ex.reserved_kv;
+  best->reserved += a.kv;
+  a.via = best;
   ex.via = best;
   stateCapacity();
   return best;
 }
 
 bool DaemonBridge::roomLater(const Exchange& ex) const {
+  const std::lock_guard lock(mu_);
   const TimeNs now = env_.now();
   return std::any_of(replicas_.begin(), replicas_.end(), [&](const auto& r) {
     return r != ex.via && !r->removed && r->health.usable(now) && r->maxSequences() > 0;
@@ -491,6 +565,7 @@ bool DaemonBridge::roomLater(const Exchange& ex) const {
 }
 
 std::shared_ptr<Replica> DaemonBridge::anyReplica() const {
+  const std::lock_guard lock(mu_);
   const TimeNs now = env_.now();
   for (const auto& r : replicas_) {
     if (!r->removed && r->health.usable(now)) return r;
@@ -505,19 +580,18 @@ void DaemonBridge::workerLost(Replica& r) {
   r.worker_fd.reset();
   // The daemon has ended or requeued what this worker ran.
   for (auto it = by_assignment_.begin(); it != by_assignment_.end();) {
-    Exchange& ex = *it->second;
-    if (ex.replica.get() != &r) {
+    Assigned& a = it->second;
+    if (a.replica.get() != &r) {
       ++it;
       continue;
     }
-    ex.worker_finished = true;
-    ex.aborted = true;
-    if (ex.via && ex.via.get() != &r) {
-      ex.via->running -= std::min<std::uint32_t>(ex.via->running, 1);
-      ex.via->reserved -= std::min(ex.via->reserved, ex.reserved_kv);
-    }
-    if (ex.upstream != nullptr) ex.upstream->close();
-    ex.notify();
+    if (a.via.get() != &r) release(*a.via, a.kv);
+    atHome(a.ex, [](Exchange& e) {
+      e.worker_finished = true;
+      e.aborted = true;
+      if (e.upstream != nullptr) e.upstream->close();
+      e.notify();
+    });
     it = by_assignment_.erase(it);
   }
   r.running = 0;
@@ -530,9 +604,14 @@ void DaemonBridge::detachIfDrained(Replica& r) {
   spdlog::info("upstream {} drained; its worker detaches", r.cfg.name);
   r.detached = true;
   r.worker.reset();  // the daemon drops the worker connection; nothing ran on it
-  if (r.worker_fd) r.worker_fd->cancel();
-  r.kick.cancel();
-  r.scrape.cancel();
+  for (const auto& x : replicas_) {
+    if (x.get() != &r) continue;
+    asio::post(io_, [x] {  // its loops, on the bridge's thread, end
+      if (x->worker_fd) x->worker_fd->cancel();
+      x->kick.cancel();
+      x->scrape.cancel();
+    });
+  }
   std::erase_if(replicas_, [&](const auto& x) { return x.get() == &r; });
 }
 
@@ -541,36 +620,48 @@ awaitable<void> DaemonBridge::workerLoop(std::shared_ptr<Replica> r) {
   std::vector<WorkItem> items;
   error_code ec;
   for (;;) {
-    if (stopping_ || r->detached) co_return;
-    if (!r->worker) {
-      if (r->removed) {
+    enum class Next { kReturn, kRetryLater, kAgain, kBlock };
+    Next next = Next::kBlock;
+    {
+      const std::lock_guard lock(mu_);
+      if (stopping_ || r->detached) {
+        next = Next::kReturn;
+      } else if (!r->worker && r->removed) {
         detachIfDrained(*r);
-        continue;
-      }
-      if (!connectWorker(*r, false)) {
-        t.expires_after(milliseconds(500));
-        co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
-        continue;
+        next = Next::kAgain;
+      } else if (!r->worker && !connectWorker(*r, false)) {
+        next = Next::kRetryLater;
+      } else {
+        if (!r->worker_fd) r->worker_fd.emplace(io_, ::dup(r->worker->eventFd()));
+        items.clear();
+        r->worker->poll(items, 256);
+        for (WorkItem& item : items) onWorkItem(r, item);
+        // The daemon counts the room stated from the assignments taken when
+        // it was stated: having taken some, the same figures must be stated
+        // again (assignments that ended within this batch left them
+        // unchanged).
+        if (!items.empty()) r->stated.reset();
+        stateCapacity(*r, !anyUsable());
+        if (!items.empty()) {
+          next = Next::kAgain;
+        } else if (auto ready = r->worker->prepareToBlock(); !ready) {
+          workerLost(*r);
+          next = Next::kAgain;
+        } else if (!*ready) {
+          next = Next::kAgain;
+        }
       }
     }
-    if (!r->worker_fd) r->worker_fd.emplace(io_, ::dup(r->worker->eventFd()));
-    items.clear();
-    r->worker->poll(items, 256);
-    for (WorkItem& item : items) onWorkItem(r, item);
-    // The daemon counts the room stated from the assignments taken when it
-    // was stated: having taken some, the same figures must be stated again
-    // (assignments that ended within this batch left them unchanged).
-    if (!items.empty()) r->stated.reset();
-    stateCapacity(*r, !anyUsable());
-    if (!items.empty()) continue;
-    auto ready = r->worker->prepareToBlock();
-    if (!ready) {
-      workerLost(*r);
+    if (next == Next::kReturn) co_return;
+    if (next == Next::kAgain) continue;
+    if (next == Next::kRetryLater) {
+      t.expires_after(milliseconds(500));
+      co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
       continue;
     }
-    if (!*ready) continue;
     co_await r->worker_fd->async_wait(asio::posix::descriptor_base::wait_read,
                                       asio::redirect_error(use_awaitable, ec));
+    const std::lock_guard lock(mu_);
     if (r->worker && !r->worker->connected()) workerLost(*r);
   }
 }
@@ -582,14 +673,20 @@ awaitable<void> DaemonBridge::healthLoop(std::shared_ptr<Replica> r) {
     if (stopping_ || r->detached) co_return;
     const bool checks = !r->cfg.health_path.empty();
     TimeNs now = env_.now();
-    const UpstreamHealth::State before = r->health.state(now);
+    UpstreamHealth::State before{};
+    TimeNs ejected_until = 0;
+    {
+      const std::lock_guard lock(mu_);
+      before = r->health.state(now);
+      ejected_until = r->health.ejectedUntil();
+    }
     if (checks && (now >= next_check || before == UpstreamHealth::State::kAwaitingCheck)) {
       co_await check(*r);
       next_check = env_.now() + static_cast<TimeNs>(r->cfg.health_interval_ms) * 1'000'000;
       continue;
     }
     TimeNs wake = checks ? next_check : kNever;
-    if (r->health.ejectedUntil() > now) wake = std::min(wake, r->health.ejectedUntil());
+    if (ejected_until > now) wake = std::min(wake, ejected_until);
     if (wake == kNever) {
       r->kick.expires_at(asio::steady_timer::time_point::max());
     } else {
@@ -597,13 +694,14 @@ awaitable<void> DaemonBridge::healthLoop(std::shared_ptr<Replica> r) {
     }
     co_await r->kick.async_wait(asio::redirect_error(use_awaitable, ec));
     // A backoff may have ended: the replica (or, in a panic, all) states again.
+    const std::lock_guard lock(mu_);
     if (r->health.state(env_.now()) != before) stateCapacity();
   }
 }
 
 awaitable<std::string> DaemonBridge::getFromRoot(Replica& r, const std::string& path,
                                                  std::string& body, std::size_t limit) {
-  UpstreamCall up(r.pool);
+  UpstreamCall up(*r.pools.front());  // the bridge's thread's
   up.setResponseTimeout(milliseconds(r.cfg.health_timeout_ms));
   std::optional<UpstreamError> err = co_await up.connect();
   if (!err) {
@@ -623,6 +721,7 @@ awaitable<void> DaemonBridge::check(Replica& r) {
   std::string why = co_await getFromRoot(r, r.cfg.health_path, body, 64 * 1024);
   const bool ok = why.empty();
   const TimeNs now = env_.now();
+  const std::lock_guard lock(mu_);
   const bool was = r.health.usable(now);
   const std::uint64_t ejections = r.health.ejections();
   r.health.checked(ok, now, why);
@@ -640,7 +739,12 @@ awaitable<void> DaemonBridge::metricsLoop(std::shared_ptr<Replica> r) {
   error_code ec;
   for (;;) {
     if (stopping_ || r->detached) co_return;
-    if (r->cfg.capacity_auto && r->worker) co_await scrape(*r);
+    bool attached = false;
+    {
+      const std::lock_guard lock(mu_);
+      attached = r->worker.has_value();
+    }
+    if (r->cfg.capacity_auto && attached) co_await scrape(*r);
     if (stopping_ || r->detached) co_return;
     r->scrape.expires_after(milliseconds(r->cfg.metrics_interval_ms));
     co_await r->scrape.async_wait(asio::redirect_error(use_awaitable, ec));
@@ -655,6 +759,7 @@ awaitable<void> DaemonBridge::scrape(Replica& r) {
     load = parseEngineMetrics(body, why);
     if (!why.empty()) why = "GET " + r.cfg.metrics_path + ": " + why;
   }
+  const std::lock_guard lock(mu_);
   if (!load) {
     // The limit stays where it was: a scrape that fails says nothing about the engine.
     if (why != r.scrape_error) {
@@ -681,10 +786,11 @@ void DaemonBridge::onWorkItem(const std::shared_ptr<Replica>& r, WorkItem& item)
   if (item.kind == WorkItem::Kind::kAbort) {
     const auto it = by_assignment_.find(item.id);
     if (it == by_assignment_.end()) return;  // already finished
-    Exchange& ex = *it->second;
-    ex.aborted = true;
-    if (ex.upstream != nullptr) ex.upstream->close();
-    ex.notify();
+    atHome(it->second.ex, [](Exchange& e) {
+      e.aborted = true;
+      if (e.upstream != nullptr) e.upstream->close();
+      e.notify();
+    });
     return;
   }
   Assignment& a = item.assignment;
@@ -708,25 +814,28 @@ void DaemonBridge::onWorkItem(const std::shared_ptr<Replica>& r, WorkItem& item)
   }
   spdlog::debug("request {} assigned as {} on upstream {} (prompt {}, max output {})", ex->serial,
                 a.id, r->cfg.name, a.prompt_tokens, a.max_output_tokens);
-  ex->assignment = a.id;
-  ex->reserved_kv = std::uint64_t{a.prompt_tokens} + a.max_output_tokens;
-  ex->replica = r;
-  ex->via = r;
-  by_assignment_[a.id] = ex;
-  if (ex->caller_gone) {  // assigned while its cancel was on the way
-    spawn(io_, [](DaemonBridge& b, std::shared_ptr<Exchange> e) -> awaitable<void> {
-      co_await b.finishCancelled(*e, 0);
-    }(*this, std::move(ex)));
-    return;
-  }
-  ex->notify();
+  const std::uint64_t kv = std::uint64_t{a.prompt_tokens} + a.max_output_tokens;
+  by_assignment_[a.id] = Assigned{ex, r, r, kv};
+  atHome(ex, [this, self = ex, id = a.id, kv, r](Exchange& e) {
+    e.assignment = id;
+    e.reserved_kv = kv;
+    e.replica = r;
+    e.via = r;
+    if (e.caller_gone) {  // assigned while its cancel was on the way
+      spawn(e.home(), [](DaemonBridge& b, std::shared_ptr<Exchange> x) -> awaitable<void> {
+        co_await b.finishCancelled(*x, 0);
+      }(*this, self));
+      return;
+    }
+    e.notify();
+  });
 }
 
 awaitable<void> DaemonBridge::finishCancelled(Exchange& ex, std::uint32_t output) {
   using Clock = std::chrono::steady_clock;  // asio's timers' clock
   const auto until = Clock::now() + milliseconds(1000);
   error_code ec;
-  while (!ex.aborted && !ex.final && !ex.worker_finished && client_ && client_->connected() &&
+  while (!ex.aborted && !ex.final && !ex.worker_finished && daemonConnected() &&
          Clock::now() < until) {
     ex.wake.expires_at(until);
     co_await ex.wake.async_wait(asio::redirect_error(use_awaitable, ec));
@@ -738,8 +847,7 @@ void DaemonBridge::endAssignment(Replica& r, std::uint64_t id, std::uint64_t kv,
                                  std::uint32_t output, std::string_view message,
                                  std::uint32_t input) {
   spdlog::debug("assignment {} ends {} after {} tokens", id, toString(status), output);
-  r.running -= std::min<std::uint32_t>(r.running, 1);
-  r.reserved -= std::min(r.reserved, kv);
+  release(r, kv);
   if (r.worker) {
     if (auto res = r.worker->finish(id, status, output, message, input); !res) {
       spdlog::warn("finish of assignment {}: {}", id, res.error().toString());
@@ -753,23 +861,28 @@ void DaemonBridge::finish(Exchange& ex, Status status, std::uint32_t output, std
                           std::uint32_t input) {
   if (ex.worker_finished || !ex.assignment) return;
   ex.worker_finished = true;
-  by_assignment_.erase(*ex.assignment);
-  if (ex.via && ex.via != ex.replica) {  // taken over: its room there is free again
-    ex.via->running -= std::min<std::uint32_t>(ex.via->running, 1);
-    ex.via->reserved -= std::min(ex.via->reserved, ex.reserved_kv);
-    const auto via = ex.via;
-    stateCapacity(*via, !anyUsable());
-    detachIfDrained(*via);
+  const std::lock_guard lock(mu_);
+  const auto it = by_assignment_.find(*ex.assignment);
+  if (it == by_assignment_.end()) return;  // its worker connection was lost: the daemon ended it
+  const Assigned a = std::move(it->second);
+  by_assignment_.erase(it);
+  if (a.via != a.replica) {  // taken over: its room there is free again
+    release(*a.via, a.kv);
+    stateCapacity(*a.via, !anyUsable());
+    detachIfDrained(*a.via);
   }
-  endAssignment(*ex.replica, *ex.assignment, ex.reserved_kv, status,
-                std::min(output, ex.req.max_tokens), msg, input);
+  endAssignment(*a.replica, *ex.assignment, a.kv, status, std::min(output, ex.req.max_tokens), msg,
+                input);
 }
 
 void DaemonBridge::emitTokens(Exchange& ex, std::uint32_t n) {
-  if (ex.worker_finished || !ex.assignment || !ex.replica || !ex.replica->worker) return;
-  Worker& w = *ex.replica->worker;
+  if (ex.worker_finished || !ex.assignment) return;
   n = std::min(n, ex.req.max_tokens - std::min(ex.emitted, ex.req.max_tokens));
   if (n == 0) return;
+  const std::lock_guard lock(mu_);
+  const auto it = by_assignment_.find(*ex.assignment);
+  if (it == by_assignment_.end() || !it->second.replica->worker) return;
+  Worker& w = *it->second.replica->worker;
   static const std::vector<std::uint32_t> kZeros(256, 0);
   while (n > 0) {
     const std::uint32_t k = std::min<std::uint32_t>(n, 256);

@@ -26,13 +26,23 @@
 // reload (setUpstreams) adds replicas, changes
 // their capacity, and drains the removed ones: no new work, their streams
 // run to the end, then their workers detach.
-// Loop thread only; nothing blocks but libfairsched's bounded control
-// round trips (connecting, opening a tenant the first time).
+//
+// Threads. The bridge's loops (completions, workers, health, metrics,
+// cancel retries) run on the first of the gateway's io_contexts, the
+// bridge's thread; its public calls come from any gateway thread, for an
+// exchange from that exchange's home (exchange.hpp). One lock (mu_) guards
+// the libfairsched client and workers, the maps, the replicas' counts and
+// health and the rate-limit bookkeeping; it is never held across a
+// co_await, and what the daemon says of an exchange reaches it by a post
+// to its home. setUpstreams, syncTenants, loadLimits, start, run and stop
+// are the bridge's thread's. Nothing blocks but libfairsched's bounded
+// control round trips (connecting, opening a tenant the first time).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,9 +67,10 @@ namespace fairsched::gateway {
 
 class DaemonBridge {
  public:
-  // `cfg` is the gateway's running config; it outlives the bridge (a reload
-  // changes only what may change without a restart).
-  DaemonBridge(asio::io_context& io, const GatewayConfig& cfg, daemon::Env& env);
+  // `cfg` is the gateway's running config, read on the bridge's thread; it
+  // outlives the bridge (a reload changes only what may change without a
+  // restart). `threads`: the gateway's io_contexts, the bridge's first.
+  DaemonBridge(std::vector<asio::io_context*> threads, const GatewayConfig& cfg, daemon::Env& env);
 
   // Connects the client, checks the endpoint, attaches a worker per
   // upstream. False (logged) when the gateway cannot serve.
@@ -85,13 +96,14 @@ class DaemonBridge {
   // Each upstream for /readyz: [{"name","url","state","running","ejections","why"}].
   std::string upstreamsJson() const;
   // No exchange submitted or assigned.
-  bool idle() const { return by_serial_.empty() && by_assignment_.empty(); }
-  // The endpoint's max_output_tokens (0: none).
+  bool idle() const;
+  // The endpoint's max_output_tokens (0: none; known from start()).
   std::uint32_t maxOutputTokens() const { return max_output_tokens_; }
 
-  // Submits `req` for `key` with a deadline of `timeout`: the exchange, or
-  // the caller's error.
-  std::variant<std::shared_ptr<Exchange>, ErrorReply> submit(const ApiKeyConfig& key, Route route,
+  // Submits `req` for `key` with a deadline of `timeout`: the exchange,
+  // whose home is `home` (the caller's thread), or the caller's error.
+  std::variant<std::shared_ptr<Exchange>, ErrorReply> submit(const asio::any_io_executor& home,
+                                                             const ApiKeyConfig& key, Route route,
                                                              GenerateRequest req,
                                                              milliseconds timeout);
   // The caller hung up: cancels the request and closes its upstream call.
@@ -127,22 +139,36 @@ class DaemonBridge {
                                        std::optional<std::chrono::nanoseconds> retry_after = {});
 
  private:
+  // What the bridge knows of an assigned exchange, under its lock (the
+  // exchange's own fields are its home's).
+  struct Assigned {
+    std::shared_ptr<Exchange> ex;
+    std::shared_ptr<Replica> replica;  // whose worker holds the assignment
+    std::shared_ptr<Replica> via;      // whose upstream is called (another: taken over)
+    std::uint64_t kv = 0;              // prompt + max output tokens reserved
+  };
+
+  // Below, "locked": called with mu_ held.
+  bool daemonConnected() const;
   awaitable<void> completionLoop();
   // Cancels `id` at the daemon; when the lanes are full, again shortly
   // (`running`: before the queued ones).
-  void cancel(RequestId id, bool running);
+  void cancel(RequestId id, bool running);  // locked
   awaitable<void> cancelRetryLoop();
-  void onCompletion(Completion c);
-  std::variant<Tenant, ErrorReply> tenantFor(const ApiKeyConfig& key);
+  void onCompletion(Completion c);                                      // locked
+  std::variant<Tenant, ErrorReply> tenantFor(const ApiKeyConfig& key);  // locked
+  void syncTenantsLocked();
 
-  std::shared_ptr<Replica> addReplica(const UpstreamConfig& u);
-  bool connectWorker(Replica& r, bool first);
-  // Every replica's capacity as it stands (health and panic included).
+  std::shared_ptr<Replica> addReplica(const UpstreamConfig& u);  // locked
+  bool connectWorker(Replica& r, bool first);                    // locked
+  // Every replica's capacity as it stands (health and panic included). Locked.
   void stateCapacity();
   void stateCapacity(Replica& r, bool panic);
   bool anyUsable() const;
-  void workerLost(Replica& r);
-  void detachIfDrained(Replica& r);
+  void workerLost(Replica& r);       // locked
+  void detachIfDrained(Replica& r);  // locked
+  // The room of an exchange taken over by `r` is free again. Locked.
+  static void release(Replica& r, std::uint64_t kv);
   awaitable<void> workerLoop(std::shared_ptr<Replica> r);
   awaitable<void> healthLoop(std::shared_ptr<Replica> r);
   awaitable<void> check(Replica& r);
@@ -153,25 +179,30 @@ class DaemonBridge {
   // capacity = "auto": scrapes the engine's metrics and states the limit.
   awaitable<void> metricsLoop(std::shared_ptr<Replica> r);
   awaitable<void> scrape(Replica& r);
-  void onWorkItem(const std::shared_ptr<Replica>& r, WorkItem& item);
-  void endAssignment(Replica& r, std::uint64_t id, std::uint64_t kv, Status status,
-                     std::uint32_t output, std::string_view message, std::uint32_t input = 0);
+  void onWorkItem(const std::shared_ptr<Replica>& r, WorkItem& item);  // locked
+  void endAssignment(                                                  // locked
+      Replica& r, std::uint64_t id, std::uint64_t kv, Status status, std::uint32_t output,
+      std::string_view message, std::uint32_t input = 0);
 
-  asio::io_context& io_;
+  std::vector<asio::io_context*> threads_;
+  asio::io_context& io_;  // the bridge's thread
   const GatewayConfig& cfg_;
+  const std::string endpoint_;  // cfg_.endpoint, read on any thread
   daemon::Env& env_;
+  mutable std::mutex mu_;
   RateLimitHeaders limits_;
   std::optional<Client> client_;
   std::vector<std::shared_ptr<Replica>> replicas_;  // config order; drained ones leave
   std::unordered_map<std::string, Tenant> tenants_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Exchange>> by_serial_;
-  std::unordered_map<std::uint64_t, std::shared_ptr<Exchange>> by_assignment_;
+  std::unordered_map<std::uint64_t, Assigned> by_assignment_;
   std::uint64_t next_serial_ = 1;
   std::string instance_;  // the params prefix of this gateway's requests
   std::uint32_t max_output_tokens_ = 0;
   bool stopping_ = false;
   bool running_loops_ = false;  // run() was called: new replicas get their loops at once
-  // Cancels that found every submission lane full, sent again in order.
+  // Cancels that found every submission lane full, sent again in order
+  // (the bridge's thread's timer `retry_` paces them).
   std::vector<RequestId> cancel_retry_;
   std::uint64_t retried_cancels_ = 0;  // in this burst, for its log line
   asio::steady_timer retry_;           // paces cancelRetryLoop

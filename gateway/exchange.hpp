@@ -2,7 +2,14 @@
 // the state the daemon bridge (submit, assignment, completion, abort), the
 // relay (the upstream call and the answer) and the caller's watch share.
 // Every change to it is followed by notify(), which wakes whoever waits on
-// `wake`. Loop thread only.
+// `wake`.
+//
+// Threads: an exchange lives on its home thread, the gateway thread of its
+// caller's connection (`wake`'s executor). Its fields change there only:
+// the bridge, whose loops run on its own thread, posts what the daemon said
+// (home()), and keeps its own record of an assignment under its lock. What
+// submit() set before the exchange was published (serial, request_id,
+// tenant, route, req's counts, sent) is read anywhere.
 #pragma once
 
 #include <cstdint>
@@ -22,11 +29,13 @@ class UpstreamCall;
 struct Replica;
 
 struct Exchange {
-  explicit Exchange(const asio::any_io_executor& ex) : wake(ex) {
+  explicit Exchange(const asio::any_io_executor& ex) : home_(ex), wake(ex) {
     wake.expires_at(asio::steady_timer::time_point::max());
   }
   void notify() { wake.cancel(); }
+  const asio::any_io_executor& home() const { return home_; }
 
+  asio::any_io_executor home_;
   std::uint64_t serial = 0;
   RequestId request_id = 0;
   std::string tenant;

@@ -50,6 +50,7 @@ struct IntKey {
 // strings: listen, socket, endpoint, name, log_level, daemon_config).
 constexpr IntKey<GatewayConfig> kGatewayInts[] = {
     {"max_connections", &GatewayConfig::max_connections, 1, 1'000'000},
+    {"threads", &GatewayConfig::threads, 0, 64},
     {"max_body_bytes", &GatewayConfig::max_body_bytes, 1, 1ull << 30},
     {"max_header_bytes", &GatewayConfig::max_header_bytes, 1024, 1u << 20},
     {"header_timeout_ms", &GatewayConfig::header_timeout_ms, 1, 3'600'000},

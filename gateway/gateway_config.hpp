@@ -113,6 +113,8 @@ struct GatewayConfig {
   std::string log_level = "info";
   std::string daemon_config;  // the daemon's TOML, to advertise limits; "" = none
   std::uint32_t max_connections = 1024;
+  // io threads (0: one per core, at most 8); a change applies at a restart.
+  std::uint32_t threads = 0;
   std::uint64_t max_body_bytes = 1u << 20;
   std::uint32_t max_header_bytes = 16384;
   std::uint64_t header_timeout_ms = 10000;  // first byte of a request → its last header

@@ -1,5 +1,6 @@
 #include "gateway/gateway_server.hpp"
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/signal_set.hpp>
 
 #include <spdlog/spdlog.h>
@@ -7,12 +8,13 @@
 #include <algorithm>
 #include <csignal>
 #include <iostream>
+#include <thread>
 #include <variant>
+#include <vector>
 
 #include "gateway/coro.hpp"
 #include "gateway/daemon_bridge.hpp"
 #include "gateway/http_front.hpp"
-#include "gateway/relay.hpp"
 
 namespace fairsched::gateway {
 
@@ -24,25 +26,56 @@ void logTaskFailure(std::exception_ptr e) {
   }
 }
 
+std::size_t gatewayThreads(const GatewayConfig& cfg) {
+  if (cfg.threads != 0) return cfg.threads;
+  const unsigned cores = std::thread::hardware_concurrency();
+  return std::clamp<std::size_t>(cores, 1, kMaxDefaultThreads);
+}
+
+namespace {
+
+std::vector<std::unique_ptr<asio::io_context>> makeContexts(std::size_t n) {
+  std::vector<std::unique_ptr<asio::io_context>> out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back(std::make_unique<asio::io_context>(1));
+  return out;
+}
+
+std::vector<asio::io_context*> pointers(const std::vector<std::unique_ptr<asio::io_context>>& v) {
+  std::vector<asio::io_context*> out;
+  for (const auto& io : v) out.push_back(io.get());
+  return out;
+}
+
+}  // namespace
+
 // Declared in the order they are built; a coroutine frame still pending
-// when the loop stops is destroyed with `io`, after the rest.
+// when the loops stop is destroyed with its io_context, after the rest.
 struct GatewayServer::Parts {
   Parts(GatewayConfig c, daemon::Env& env)
-      : cfg(std::move(c)),
-        bridge(io, cfg, env),
-        relay(cfg, bridge),
-        front(io, cfg, bridge, relay),
-        signals(io) {}
+      : ios(makeContexts(gatewayThreads(c))),
+        cfg(std::move(c)),
+        bridge(pointers(ios), cfg, env),
+        threads(makeThreads()),
+        front(cfg, bridge, threads),
+        signals(*ios.front()) {}
+
+  std::vector<std::unique_ptr<GatewayThread>> makeThreads() {
+    std::vector<std::unique_ptr<GatewayThread>> out;
+    for (std::size_t i = 0; i < ios.size(); ++i) {
+      out.push_back(std::make_unique<GatewayThread>(i, *ios[i], cfg, bridge));
+    }
+    return out;
+  }
 
   bool start();
   void waitSignal();
   void reload();
   awaitable<void> drain();
 
-  asio::io_context io{1};
-  GatewayConfig cfg;
+  std::vector<std::unique_ptr<asio::io_context>> ios;  // the first: the bridge's and the acceptor's
+  GatewayConfig cfg;  // the running config, the first thread's (the others hold copies)
   DaemonBridge bridge;
-  Relay relay;
+  std::vector<std::unique_ptr<GatewayThread>> threads;
   HttpFront front;
   asio::signal_set signals;
 };
@@ -53,8 +86,17 @@ GatewayServer::GatewayServer(GatewayConfig cfg, daemon::Env& env)
 GatewayServer::~GatewayServer() = default;
 
 int GatewayServer::run() {
-  if (!parts_->start()) return 3;
-  parts_->io.run();
+  Parts& p = *parts_;
+  if (!p.start()) return 3;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> busy;
+  std::vector<std::thread> others;
+  for (std::size_t i = 1; i < p.ios.size(); ++i) {
+    busy.push_back(asio::make_work_guard(*p.ios[i]));
+    others.emplace_back([io = p.ios[i].get()] { io->run(); });
+  }
+  p.ios.front()->run();
+  for (const auto& io : p.ios) io->stop();
+  for (std::thread& t : others) t.join();
   spdlog::info("stopped");
   return 0;
 }
@@ -71,7 +113,7 @@ bool GatewayServer::Parts::start() {
             << (cfg.upstreams.size() > 1
                     ? " and " + std::to_string(cfg.upstreams.size() - 1) + " more"
                     : std::string())
-            << ")" << std::endl;
+            << ", " << ios.size() << (ios.size() == 1 ? " thread" : " threads") << ")" << std::endl;
   signals.add(SIGTERM);
   signals.add(SIGINT);
   signals.add(SIGHUP);
@@ -90,7 +132,7 @@ void GatewayServer::Parts::waitSignal() {
       return;
     }
     spdlog::info("signal {}: draining", sig);
-    spawn(io, drain());
+    spawn(*ios.front(), drain());
   });
 }
 
@@ -102,16 +144,19 @@ void GatewayServer::Parts::reload() {
     return;
   }
   GatewayConfig next = std::move(r).value();
-  if (next.listen != cfg.listen || next.socket != cfg.socket || next.endpoint != cfg.endpoint) {
-    spdlog::warn("reload: listen, socket and endpoint change only at a restart; applying the rest");
+  if (next.listen != cfg.listen || next.socket != cfg.socket || next.endpoint != cfg.endpoint ||
+      next.threads != cfg.threads) {
+    spdlog::warn(
+        "reload: listen, socket, endpoint and threads change only at a restart; applying the rest");
     next.listen = cfg.listen;
     next.listen_host = cfg.listen_host;
     next.listen_port = cfg.listen_port;
     next.socket = cfg.socket;
     next.endpoint = cfg.endpoint;
+    next.threads = cfg.threads;
   }
   cfg = std::move(next);
-  front.setKeys(KeyTable(cfg.keys));
+  const std::size_t keys = front.reconfigure(cfg);
   if (auto lvl = spdlog::level::from_str(cfg.log_level);
       lvl != spdlog::level::off || cfg.log_level == "off") {
     spdlog::set_level(lvl);
@@ -119,8 +164,7 @@ void GatewayServer::Parts::reload() {
   bridge.loadLimits();
   bridge.syncTenants();
   bridge.setUpstreams();
-  spdlog::info("reloaded {}: {} keys, {} upstreams", cfg.source_path, front.keyCount(),
-               cfg.upstreams.size());
+  spdlog::info("reloaded {}: {} keys, {} upstreams", cfg.source_path, keys, cfg.upstreams.size());
 }
 
 awaitable<void> GatewayServer::Parts::drain() {
@@ -128,14 +172,14 @@ awaitable<void> GatewayServer::Parts::drain() {
   front.drain();
   const auto until =
       Clock::now() + milliseconds(std::min<std::uint64_t>(cfg.request_timeout_ms, 30'000));
-  asio::steady_timer t(io);
+  asio::steady_timer t(*ios.front());
   error_code ec;
   while (!bridge.idle() && Clock::now() < until) {
     t.expires_after(milliseconds(20));
     co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
   }
   bridge.stop();
-  io.stop();
+  for (const auto& io : ios) io->stop();
 }
 
 }  // namespace fairsched::gateway

@@ -16,12 +16,17 @@
 // (upstream_call.hpp). The server wires them, and owns the config, the
 // signals (reload, drain) and the io_context.
 //
-// One thread runs everything (an asio io_context): sessions, upstream calls,
-// the completion and assignment loops, signals. Nothing blocks it except
-// the control round trips of libfairsched (opening a tenant the first time,
-// attaching the worker), which are bounded.
+// Threads: gateway.threads io_contexts, each on its own thread (default:
+// one per core, at most kMaxDefaultThreads). A caller's connection, its
+// requests and their upstream calls stay on the thread that accepted it;
+// the first thread also runs the acceptor, the signals and the daemon
+// bridge's loops, and the bridge (one client connection, one worker
+// connection per upstream) is shared by all under its lock. Nothing blocks
+// a thread except the control round trips of libfairsched (opening a tenant
+// the first time, attaching the worker), which are bounded.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include "daemon/env.hpp"
@@ -48,6 +53,10 @@ class GatewayServer {
   struct Parts;
   std::unique_ptr<Parts> parts_;
 };
+
+// gateway.threads, or the default when it is 0: the cores, at most this many.
+inline constexpr std::size_t kMaxDefaultThreads = 8;
+std::size_t gatewayThreads(const GatewayConfig& cfg);
 
 // GatewayServer(cfg).run().
 int runGateway(GatewayConfig cfg);

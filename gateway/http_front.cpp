@@ -67,10 +67,11 @@ struct HttpFront::Acceptor {
 };
 
 // One accepted connection: its requests one after the other, and the
-// Caller the relay answers through.
+// Caller the relay answers through. On its thread `t_` only.
 class HttpFront::Session final : public Caller {
  public:
-  Session(HttpFront& front, tcp::socket s) : f_(front), stream_(std::move(s)) {}
+  Session(HttpFront& front, GatewayThread& t, tcp::socket s)
+      : f_(front), t_(t), cfg_(t.cfg), stream_(std::move(s)) {}
 
   awaitable<void> serve();
 
@@ -107,6 +108,8 @@ class HttpFront::Session final : public Caller {
   }
 
   HttpFront& f_;
+  GatewayThread& t_;
+  std::shared_ptr<const GatewayConfig> cfg_;  // the thread's, as the request being read began
   beast::tcp_stream stream_;
   beast::flat_buffer buf_;
   unsigned version_ = 11;
@@ -114,14 +117,12 @@ class HttpFront::Session final : public Caller {
   bool head_ = false;  // answering HEAD: the headers of the answer alone
 };
 
-HttpFront::HttpFront(asio::io_context& io, const GatewayConfig& cfg, DaemonBridge& bridge,
-                     Relay& relay)
-    : io_(io),
-      cfg_(cfg),
+HttpFront::HttpFront(const GatewayConfig& cfg, DaemonBridge& bridge,
+                     std::vector<std::unique_ptr<GatewayThread>>& threads)
+    : cfg_(cfg),
       bridge_(bridge),
-      relay_(relay),
-      keys_(cfg.keys),
-      acceptor_(std::make_unique<Acceptor>(io)) {}
+      threads_(threads),
+      acceptor_(std::make_unique<Acceptor>(threads.front()->io)) {}
 
 HttpFront::~HttpFront() = default;
 
@@ -151,7 +152,39 @@ std::string HttpFront::boundAddress() const {
 }
 
 void HttpFront::run() {
-  spawn(io_, acceptLoop());
+  spawn(threads_.front()->io, acceptLoop());
+}
+
+std::size_t HttpFront::reconfigure(const GatewayConfig& cfg) {
+  auto next = std::make_shared<const GatewayConfig>(cfg);
+  auto keys = std::make_shared<const KeyTable>(cfg.keys);
+  for (const auto& t : threads_) {
+    asio::post(t->io, [&t = *t, next, keys] {
+      t.cfg = next;
+      t.keys = keys;
+    });
+  }
+  return keys->size();
+}
+
+std::string HttpFront::threadsJson() const {
+  std::string out = "[";
+  for (const auto& t : threads_) {
+    if (out.size() > 1) out += ",";
+    out += "{\"connections\":" + std::to_string(t->connections->load()) + "}";
+  }
+  return out + "]";
+}
+
+GatewayThread& HttpFront::quietest() {
+  GatewayThread* best = threads_.front().get();
+  for (const auto& t : threads_) {
+    if (t->connections->load(std::memory_order_relaxed) <
+        best->connections->load(std::memory_order_relaxed)) {
+      best = t.get();
+    }
+  }
+  return *best;
 }
 
 void HttpFront::drain() {
@@ -164,11 +197,13 @@ awaitable<void> HttpFront::acceptLoop() {
   tcp::acceptor& a = acceptor_->a;
   for (;;) {
     error_code ec;
-    tcp::socket s = co_await a.async_accept(asio::redirect_error(use_awaitable, ec));
+    GatewayThread& to = quietest();
+    tcp::socket s =
+        co_await a.async_accept(to.io.get_executor(), asio::redirect_error(use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !a.is_open()) co_return;
       spdlog::warn("accept: {}", ec.message());
-      asio::steady_timer t(io_, milliseconds(50));  // EMFILE and friends: do not spin
+      asio::steady_timer t(threads_.front()->io, milliseconds(50));  // EMFILE: do not spin
       co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
       continue;
     }
@@ -176,21 +211,27 @@ awaitable<void> HttpFront::acceptLoop() {
     // Bounded, so a caller that stops reading is noticed within
     // write_timeout_ms instead of after megabytes of autotuned buffer.
     s.set_option(asio::socket_base::send_buffer_size(static_cast<int>(cfg_.send_buffer_bytes)), ec);
-    spawn(io_, [](HttpFront& f, tcp::socket sock) -> awaitable<void> {
-      Session session(f, std::move(sock));
+    // Counted at once, so the next accept sees it.
+    to.connections->fetch_add(1, std::memory_order_relaxed);
+    spawn(to.io, [](HttpFront& f, GatewayThread& t, tcp::socket sock) -> awaitable<void> {
+      Session session(f, t, std::move(sock));
       co_await session.serve();
-    }(*this, std::move(s)));
+    }(*this, to, std::move(s)));
   }
 }
 
 awaitable<void> HttpFront::Session::serve() {
-  *f_.connections_ += 1;
+  const std::uint32_t open = f_.connections_->fetch_add(1) + 1;
   struct Guard {
-    std::shared_ptr<std::uint32_t> n;
-    ~Guard() { *n -= 1; }
-  } guard{f_.connections_};
+    std::shared_ptr<std::atomic<std::uint32_t>> all;
+    std::shared_ptr<std::atomic<std::uint32_t>> here;
+    ~Guard() {
+      all->fetch_sub(1);
+      here->fetch_sub(1, std::memory_order_relaxed);
+    }
+  } guard{f_.connections_, t_.connections};
   error_code ec;
-  if (*f_.connections_ > f_.cfg_.max_connections) {
+  if (open > cfg_->max_connections) {
     keep_alive_ = false;
     co_await sendError(tooManyConnections());
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -198,6 +239,7 @@ awaitable<void> HttpFront::Session::serve() {
   }
   for (;;) {
     http::request_parser<http::string_body> parser;
+    cfg_ = t_.cfg;  // a reload applies from the next request on
     if (!co_await read(parser)) break;
     stream_.expires_never();
     http::request<http::string_body> req = parser.release();
@@ -209,7 +251,7 @@ awaitable<void> HttpFront::Session::serve() {
 }
 
 awaitable<bool> HttpFront::Session::read(http::request_parser<http::string_body>& parser) {
-  const GatewayConfig& cfg = f_.cfg_;
+  const GatewayConfig& cfg = *cfg_;
   error_code ec;
   // Keep-alive: wait for the first byte of the next request.
   if (buf_.size() == 0) {
@@ -270,7 +312,8 @@ awaitable<bool> HttpFront::Session::handle(http::request<http::string_body>& req
   if (path == "/readyz") {
     const std::string_view why = f_.draining_ ? "draining" : f_.bridge_.unready();
     if (why.empty()) {
-      std::string body = "{\"status\":\"ready\",\"upstreams\":" + f_.bridge_.upstreamsJson() + "}";
+      std::string body = "{\"status\":\"ready\",\"upstreams\":" + f_.bridge_.upstreamsJson() +
+                         ",\"threads\":" + f_.threadsJson() + "}";
       co_return co_await sendBody(200, std::move(body), "application/json", {});
     }
     // Unready: the error, with each upstream's state beside it.
@@ -291,10 +334,11 @@ awaitable<bool> HttpFront::Session::handle(http::request<http::string_body>& req
     co_return co_await sendError(methodNotAllowed(ssv(req.method_string()), path));
   }
   const ApiKeyConfig* key = nullptr;
+  const std::shared_ptr<const KeyTable> keys = t_.keys;  // `key` points into it
   if (auto a = req.find(http::field::authorization); a != req.end()) {
     auto token = bearerToken(ssv(a->value()));
     if (!token) co_return co_await sendError(missingKey());
-    key = f_.keys_.find(*token);
+    key = keys->find(*token);
     if (key == nullptr) co_return co_await sendError(unknownKey());
   } else {
     co_return co_await sendError(missingKey());
@@ -302,14 +346,14 @@ awaitable<bool> HttpFront::Session::handle(http::request<http::string_body>& req
   if ((key->routes & routeBit(*route)) == 0) {
     co_return co_await sendError(routeNotAllowed(routePath(*route)));
   }
-  if (*route == Route::kModels) co_return co_await f_.relay_.models(*this, path);
+  if (*route == Route::kModels) co_return co_await t_.relay.models(*this, path);
   co_return co_await generate(req, *key, *route);
 }
 
 awaitable<bool> HttpFront::Session::generate(http::request<http::string_body>& req,
                                              const ApiKeyConfig& key, Route route) {
   if (f_.draining_) co_return co_await sendError(draining());
-  auto parsed = parseGenerateRequest(route, req.body(), f_.cfg_.default_max_tokens,
+  auto parsed = parseGenerateRequest(route, req.body(), cfg_->default_max_tokens,
                                      f_.bridge_.maxOutputTokens());
   if (auto* e = std::get_if<BodyError>(&parsed)) {
     co_return co_await sendError(badRequest(e->message, e->param));
@@ -317,7 +361,7 @@ awaitable<bool> HttpFront::Session::generate(http::request<http::string_body>& r
   req.body().clear();
   req.body().shrink_to_fit();
   // x-fairsched-timeout-ms: a shorter deadline for this request (queueing + running).
-  std::uint64_t timeout_ms = f_.cfg_.request_timeout_ms;
+  std::uint64_t timeout_ms = cfg_->request_timeout_ms;
   if (auto h = req.find("x-fairsched-timeout-ms"); h != req.end()) {
     const std::string v(h->value());
     char* end = nullptr;
@@ -329,13 +373,13 @@ awaitable<bool> HttpFront::Session::generate(http::request<http::string_body>& r
     timeout_ms = std::min<std::uint64_t>(timeout_ms, t);
   }
   GenerateRequest g = std::move(std::get<GenerateRequest>(parsed));
-  co_return co_await f_.relay_.generate(*this, key, route, std::move(g), timeout_ms);
+  co_return co_await t_.relay.generate(*this, key, route, std::move(g), timeout_ms);
 }
 
 awaitable<bool> HttpFront::Session::sendBody(int status, std::string body, std::string content_type,
                                              std::vector<HttpHeader> headers) {
   error_code ec;
-  stream_.expires_after(milliseconds(f_.cfg_.write_timeout_ms));
+  stream_.expires_after(milliseconds(cfg_->write_timeout_ms));
   if (head_) {
     head_ = false;
     http::response<http::empty_body> res{static_cast<http::status>(status), version_};
@@ -366,14 +410,14 @@ awaitable<bool> HttpFront::Session::startStream(std::vector<HttpHeader> headers)
   for (const HttpHeader& h : headers) res.set(h.name, h.value);
   res.chunked(true);
   error_code ec;
-  stream_.expires_after(milliseconds(f_.cfg_.write_timeout_ms));
+  stream_.expires_after(milliseconds(cfg_->write_timeout_ms));
   co_await http::async_write_header(stream_, sr, asio::redirect_error(use_awaitable, ec));
   co_return !ec;
 }
 
 awaitable<bool> HttpFront::Session::writeChunk(std::string data) {
   error_code ec;
-  stream_.expires_after(milliseconds(f_.cfg_.write_timeout_ms));
+  stream_.expires_after(milliseconds(cfg_->write_timeout_ms));
   co_await asio::async_write(stream_, http::make_chunk(asio::buffer(data)),
                              asio::redirect_error(use_awaitable, ec));
   co_return !ec;

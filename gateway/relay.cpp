@@ -43,7 +43,8 @@ struct Relay::Relayed {
 
 awaitable<bool> Relay::generate(Caller& c, const ApiKeyConfig& key, Route route,
                                 GenerateRequest req, std::uint64_t timeout_ms) {
-  auto submitted = bridge_.submit(key, route, std::move(req), milliseconds(timeout_ms));
+  auto submitted = bridge_.submit(co_await asio::this_coro::executor, key, route, std::move(req),
+                                  milliseconds(timeout_ms));
   if (auto* e = std::get_if<ErrorReply>(&submitted)) {
     ErrorReply err = std::move(*e);
     co_return co_await c.sendError(std::move(err));
@@ -83,7 +84,8 @@ awaitable<bool> Relay::models(Caller& c, std::string path) {
     ErrorReply e = schedulerUnavailable("no upstream is configured");
     co_return co_await c.sendError(std::move(e));
   }
-  UpstreamCall up(replica->pool);
+  UpstreamPool& pool = *replica->pools[thread_];
+  UpstreamCall up(pool);
   const auto called_at = std::chrono::steady_clock::now();
   std::optional<UpstreamError> err = co_await up.connect();
   std::string body;
@@ -92,7 +94,7 @@ awaitable<bool> Relay::models(Caller& c, std::string path) {
     std::string accept;
     err = co_await up.request(UpstreamCall::Method::kGet, path, std::move(none), std::move(accept));
   }
-  if (!err) err = co_await up.readAll(body, replica->cfg.max_response_bytes);
+  if (!err) err = co_await up.readAll(body, pool.config().max_response_bytes);
   c.timing.upstream = std::chrono::steady_clock::now() - called_at;
   if (err) {
     err->why = "GET " + path + ": " + err->why;
@@ -118,7 +120,7 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
   // is up is full, once one of its calls ends.
   for (int attempt = 0;; ++attempt) {
     ex.upstream = nullptr;
-    call.emplace(ex.via->pool);
+    call.emplace(*ex.via->pools[thread_]);
     ex.upstream = &*call;
     err = co_await call->connect();
     if (!err || ex.caller_gone || ex.aborted) break;
@@ -135,18 +137,15 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
     if (!next) break;
   }
   UpstreamCall& up = *call;
+  const UpstreamConfig& via = ex.via->pools[thread_]->config();  // this thread's copy
   // The tenant's calls open on this upstream, this one included, while it is.
   struct TenantCall {
     std::shared_ptr<Replica> on;
     const std::string& tenant;
     std::uint32_t before;
     explicit TenantCall(std::shared_ptr<Replica> r, const std::string& t)
-        : on(std::move(r)), tenant(t), before(on->tenant_calls[tenant]++) {}
-    ~TenantCall() {
-      if (auto it = on->tenant_calls.find(tenant);
-          it != on->tenant_calls.end() && --it->second == 0)
-        on->tenant_calls.erase(it);
-    }
+        : on(std::move(r)), tenant(t), before(on->callOpened(tenant)) {}
+    ~TenantCall() { on->callClosed(tenant); }
     TenantCall(const TenantCall&) = delete;
     TenantCall& operator=(const TenantCall&) = delete;
   };
@@ -154,7 +153,7 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
   if (!err) {
     tenant_call.emplace(ex.via, ex.tenant);
     std::string body = std::move(ex.req.upstream_body);
-    body = bodyForEngine(std::move(body), ex.via->cfg.engine_priority, tenant_call->before,
+    body = bodyForEngine(std::move(body), via.engine_priority, tenant_call->before,
                          ex.req.caller_priority);
     std::string accept = ex.req.stream ? "text/event-stream" : "application/json";
     err = co_await up.request(UpstreamCall::Method::kPost, std::string(routePath(ex.route)),
@@ -164,7 +163,7 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
   if (err) {
     c.timing.upstream = std::chrono::steady_clock::now() - called_at;
     if (ex.caller_gone || ex.aborted) co_return co_await endBeforeResponse(c, ex);
-    spdlog::warn("request {}: upstream {}: {}", ex.serial, ex.via->cfg.name, err->why);
+    spdlog::warn("request {}: upstream {}: {}", ex.serial, via.name, err->why);
     ErrorReply e = replyFor(*err);
     bridge_.finish(ex, Status::kExecutorFailed, ex.emitted, err->why);
     co_return co_await c.sendError(std::move(e));
@@ -183,7 +182,7 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
     c.timing.upstream = std::chrono::steady_clock::now() - called_at;
     co_await relayStream(c, ex, up, r);
   } else {
-    if (auto e = co_await up.readAll(r.whole, ex.via->cfg.max_response_bytes)) {
+    if (auto e = co_await up.readAll(r.whole, via.max_response_bytes)) {
       r.broken = std::move(e->why);
     }
     c.timing.upstream = std::chrono::steady_clock::now() - called_at;
@@ -220,7 +219,7 @@ awaitable<void> Relay::relayStream(Caller& c, Exchange& ex, UpstreamCall& up, Re
     co_return;
   }
   r.header_sent = true;
-  const std::size_t limit = ex.via->cfg.max_response_bytes;
+  const std::size_t limit = ex.via->pools[thread_]->config().max_response_bytes;
   std::array<char, 16384> tmp{};
   std::vector<std::string> events;
   SseParser parser(limit);

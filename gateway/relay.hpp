@@ -11,9 +11,11 @@
 // produced, CANCELLED when the caller hung up or the daemon ended it
 // first, EXECUTOR_FAILED (INVALID on an upstream 4xx) with why otherwise.
 // The returned bool: false when the caller's connection must close.
-// Loop thread only.
+// One relay per gateway thread: its calls run there, on that thread's
+// upstream pools.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -30,8 +32,8 @@ struct Exchange;
 
 class Relay {
  public:
-  // `cfg` (the running config) and `bridge` outlive the relay.
-  Relay(const GatewayConfig& cfg, DaemonBridge& bridge) : cfg_(cfg), bridge_(bridge) {}
+  // `bridge` outlives the relay; `thread`: the index of its gateway thread.
+  Relay(DaemonBridge& bridge, std::size_t thread) : bridge_(bridge), thread_(thread) {}
 
   // Serves one generation request of `key` on `route`, with a deadline of
   // `timeout_ms` (queueing and running).
@@ -51,8 +53,8 @@ class Relay {
   awaitable<ErrorReply> abortReply(Exchange& ex, bool ran = false);
   awaitable<bool> writeStreamEnd(Caller& c, Exchange& ex, std::string error);
 
-  const GatewayConfig& cfg_;
   DaemonBridge& bridge_;
+  std::size_t thread_;
 };
 
 }  // namespace fairsched::gateway

@@ -56,7 +56,7 @@ constexpr std::size_t kDrainLimit = 64 * 1024;
 }  // namespace
 
 struct UpstreamPool::Impl {
-  Impl(asio::io_context& i, const UpstreamConfig& cfg) : io(i), u(cfg) {}
+  Impl(asio::io_context& i, UpstreamConfig cfg) : io(i), u(std::move(cfg)) {}
 
   // A live pooled connection, newest first; none: nullptr.
   std::unique_ptr<Conn> take() {
@@ -82,19 +82,33 @@ struct UpstreamPool::Impl {
   }
 
   asio::io_context& io;
-  const UpstreamConfig& u;
+  UpstreamConfig u;
   std::vector<std::unique_ptr<Conn>> idle;  // oldest first
   std::uint64_t opened = 0;
   std::uint64_t reused = 0;
   bool open = true;  // false once the pool is gone: calls ending later close
 };
 
-UpstreamPool::UpstreamPool(asio::io_context& io, const UpstreamConfig& u)
-    : impl_(std::make_shared<Impl>(io, u)) {}
+UpstreamPool::UpstreamPool(asio::io_context& io, UpstreamConfig u)
+    : impl_(std::make_shared<Impl>(io, std::move(u))) {}
 
 UpstreamPool::~UpstreamPool() {
-  impl_->open = false;
-  impl_->idle.clear();
+  // On the pool's thread, where its calls may still run: they close their
+  // connections when they end. (A loop already stopped destroys the handler
+  // with the io_context, connections included.)
+  asio::io_context& io = impl_->io;
+  asio::post(io, [m = std::move(impl_)] {
+    m->open = false;
+    m->idle.clear();
+  });
+}
+
+const UpstreamConfig& UpstreamPool::config() const {
+  return impl_->u;
+}
+
+void UpstreamPool::setConfig(UpstreamConfig u) {
+  asio::post(impl_->io, [m = impl_, u = std::move(u)]() mutable { m->u = std::move(u); });
 }
 
 std::uint64_t UpstreamPool::opened() const {
@@ -133,7 +147,7 @@ struct UpstreamCall::Impl {
   static awaitable<void> drain(std::unique_ptr<Impl> m);
 
   std::shared_ptr<UpstreamPool::Impl> pool;
-  const UpstreamConfig& u;
+  const UpstreamConfig& u;  // the pool's: it lives as long as the call
   tcp::resolver resolver;
   milliseconds response_timeout;
   std::unique_ptr<Conn> conn;
@@ -148,7 +162,6 @@ UpstreamCall::UpstreamCall(UpstreamPool& pool) : impl_(std::make_unique<Impl>(po
 UpstreamCall::~UpstreamCall() {
   if (!impl_) return;
   Impl& m = *impl_;
-  // pool->open first: after the pool, the config it names may be gone too.
   if (!m.pool->open || !m.conn || m.failed || !m.requested || m.u.pool_connections == 0) return;
   if (!m.parser->keep_alive()) return;
   if (m.parser->is_done()) {

@@ -47,11 +47,14 @@ struct UpstreamError {
 // The caller's reply when the upstream could not be called.
 ErrorReply replyFor(const UpstreamError& e);
 
-// The idle keep-alive connections to one upstream. Loop thread only; it
-// outlives its calls (the relay owns it).
+// The idle keep-alive connections to one upstream on one of the gateway's
+// threads (each thread has its own: a connection belongs to one
+// io_context), with that thread's copy of the upstream's config. Its
+// thread only, but for setConfig and the destructor, which may run on any
+// thread (they post to the pool's own).
 class UpstreamPool {
  public:
-  UpstreamPool(asio::io_context& io, const UpstreamConfig& u);
+  UpstreamPool(asio::io_context& io, UpstreamConfig u);
   ~UpstreamPool();
   UpstreamPool(const UpstreamPool&) = delete;
   UpstreamPool& operator=(const UpstreamPool&) = delete;
@@ -59,6 +62,10 @@ class UpstreamPool {
   std::uint64_t opened() const;  // connections opened since start
   std::uint64_t reused() const;  // calls served on a pooled connection
   std::size_t idle() const;      // connections idle now
+  // The upstream's config as this pool's thread sees it.
+  const UpstreamConfig& config() const;
+  // A reload: the calls made after it on the pool's thread use `u`.
+  void setConfig(UpstreamConfig u);
 
  private:
   friend class UpstreamCall;

@@ -245,7 +245,14 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
         yield s
     finally:
         s.stop()
+        logs = s.logs()
+        whole = "\n".join(f.read_text(errors="replace") for f in d.glob("*.log"))
         rep = getattr(request.node, "rep_call", None)
         if rep is not None and rep.failed:
-            print(s.logs())
+            print(logs)
         shutil.rmtree(d, ignore_errors=True)
+    # A sanitizer's report in any process fails the test that caused it.
+    found = re.search(r"(ThreadSanitizer|AddressSanitizer|LeakSanitizer|runtime error):.*", whole)
+    if found:
+        print(logs)
+        pytest.fail(f"a sanitizer reported: {found.group(0)}")

@@ -75,6 +75,19 @@ TEST(GatewayConfig, EachBadFieldNamesItsLineAndKey) {
             "gw.toml:5: keys.a.tenant: ");
 }
 
+TEST(GatewayConfig, ThreadsFollowTheCoresUnlessSet) {
+  auto r = parseGatewayConfig(kMinimal);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().threads, 0u);  // from the cores
+  r = parseGatewayConfig(kMinimal + "[gateway]\nthreads = 3\n");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().threads, 3u);
+  EXPECT_EQ(errorOf(kMinimal + "[gateway]\nthreads = 65\n"),
+            "gw.toml:4: gateway.threads: must be at most 64, got 65");
+  EXPECT_EQ(errorOf(kMinimal + "[gateway]\nthreads = -1\n"),
+            "gw.toml:4: gateway.threads: must not be negative, got -1");
+}
+
 TEST(GatewayConfig, SeveralUpstreamsEachWithItsOwnCapacityAndChecks) {
   auto r = parseGatewayConfig(
       "[[upstreams]]\nurl = \"http://10.0.0.1:8000\"\nmax_sequences = 32\n"

@@ -222,6 +222,9 @@ def test_a_caller_that_hangs_up_while_queued_cancels_it(stack: Stack):
     wait_until(lambda: stack.queued("bob") == 1, 10, "bob's request to be queued in the daemon")
     q.sock.shutdown(socket.SHUT_RDWR)
     q.close()
+    # Alice's stream holds the only sequence until bob's cancel has landed
+    # (two hang-ups on two gateway threads may otherwise be seen in either order).
+    wait_until(lambda: stack.queued("bob") == 0, 10, "bob's request to leave the daemon's queue")
     c.close()
     wait_until(lambda: stack.upstream_stats()["running"] == 0, 10, "the stream to end")
 
@@ -559,7 +562,7 @@ def test_every_answer_says_where_its_time_went(stack: Stack):
 
 
 def test_upstream_connections_are_kept_alive_and_reused(stack: Stack):
-    stack.start()
+    stack.start(threads=1)  # each gateway thread has its own pool
     for i in range(12):
         stream = i % 2 == 0
         s, _, b = stack.request("POST", "/v1/completions",
@@ -595,7 +598,7 @@ def test_a_pooled_connection_the_upstream_closed_is_not_used(stack: Stack):
 
 
 def test_concurrent_calls_open_no_more_connections_than_they_need(stack: Stack):
-    stack.start(upstream_max_sequences=4)
+    stack.start(upstream_max_sequences=4, threads=1)  # each gateway thread has its own pool
     results = []
 
     def burst(i):
@@ -612,6 +615,62 @@ def test_concurrent_calls_open_no_more_connections_than_they_need(stack: Stack):
     assert results == [200] * 24
     # The upstream runs at most 4 at once: 4 connections are all it ever needs.
     assert stack.upstream_stats()["connections"] <= 4
+
+
+def test_several_threads_share_the_callers_and_each_gets_its_own_answer(stack: Stack):
+    stack.start(threads=4, replicas=2, upstream_max_sequences=8)
+    # Each new connection goes to the thread serving the fewest.
+    held = [stack.conn(10) for _ in range(8)]
+    for c in held:
+        c.request("GET", "/healthz")
+        c.getresponse().read()
+    s, _, b = stack.request("GET", "/readyz", key=None)
+    assert s == 200, b
+    per_thread = json.loads(b)["threads"]
+    assert len(per_thread) == 4, per_thread
+    assert all(t["connections"] >= 2 for t in per_thread), per_thread  # 9 open, /readyz's too
+    for c in held:
+        c.close()
+
+    # 64 callers at once on their own connections, half streamed, two
+    # tenants, each asking for its own number of tokens.
+    results: dict[int, tuple[int, str]] = {}
+
+    def one(i: int) -> None:
+        stream = i % 2 == 0
+        s, _, body = stack.request("POST", "/v1/completions",
+                                   {"model": "m", "prompt": f"p{i}", "max_tokens": 1 + i % 13,
+                                    "stream": stream},
+                                   key=("alice", "bob")[(i // 2) % 2], timeout=60)
+        if s != 200:
+            results[i] = (s, body.decode(errors="replace"))
+        elif stream:
+            events = sse_events(body)
+            assert events[-1] == "[DONE]", events
+            results[i] = (s, "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]))
+        else:
+            results[i] = (s, json.loads(body)["choices"][0]["text"])
+
+    callers = [threading.Thread(target=one, args=(i,)) for i in range(64)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join(60 * SLOW)
+    assert sorted(results) == list(range(64))
+    for i, (s, text) in results.items():
+        assert (s, text) == (200, "".join(f"t{k} " for k in range(1 + i % 13))), (i, s, text)
+
+    def settled() -> bool:
+        st = stack.status()
+        return st["queued"] == 0 and st["in_flight"] == 0
+
+    wait_until(settled, 10, "the daemon to hold no request")
+    for tenant in ("alice", "bob"):
+        counts = stack.tenant_counts(tenant)
+        assert counts["completed"] == 32 and counts["cancelled"] == 0, (tenant, counts)
+    stats = [stack.upstream_stats(port) for _, port in stack.replicas]
+    assert sum(st["requests"] for st in stats) == 64, stats
+    assert all(st["max_running"] <= 8 for st in stats), stats
 
 
 # --- several upstreams ------------------------------------------------------------
