@@ -193,38 +193,133 @@ std::optional<Usage> usageOf(const json& j) {
   return out;
 }
 
-bool nonEmptyString(const json& o, const char* key) {
-  auto it = o.find(key);
-  return it != o.end() && it->is_string() && !it->get_ref<const std::string&>().empty();
-}
+}  // namespace
+
+namespace {
+
+// parseStreamChunk's reader: nlohmann's SAX interface, so an event is
+// scanned once without building a document (an SSE stream has one event
+// per token). It follows the path of each value and keeps what the chunk
+// says: root.error, root.usage.{prompt,completion}_tokens, root.choices[]
+// and in each choice text, delta.content, delta.reasoning_content and
+// delta.tool_calls[].
+class ChunkReader {
+ public:
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
+
+  StreamChunk result() && {
+    if (!ok_) return {};
+    c_.valid = true;
+    c_.usage_only = choices_ == 0 && c_.usage.has_value();
+    return std::move(c_);
+  }
+
+  bool null() { return value(); }
+  bool boolean(bool) { return value(); }
+  bool number_integer(json::number_integer_t) { return value(); }
+  bool number_unsigned(json::number_unsigned_t v) {
+    if (at(2) && in(0, "usage") && c_.usage && !stack_[1].array) {
+      if (keyAt(1) == "prompt_tokens") c_.usage->prompt_tokens = clampTokens(v);
+      if (keyAt(1) == "completion_tokens") c_.usage->completion_tokens = clampTokens(v);
+    }
+    return value();
+  }
+  bool number_float(json::number_float_t, const string_t&) { return value(); }
+  bool string(string_t& v) {
+    if (!v.empty() && inChoice(3) && keyAt(2) == "text") c_.has_text = true;
+    if (!v.empty() && at(4) && inDelta() &&
+        (keyAt(3) == "content" || keyAt(3) == "reasoning_content")) {
+      c_.has_text = true;
+    }
+    return value();
+  }
+  bool binary(binary_t&) { return value(); }
+  bool start_object(std::size_t) {
+    if (stack_.empty()) {  // the root: an object, or not a chunk
+      if (seen_root_) return false;
+      seen_root_ = true;
+      stack_.push_back(Frame{false, {}, 0});
+      return true;
+    }
+    if (at(1) && keyAt(0) == "usage") c_.usage = Usage{};
+    if (!value()) return false;
+    stack_.push_back(Frame{false, {}, 0});
+    return true;
+  }
+  bool key(string_t& k) {
+    stack_.back().key.assign(k);
+    if (at(1) && k == "error") c_.is_error = true;
+    return true;
+  }
+  bool end_object() {
+    stack_.pop_back();
+    if (stack_.empty()) ok_ = true;
+    return true;
+  }
+  bool start_array(std::size_t) {
+    if (stack_.empty()) return false;  // an array is not a chunk
+    if (!value()) return false;
+    stack_.push_back(Frame{true, {}, 0});
+    return true;
+  }
+  bool end_array() {
+    stack_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+    return false;
+  }
+
+ private:
+  struct Frame {
+    bool array = false;
+    std::string key;  // an object's current key
+    std::size_t items = 0;
+  };
+
+  // A value arrives in the innermost container.
+  bool value() {
+    if (stack_.empty()) return false;  // a bare value is not a chunk
+    Frame& top = stack_.back();
+    if (!top.array) return true;
+    ++top.items;
+    if (at(2) && in(0, "choices")) ++choices_;                          // a choice
+    if (stack_.size() == 5 && inDelta() && keyAt(3) == "tool_calls") {  // a tool call
+      c_.has_text = true;
+    }
+    return true;
+  }
+  // The stack is `depth` frames deep.
+  bool at(std::size_t depth) const { return stack_.size() == depth; }
+  const std::string& keyAt(std::size_t i) const { return stack_[i].key; }
+  // Frame i is an object whose current key is `k`.
+  bool in(std::size_t i, std::string_view k) const {
+    return stack_.size() > i && !stack_[i].array && stack_[i].key == k;
+  }
+  // Inside a choice object, `depth` frames deep (root, choices[], the choice, ...).
+  bool inChoice(std::size_t depth) const {
+    return stack_.size() == depth && in(0, "choices") && stack_[1].array && !stack_[2].array;
+  }
+  // Directly inside a choice's delta object (or one level below it, for tool_calls).
+  bool inDelta() const {
+    return stack_.size() >= 4 && in(0, "choices") && stack_[1].array && in(2, "delta") &&
+           !stack_[3].array;
+  }
+
+  std::vector<Frame> stack_;
+  StreamChunk c_;
+  std::size_t choices_ = 0;
+  bool seen_root_ = false;
+  bool ok_ = false;
+};
 
 }  // namespace
 
 StreamChunk parseStreamChunk(std::string_view payload) {
-  StreamChunk c;
-  json j = json::parse(payload.begin(), payload.end(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return c;
-  c.valid = true;
-  c.is_error = j.contains("error");
-  c.usage = usageOf(j);
-  auto choices = j.find("choices");
-  const bool no_choices = choices == j.end() || !choices->is_array() || choices->empty();
-  c.usage_only = no_choices && c.usage.has_value();
-  if (!no_choices) {
-    for (const json& ch : *choices) {
-      if (!ch.is_object()) continue;
-      if (nonEmptyString(ch, "text")) c.has_text = true;
-      if (auto d = ch.find("delta"); d != ch.end() && d->is_object()) {
-        if (nonEmptyString(*d, "content") || nonEmptyString(*d, "reasoning_content")) {
-          c.has_text = true;
-        }
-        if (auto tc = d->find("tool_calls"); tc != d->end() && tc->is_array() && !tc->empty()) {
-          c.has_text = true;
-        }
-      }
-    }
-  }
-  return c;
+  ChunkReader r;
+  if (!json::sax_parse(payload.begin(), payload.end(), &r)) return {};
+  return std::move(r).result();
 }
 
 std::optional<Usage> parseResponseUsage(std::string_view body) {

@@ -4,6 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/support/seeded_rng.hpp"
+
 namespace fairsched::gateway {
 
 namespace {
@@ -118,6 +124,161 @@ TEST(ParseStreamChunk, TextUsageAndErrors) {
   EXPECT_EQ(u.usage->completion_tokens, 5u);
   EXPECT_TRUE(parseStreamChunk(R"({"error":{"message":"x"}})").is_error);
   EXPECT_FALSE(parseStreamChunk("not json").valid);
+}
+
+TEST(ParseStreamChunk, EachPathAndNothingElse) {
+  // Text only where a choice carries it, not in keys of the same name elsewhere.
+  EXPECT_FALSE(parseStreamChunk(R"({"text":"a","choices":[{"x":{"text":"a"}}]})").has_text);
+  EXPECT_FALSE(parseStreamChunk(R"({"choices":{"0":{"text":"a"}}})").has_text);
+  EXPECT_TRUE(parseStreamChunk(R"({"choices":[{"index":1},{"text":"b"}]})").has_text);
+  EXPECT_TRUE(parseStreamChunk(R"({"choices":[{"delta":{"reasoning_content":"r"}}]})").has_text);
+  EXPECT_TRUE(
+      parseStreamChunk(R"({"choices":[{"delta":{"tool_calls":[{"function":{"arguments":""}}]}}]})")
+          .has_text);
+  EXPECT_FALSE(parseStreamChunk(R"({"choices":[{"delta":{"tool_calls":[]}}]})").has_text);
+  EXPECT_FALSE(parseStreamChunk(R"({"choices":[{"delta":{"content":{"content":"x"}}}]})").has_text);
+  EXPECT_FALSE(parseStreamChunk(R"({"choices":[{"delta":{"content":null}}]})").has_text);
+  // Braces and quotes inside strings are text, not structure.
+  EXPECT_TRUE(parseStreamChunk(R"({"choices":[{"text":"}\"],{\"usage\":{"}]})").has_text);
+  EXPECT_FALSE(parseStreamChunk(R"({"choices":[{"text":"}\"],{\"usage\":{"}]})").usage);
+  // Usage: an object at the root, its counts unsigned integers.
+  EXPECT_FALSE(parseStreamChunk(R"({"choices":[],"usage":null})").usage);
+  EXPECT_FALSE(parseStreamChunk(R"({"x":{"usage":{"completion_tokens":3}}})").usage);
+  const StreamChunk neg =
+      parseStreamChunk(R"({"usage":{"prompt_tokens":-1,"completion_tokens":2.5}})");
+  ASSERT_TRUE(neg.usage);
+  EXPECT_EQ(neg.usage->prompt_tokens, 0u);
+  EXPECT_EQ(neg.usage->completion_tokens, 0u);
+  EXPECT_TRUE(neg.usage_only);
+  EXPECT_FALSE(parseStreamChunk(R"({"choices":[1],"usage":{}})").usage_only);
+  // Not a chunk: an array, a bare value, trailing bytes, cut short.
+  EXPECT_FALSE(parseStreamChunk(R"([{"choices":[{"text":"a"}]}])").valid);
+  EXPECT_FALSE(parseStreamChunk("\"text\"").valid);
+  EXPECT_FALSE(parseStreamChunk(R"({"choices":[{"text":"a"}]} x)").has_text);
+  EXPECT_FALSE(parseStreamChunk(R"({"choices":[{"text":"a"})").valid);
+  EXPECT_TRUE(parseStreamChunk("{}").valid);
+}
+
+namespace {
+
+// What a chunk says, read from a whole document: the reference the
+// streaming reader must agree with.
+StreamChunk byDocument(const nlohmann::json& j) {
+  StreamChunk c;
+  if (!j.is_object()) return c;
+  c.valid = true;
+  c.is_error = j.contains("error");
+  const auto nonEmpty = [](const nlohmann::json& o, const char* k) {
+    auto it = o.find(k);
+    return it != o.end() && it->is_string() && !it->get_ref<const std::string&>().empty();
+  };
+  if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
+    Usage us;
+    if (auto p = u->find("prompt_tokens"); p != u->end() && p->is_number_unsigned()) {
+      us.prompt_tokens = static_cast<std::uint32_t>(p->get<std::uint64_t>());
+    }
+    if (auto p = u->find("completion_tokens"); p != u->end() && p->is_number_unsigned()) {
+      us.completion_tokens = static_cast<std::uint32_t>(p->get<std::uint64_t>());
+    }
+    c.usage = us;
+  }
+  auto ch = j.find("choices");
+  const bool none = ch == j.end() || !ch->is_array() || ch->empty();
+  c.usage_only = none && c.usage.has_value();
+  if (none) return c;
+  for (const auto& x : *ch) {
+    if (!x.is_object()) continue;
+    if (nonEmpty(x, "text")) c.has_text = true;
+    if (auto d = x.find("delta"); d != x.end() && d->is_object()) {
+      if (nonEmpty(*d, "content") || nonEmpty(*d, "reasoning_content")) c.has_text = true;
+      if (auto t = d->find("tool_calls"); t != d->end() && t->is_array() && !t->empty()) {
+        c.has_text = true;
+      }
+    }
+  }
+  return c;
+}
+
+// A random JSON value over the keys a chunk's reader looks for (each
+// object's keys distinct), `depth` levels at most.
+nlohmann::json randomValue(std::mt19937_64& rng, int depth) {
+  static const char* const kKeys[] = {"choices",
+                                      "usage",
+                                      "error",
+                                      "text",
+                                      "delta",
+                                      "content",
+                                      "reasoning_content",
+                                      "tool_calls",
+                                      "prompt_tokens",
+                                      "completion_tokens",
+                                      "role",
+                                      "x"};
+  const int kind = static_cast<int>(rng() % (depth > 0 ? 9 : 6));
+  switch (kind) {
+    case 0:
+      return nullptr;
+    case 1:
+      return rng() % 2 == 0;
+    case 2:
+      return static_cast<std::int64_t>(rng() % 2000) - 1000;
+    case 3:
+      return static_cast<double>(rng() % 100) / 8.0;
+    case 4:
+      return std::string(rng() % 3, 'a');
+    case 5:
+      return std::string("}\"{[") + std::to_string(rng() % 10);
+    case 6:
+    case 7: {
+      nlohmann::json o = nlohmann::json::object();
+      const int n = static_cast<int>(rng() % 4);
+      for (int i = 0; i < n; ++i) o[kKeys[rng() % std::size(kKeys)]] = randomValue(rng, depth - 1);
+      return o;
+    }
+    default: {
+      nlohmann::json a = nlohmann::json::array();
+      const int n = static_cast<int>(rng() % 3);
+      for (int i = 0; i < n; ++i) a.push_back(randomValue(rng, depth - 1));
+      return a;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(ParseStreamChunk, AgreesWithTheWholeDocumentOnRandomChunks) {
+  std::mt19937_64 rng(fairsched::testing::testSeed());
+  for (int i = 0; i < 20000; ++i) {
+    nlohmann::json j = nlohmann::json::object();
+    const int n = static_cast<int>(rng() % 4);
+    for (int k = 0; k < n; ++k) {
+      static const char* const kRoot[] = {"choices", "usage", "error", "text", "x"};
+      j[kRoot[rng() % std::size(kRoot)]] = randomValue(rng, 5);
+    }
+    if (rng() % 2 == 0) {  // the shapes engines send, their values at random
+      nlohmann::json choice = nlohmann::json::object();
+      nlohmann::json delta = nlohmann::json::object();
+      for (const char* k : {"content", "reasoning_content", "tool_calls"}) {
+        if (rng() % 2 == 0) delta[k] = randomValue(rng, 2);
+      }
+      if (rng() % 2 == 0) choice["text"] = randomValue(rng, 2);
+      choice["delta"] = rng() % 4 == 0 ? randomValue(rng, 2) : delta;
+      j["choices"] = nlohmann::json::array({randomValue(rng, 2), choice});
+      if (rng() % 2 == 0) j["choices"].erase(0);
+    }
+    const std::string text = j.dump();
+    const StreamChunk want = byDocument(nlohmann::json::parse(text));  // as a reader sees it
+    const StreamChunk got = parseStreamChunk(text);
+    ASSERT_EQ(got.valid, want.valid) << text;
+    ASSERT_EQ(got.has_text, want.has_text) << text;
+    ASSERT_EQ(got.usage_only, want.usage_only) << text;
+    ASSERT_EQ(got.is_error, want.is_error) << text;
+    ASSERT_EQ(got.usage.has_value(), want.usage.has_value()) << text;
+    if (want.usage) {
+      ASSERT_EQ(got.usage->prompt_tokens, want.usage->prompt_tokens) << text;
+      ASSERT_EQ(got.usage->completion_tokens, want.usage->completion_tokens) << text;
+    }
+  }
 }
 
 TEST(ErrorJson, IsOpenAiShapedAndEscapes) {
