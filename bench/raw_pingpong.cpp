@@ -77,4 +77,50 @@ std::vector<double> rawPingPong(int iterations, int parent_cpu, int child_cpu) {
   return rtt;
 }
 
+std::vector<double> rawSleepingHandoff(int iterations, int cpu, int step_us) {
+  struct alignas(64) Stamp {
+    std::atomic<std::uint64_t> seq{0};
+    std::atomic<std::int64_t> ns{0};
+  };
+  void* mem =
+      mmap(nullptr, sizeof(Stamp), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return {};
+  auto* st = new (mem) Stamp;
+  const int warmup = iterations / 10;
+  const auto total = static_cast<std::uint64_t>(warmup + iterations);
+  const auto now = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  ProcessGroup group;
+  const pid_t child = group.spawn([&] {
+    pinTo(cpu);
+    for (std::uint64_t i = 1; i <= total; ++i) {
+      std::this_thread::sleep_for(std::chrono::microseconds(step_us));
+      st->ns.store(now(), std::memory_order_relaxed);
+      st->seq.store(i, std::memory_order_release);
+    }
+    return 0;
+  });
+  if (child < 0) {
+    munmap(mem, sizeof(Stamp));
+    return {};
+  }
+  pinTo(cpu);
+  std::vector<double> delay;
+  delay.reserve(static_cast<std::size_t>(iterations));
+  for (std::uint64_t i = 1; i <= total; ++i) {
+    while (st->seq.load(std::memory_order_acquire) < i) {
+    }
+    const std::int64_t seen = now();
+    if (i > static_cast<std::uint64_t>(warmup)) {
+      delay.push_back(static_cast<double>(seen - st->ns.load(std::memory_order_relaxed)));
+    }
+  }
+  group.wait(child, ProcessGroup::in(std::chrono::seconds(10)));
+  munmap(mem, sizeof(Stamp));
+  return delay;
+}
+
 }  // namespace fairsched::bench

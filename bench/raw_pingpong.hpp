@@ -18,4 +18,12 @@ void pinTo(int cpu);
 // machine has two CPUs. Empty if the child could not be started.
 std::vector<double> rawPingPong(int iterations, int parent_cpu = 0, int child_cpu = 1);
 
+// The limit of handing one word to a busy-polling reader from a process
+// that sleeps between writes on the reader's CPU (as a paced engine shares
+// a CPU with its client when three processes have two): a forked child on
+// CPU `cpu` sleeps `step_us`, stores the time, sleeps again; the parent,
+// on the same CPU, spins until it sees the store. `iterations` store →
+// sight delays in nanoseconds; empty if the child could not be started.
+std::vector<double> rawSleepingHandoff(int iterations, int cpu, int step_us);
+
 }  // namespace fairsched::bench

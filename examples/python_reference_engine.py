@@ -169,15 +169,21 @@ class Engine:
         # yield to the event loop.
         await asyncio.sleep(cost_us * 1e-6 if cost_us >= 50 else 0)
         self.stats.steps += 1
+        # The step's tokens, one of each decoding sequence, in one record.
+        step: list[tuple[int, int]] = []
+        for s in self.seqs:
+            if s.prefilled < s.prompt_tokens:
+                continue
+            step.append((s.id, reference_token(s.prompt, s.generated)))
+            s.generated += 1
+            self.stats.tokens += 1
+        if step:
+            self.worker.emit_step(step)
         still: list[Sequence] = []
         for s in self.seqs:
             if s.prefilled < s.prompt_tokens:
                 still.append(s)
                 continue
-            token = reference_token(s.prompt, s.generated)
-            s.generated += 1
-            self.stats.tokens += 1
-            self.worker.emit(s.id, (token,))
             if s.generated >= s.target:
                 self.worker.finish(s.id, Status.OK, s.generated)
                 self.kv_used -= s.reserved

@@ -123,6 +123,10 @@ void AutoCapacity::observe(const EngineLoad& load, std::uint32_t ours_running) {
   }
   const bool kv_full = load.kv_usage && *load.kv_usage >= p_.kv_high;
   if (kv_full || ours_running < limit_ || limit_ >= top) return;
+  // Some of ours are not running on the engine (on their way to it, or
+  // ending): a full engine can look like one with room. Grow only when it
+  // runs every one of them.
+  if (load.running < static_cast<double>(ours_running)) return;
   const std::uint32_t step = slow_start_ ? limit_ : 1;
   limit_ = static_cast<std::uint32_t>(
       std::min<std::uint64_t>(top, static_cast<std::uint64_t>(limit_) + step));

@@ -15,7 +15,8 @@
 //   waiting > 0                 → the engine's running count, if lower
 //                                 (not below min): send no more than the
 //                                 engine takes at once;
-//   waiting = 0, limit in use, KV cache below kv_high
+//   waiting = 0, limit in use, the engine running at least every call of
+//   ours (none on its way), KV cache below kv_high
 //                               → grow: doubled until the first time the
 //                                 engine queues (slow start), then + 1;
 //   otherwise                   → unchanged (the limit is not what holds

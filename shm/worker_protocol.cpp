@@ -11,8 +11,8 @@ namespace fairsched::shm {
 //   tag               kCapacity: free KV tokens; kFinish: prompt tokens counted (0 = as assigned)
 //   max_output_tokens kCapacity: free sequences; kFinish/kPreempted: output tokens
 //   priority          kFinish: the encoded status
-//   deadline_ns       kTokens: emit time
-//   prompt_tokens     kTokens: token ids in the arena
+//   deadline_ns       kTokens, kStep: emit time
+//   prompt_tokens     kTokens: token ids in the arena; kStep: its words in the arena
 //   params_bytes      kFinish: message bytes in the arena
 // flags and tenant stay 0.
 
@@ -25,7 +25,7 @@ std::string_view toString(EventCheck check) {
     case EventCheck::kBadFlags:
       return "flags, a tenant or parameters on a worker event";
     case EventCheck::kBadTokens:
-      return "a TOKENS event without tokens or with too many";
+      return "a TOKENS or STEP event without tokens, with too many, or with a partial entry";
     case EventCheck::kStrayTokens:
       return "token ids on an event that carries none";
     case EventCheck::kBadStatus:
@@ -47,6 +47,9 @@ SubmissionSlot encodeWorkerEvent(const WorkerEvent& e) {
       break;
     case WorkerEventKind::kTokens:
       s.request_id = e.assignment;
+      s.deadline_ns = e.emit_ns;
+      break;
+    case WorkerEventKind::kStep:
       s.deadline_ns = e.emit_ns;
       break;
     case WorkerEventKind::kFinish:
@@ -83,6 +86,19 @@ EventCheck decodeWorkerEvent(const SubmissionSlot& s, WorkerEvent& out) {
       if (s.deadline_ns < 0) return EventCheck::kNegativeTime;
       out.kind = WorkerEventKind::kTokens;
       out.assignment = s.request_id;
+      out.emit_ns = s.deadline_ns;
+      return EventCheck::kValid;
+    case static_cast<std::uint16_t>(WorkerEventKind::kStep):
+      if (s.params_bytes != 0 || s.request_id != 0 || s.tag != 0 || s.max_output_tokens != 0 ||
+          s.priority != 0) {
+        return EventCheck::kBadFlags;
+      }
+      if (s.prompt_tokens == 0 || s.prompt_tokens > kWorkerTokensPerEvent ||
+          s.prompt_tokens % kStepWordsPerToken != 0) {
+        return EventCheck::kBadTokens;
+      }
+      if (s.deadline_ns < 0) return EventCheck::kNegativeTime;
+      out.kind = WorkerEventKind::kStep;
       out.emit_ns = s.deadline_ns;
       return EventCheck::kValid;
     case static_cast<std::uint16_t>(WorkerEventKind::kFinish): {

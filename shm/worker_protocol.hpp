@@ -9,6 +9,8 @@
 //   event ring (submission ring 0, worker-written, UNTRUSTED):
 //     CAPACITY{free sequences, free KV tokens, assignments seen}
 //     TOKENS{assignment, emit time, token ids in the ring's arena}
+//     STEP{emit time, (assignment, token id) pairs in the arena}: one token
+//          of each of several sequences, as an engine step produces them
 //     FINISH{assignment, status, output tokens, [prompt tokens counted], message}
 //   assignment ring (the completion ring, daemon-written, read-only to the worker):
 //     ASSIGN{assignment, tenant, priority, deadline, max output tokens,
@@ -54,6 +56,7 @@ enum class WorkerEventKind : std::uint16_t {
   kTokens = 2,
   kFinish = 3,
   kPreempted = 4,  // a sequence given back on PREEMPT, after emitting what it generated
+  kStep = 5,       // one token of each of several assignments (an engine step), in one record
 };
 
 struct WorkerEvent {
@@ -63,7 +66,9 @@ struct WorkerEvent {
   std::uint32_t free_sequences = 0;
   std::uint64_t free_kv_tokens = 0;
   std::uint64_t assignments_seen = 0;
-  // kTokens: the token ids are the record's arena words
+  // kTokens: the token ids are the record's arena words; kStep: the arena
+  // holds kStepWordsPerToken words per token: the assignment's low and high
+  // 32 bits, then the token id (decodeStepToken).
   std::int64_t emit_ns = 0;  // CLOCK_MONOTONIC
   // kFinish
   Status status = Status::kOk;  // kOk, kCancelled (abort acknowledged), kExecutorFailed, kInvalid
@@ -74,12 +79,27 @@ struct WorkerEvent {
 
 // Most token ids one TOKENS record carries (the event ring's arena words per slot).
 inline constexpr std::uint32_t kWorkerTokensPerEvent = 256;
+// A STEP record's words per token, and the most tokens it carries.
+inline constexpr std::uint32_t kStepWordsPerToken = 3;
+inline constexpr std::uint32_t kWorkerStepTokensPerEvent =
+    kWorkerTokensPerEvent / kStepWordsPerToken;
+
+struct StepWord {
+  std::uint64_t assignment = 0;
+  std::uint32_t token = 0;
+};
+// Entry i of a STEP record's words (REQUIRES: i < words.size() / kStepWordsPerToken).
+inline StepWord decodeStepToken(std::span<const std::uint32_t> words, std::size_t i) {
+  const std::size_t at = i * kStepWordsPerToken;
+  return {std::uint64_t{words[at]} | (std::uint64_t{words[at + 1]} << 32), words[at + 2]};
+}
 
 enum class EventCheck : std::uint8_t {
   kValid,
   kUnknownKind,
   kBadFlags,      // submission flags, or parameters where the kind has none
-  kBadTokens,     // kTokens without tokens or with more than kWorkerTokensPerEvent
+  kBadTokens,     // kTokens without tokens or with more than kWorkerTokensPerEvent; kStep
+                  // without whole (assignment, token) entries
   kStrayTokens,   // token ids on a record that carries none
   kBadStatus,     // kFinish with a status a worker may not report
   kNegativeTime,  // kTokens with emit_ns < 0

@@ -149,17 +149,29 @@ Result<void> ReferenceEngine::step(std::chrono::nanoseconds idle_wait) {
           model_.decode_token_us * decoding);
   }
   ++stats_.steps;
+  // The step's tokens, one of each decoding sequence: one STEP record (or
+  // a TOKENS record each, as engines that emit per sequence do).
+  step_out_.clear();
+  for (Sequence& s : seqs_) {
+    if (s.prefilled < s.prompt_tokens) continue;
+    step_out_.push_back(StepToken{s.id, referenceToken(s.prompt, s.generated)});
+    ++s.generated;
+    ++stats_.tokens;
+  }
+  if (model_.step_records) {
+    if (Result<void> r = worker_.emitStep(step_out_); !r) return r;
+  } else {
+    for (const StepToken& t : step_out_) {
+      if (Result<void> r = worker_.emit(t.id, std::span<const std::uint32_t>(&t.token, 1)); !r)
+        return r;
+    }
+  }
   for (std::size_t i = 0; i < seqs_.size();) {
     Sequence& s = seqs_[i];
     if (s.prefilled < s.prompt_tokens) {
       ++i;
       continue;
     }
-    const std::uint32_t token = referenceToken(s.prompt, s.generated);
-    ++s.generated;
-    ++stats_.tokens;
-    if (Result<void> r = worker_.emit(s.id, std::span<const std::uint32_t>(&token, 1)); !r)
-      return r;
     if (s.generated >= s.target) {
       if (Result<void> r = worker_.finish(s.id, Status::kOk, s.generated); !r) return r;
       kv_used_ -= s.reserved;

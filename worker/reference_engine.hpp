@@ -13,8 +13,9 @@
 //     step_us + prefill_token_us × prompt tokens prefilled
 //             + decode_token_us × sequences decoding
 // of modelled time (spent sleeping, or spinning when under 50 µs); then the
-// new tokens are emitted, finished sequences reported and the free capacity
-// stated again.
+// step's new tokens are emitted (one STEP record, or a TOKENS record per
+// sequence: EngineModel::step_records), finished sequences reported and
+// the free capacity stated again.
 //
 // A request's true output length: `output_tokens=N` in its parameters
 // (ASCII, e.g. "output_tokens=17;temperature=0"), capped at
@@ -41,6 +42,9 @@ struct EngineModel {
   double prefill_token_us = 0.02;
   double decode_token_us = 2.0;
   std::uint32_t chunked_prefill_tokens = 2048;
+  // A step's tokens go out as one STEP record (Worker::emitStep); false: a
+  // TOKENS record per sequence (Worker::emit), as per-sequence engines do.
+  bool step_records = true;
 };
 
 using shm::referenceToken;
@@ -101,6 +105,7 @@ class ReferenceEngine {
   std::vector<WorkItem> items_;
   StepWork step_work_;
   std::vector<std::uint32_t> step_lengths_, step_tokens_;
+  std::vector<StepToken> step_out_;  // the step's output, one token per decoding sequence
   EngineStats stats_;
 };
 

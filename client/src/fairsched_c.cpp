@@ -460,6 +460,18 @@ fairsched_error fairsched_worker_emit(fairsched_worker* worker, uint64_t id, con
   return FAIRSCHED_OK;
 }
 
+fairsched_error fairsched_worker_emit_step(fairsched_worker* worker, const uint64_t* ids,
+                                           const uint32_t* tokens, size_t n) {
+  if (worker == nullptr || ((ids == nullptr || tokens == nullptr) && n != 0)) {
+    return invalid("worker is NULL, or ids or tokens is NULL with n > 0");
+  }
+  std::vector<fairsched::StepToken> step(n);
+  for (size_t i = 0; i < n; ++i) step[i] = fairsched::StepToken{ids[i], tokens[i]};
+  fairsched::Result<void> r = worker->worker.emitStep(step);
+  if (!r) return fail(r.error());
+  return FAIRSCHED_OK;
+}
+
 fairsched_error fairsched_worker_finish(fairsched_worker* worker, uint64_t id,
                                         fairsched_status status, uint32_t output_tokens,
                                         const char* message) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -208,6 +209,31 @@ class WorkerCore {
     return {};
   }
 
+  Result<void> emitStep(std::span<const StepToken> tokens) {
+    if (std::optional<Error> e = unusable()) return *e;
+    if (tokens.empty()) return Error{ErrorCode::kInvalidArgument, 0, "no tokens to emit"};
+    const std::int64_t now = Clock::now().time_since_epoch().count();
+    shm::WorkerEvent ev;
+    ev.kind = shm::WorkerEventKind::kStep;
+    ev.emit_ns = now;
+    const shm::SubmissionSlot slot = shm::encodeWorkerEvent(ev);
+    std::array<std::uint32_t, shm::kWorkerStepTokensPerEvent * shm::kStepWordsPerToken> words{};
+    for (std::size_t i = 0; i < tokens.size(); i += shm::kWorkerStepTokensPerEvent) {
+      const std::size_t n =
+          std::min<std::size_t>(shm::kWorkerStepTokensPerEvent, tokens.size() - i);
+      for (std::size_t k = 0; k < n; ++k) {
+        const StepToken& t = tokens[i + k];
+        words[k * 3] = static_cast<std::uint32_t>(t.id);
+        words[k * 3 + 1] = static_cast<std::uint32_t>(t.id >> 32);
+        words[k * 3 + 2] = t.token;
+      }
+      const auto used = std::span<const std::uint32_t>(words.data(), n * shm::kStepWordsPerToken);
+      if (Result<void> r = push(slot, used, {}); !r) return r;
+      stats_.tokens_emitted += n;
+    }
+    return {};
+  }
+
   Result<void> finish(std::uint64_t id, Status status, std::uint32_t output_tokens,
                       std::string_view message, std::uint32_t input_tokens) {
     if (std::optional<Error> e = unusable()) return *e;
@@ -344,6 +370,10 @@ Result<bool> Worker::prepareToBlock() {
 }
 Result<void> Worker::emit(std::uint64_t id, std::span<const std::uint32_t> tokens) {
   return impl_->emit(id, tokens);
+}
+
+Result<void> Worker::emitStep(std::span<const StepToken> tokens) {
+  return impl_->emitStep(tokens);
 }
 Result<void> Worker::preempted(std::uint64_t id, std::uint32_t output_tokens) {
   return impl_->preempted(id, output_tokens);

@@ -215,6 +215,10 @@ class Server {
   // Empty, or the rule of the protocol the event breaks (the worker is dropped for it).
   std::string onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
                             std::span<const std::uint32_t> words, TimeNs now);
+  // `tokens` of `assignment` from worker `c` (a TOKENS record, or an entry
+  // of a STEP record): charged, relayed. Empty, or the rule they break.
+  std::string onTokens(Connection& c, std::uint64_t assignment,
+                       std::span<const std::uint32_t> tokens, std::int64_t emit_ns, TimeNs now);
   bool assignToWorkers(TimeNs now);
   // Ends request `key` on its worker now with `why` (its completion goes
   // out at once with the tokens streamed so far) and tells the worker to

@@ -134,6 +134,39 @@ bool Server::dropWorker(Connection& c, std::string why) {
   return true;
 }
 
+std::string Server::onTokens(Connection& c, std::uint64_t assignment,
+                             std::span<const std::uint32_t> tokens, std::int64_t emit_ns,
+                             TimeNs now) {
+  WorkerState& w = *c.worker;
+  Pending* p = assignedTo(assignment, c.id);
+  if (!p) return "TOKENS for " + notHeld(assignment);
+  const std::uint64_t count = tokens.size();
+  if (p->streamed + count > p->max_output_tokens) {
+    return "TOKENS past max_output_tokens: " + std::to_string(p->streamed) + " emitted + " +
+           std::to_string(count) + " > " + std::to_string(p->max_output_tokens);
+  }
+  sched_.charge(p->handle, static_cast<std::uint32_t>(count), now);
+  if (sched_.spec().endpoints[p->endpoint].preemption.enabled) {  // for a resume
+    p->generated.insert(p->generated.end(), tokens.begin(), tokens.end());
+  }
+  if (metrics_) metrics_->tokensStreamed(p->tenant, p->endpoint, count);
+  if (p->streamed == 0) {
+    p->first_token = now;
+    if (metrics_ && !p->aborted) metrics_->firstToken(p->tenant, p->endpoint, now - p->dispatched);
+  }
+  p->streamed += static_cast<std::uint32_t>(count);
+  w.tokens += count;
+  stats_.tokens_streamed += count;
+  if (p->aborted || !p->stream) return {};  // charged, not relayed
+  if (!relayTokens(*p, tokens, emit_ns)) {
+    const std::uint64_t key = assignment & 0xffffffffu;
+    spdlog::warn("client {}: request {} ends SLOW_CONSUMER: its token stream is not read", p->conn,
+                 p->request_id);
+    abortRunning(key, Status::kSlowConsumer, now);
+  }
+  return {};
+}
+
 std::string Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
                                   std::span<const std::uint32_t> words, TimeNs now) {
   WorkerState& w = *c.worker;
@@ -156,33 +189,17 @@ std::string Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
       w.free_kv_tokens = ev.free_kv_tokens;
       return {};
     }
-    case shm::WorkerEventKind::kTokens: {
-      Pending* p = assignedTo(ev.assignment, c.id);
-      if (!p) return "TOKENS for " + notHeld(ev.assignment);
-      const std::uint64_t count = words.size();
-      if (p->streamed + count > p->max_output_tokens) {
-        return "TOKENS past max_output_tokens: " + std::to_string(p->streamed) + " emitted + " +
-               std::to_string(count) + " > " + std::to_string(p->max_output_tokens);
-      }
-      sched_.charge(p->handle, static_cast<std::uint32_t>(count), now);
-      if (sched_.spec().endpoints[p->endpoint].preemption.enabled) {  // for a resume
-        p->generated.insert(p->generated.end(), words.begin(), words.end());
-      }
-      if (metrics_) metrics_->tokensStreamed(p->tenant, p->endpoint, count);
-      if (p->streamed == 0) {
-        p->first_token = now;
-        if (metrics_ && !p->aborted)
-          metrics_->firstToken(p->tenant, p->endpoint, now - p->dispatched);
-      }
-      p->streamed += static_cast<std::uint32_t>(count);
-      w.tokens += count;
-      stats_.tokens_streamed += count;
-      if (p->aborted || !p->stream) return {};  // charged, not relayed
-      if (!relayTokens(*p, words, ev.emit_ns)) {
-        const std::uint64_t key = ev.assignment & 0xffffffffu;
-        spdlog::warn("client {}: request {} ends SLOW_CONSUMER: its token stream is not read",
-                     p->conn, p->request_id);
-        abortRunning(key, Status::kSlowConsumer, now);
+    case shm::WorkerEventKind::kTokens:
+      return onTokens(c, ev.assignment, words, ev.emit_ns, now);
+    case shm::WorkerEventKind::kStep: {
+      // One token of each entry's assignment, in order; the first entry
+      // that breaks a rule drops the worker (what came before it stands).
+      const std::size_t n = words.size() / shm::kStepWordsPerToken;
+      for (std::size_t i = 0; i < n; ++i) {
+        const shm::StepWord t = shm::decodeStepToken(words, i);
+        std::string why = onTokens(
+            c, t.assignment, words.subspan(i * shm::kStepWordsPerToken + 2, 1), ev.emit_ns, now);
+        if (!why.empty()) return "STEP entry " + std::to_string(i) + ": " + why;
       }
       return {};
     }

@@ -354,6 +354,12 @@ FAIRSCHED_C_API fairsched_error fairsched_worker_prepare_to_block(fairsched_work
  * the assignment's max_output_tokens in all gets the worker dropped. */
 FAIRSCHED_C_API fairsched_error fairsched_worker_emit(fairsched_worker* worker, uint64_t id,
                                                       const uint32_t* tokens, size_t n);
+/* One engine step's output: tokens[i] of assignment ids[i], for i < n (an
+ * id may appear more than once: its tokens in that order). One record per
+ * 85 tokens instead of one each. Errors as fairsched_worker_emit. */
+FAIRSCHED_C_API fairsched_error fairsched_worker_emit_step(fairsched_worker* worker,
+                                                           const uint64_t* ids,
+                                                           const uint32_t* tokens, size_t n);
 /* Ends assignment id after output_tokens tokens in all (at least those
  * emitted; any not emitted are charged, not streamed). Every assignment ends
  * with exactly one: FAIRSCHED_STATUS_OK when done, _CANCELLED to acknowledge

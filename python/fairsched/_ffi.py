@@ -196,6 +196,8 @@ _PROTOTYPES = [
     ("fairsched_worker_event_fd", c_int, [c_void_p]),
     ("fairsched_worker_prepare_to_block", c_int, [c_void_p, POINTER(c_int)]),
     ("fairsched_worker_emit", c_int, [c_void_p, c_uint64, POINTER(c_uint32), c_size_t]),
+    ("fairsched_worker_emit_step", c_int,
+     [c_void_p, POINTER(c_uint64), POINTER(c_uint32), c_size_t]),
     ("fairsched_worker_finish", c_int, [c_void_p, c_uint64, c_int, c_uint32, c_char_p]),
     (
         "fairsched_worker_finish_counted",

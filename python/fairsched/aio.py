@@ -896,9 +896,10 @@ class AsyncWorker:
     """A Worker whose waits suspend the task instead of the thread: the
     worker's event descriptor is watched by the event loop while waiting.
 
-    set_capacity(), emit(), finish() and preempted() are the Worker's, synchronous: they
-    wait at most ``event_timeout`` when the event ring is full (the daemon
-    drains it continuously). Use one task to poll and wait.
+    set_capacity(), emit(), emit_step(), finish() and preempted() are the
+    Worker's, synchronous: they wait at most ``event_timeout`` when the event
+    ring is full (the daemon drains it continuously). Use one task to poll
+    and wait.
     """
 
     def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
@@ -910,6 +911,7 @@ class AsyncWorker:
         self._waiting: Optional[asyncio.Future[None]] = None  # wait()'s, while it waits
         self.set_capacity = worker.set_capacity
         self.emit = worker.emit
+        self.emit_step = worker.emit_step
         self.finish = worker.finish
         self.preempted = worker.preempted
         self.poll = worker.poll

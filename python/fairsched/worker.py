@@ -28,7 +28,7 @@ from __future__ import annotations
 import array
 import ctypes
 import os
-from ctypes import POINTER, byref, c_int, c_uint32, c_void_p, cast
+from ctypes import POINTER, byref, c_int, c_uint32, c_uint64, c_void_p, cast
 from typing import Iterable, Optional, Union
 
 from . import _ffi
@@ -184,6 +184,28 @@ class Worker(Handle):
             check_int("request_id", request_id, 0, U64),
             cast(c_void_p(addr), POINTER(c_uint32)),
             n,
+        )
+
+    def emit_step(self, step: Iterable[tuple[int, int]]) -> None:
+        """One engine step's output: ``(request_id, token)`` pairs, a token
+        of each of several assignments, in order (an id may appear more than
+        once). Sent as one record per 85 tokens instead of one each. Raises
+        as emit()."""
+        pairs = list(step)
+        if not pairs:
+            raise InvalidArgument("emit_step() needs at least one token")
+        try:
+            ids = array.array("Q", (check_int("request_id", i, 0, U64) for i, _ in pairs))
+            toks = array.array("I", (t for _, t in pairs))
+        except (OverflowError, TypeError) as e:
+            raise InvalidArgument("emit_step: every token id must be in [0, 2**32)") from e
+        ids_addr, _ = ids.buffer_info()
+        toks_addr, _ = toks.buffer_info()
+        self._call(
+            self._lib.fairsched_worker_emit_step,
+            cast(c_void_p(ids_addr), POINTER(c_uint64)),
+            cast(c_void_p(toks_addr), POINTER(c_uint32)),
+            len(pairs),
         )
 
     def finish(

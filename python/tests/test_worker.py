@@ -22,6 +22,7 @@ from fairsched import (
     AsyncWorker,
     Client,
     DaemonLost,
+    InvalidArgument,
     NotConnected,
     ShuttingDown,
     Status,
@@ -121,6 +122,43 @@ def test_an_abort_reaches_the_worker_and_the_client_gets_cancelled(daemon: Daemo
         assert await worker.wait(0.2) is False
         assert time.monotonic() - start < 5
         assert worker.stats().aborted == 1
+        client.close()
+        worker.close()
+
+    run(main(), 30)
+
+
+def test_emit_step_streams_one_token_of_each_sequence_in_one_record(daemon: Daemon) -> None:
+    async def main() -> None:
+        worker = await AsyncWorker.connect(daemon.socket, "chat", name="py-step")
+        client = await AsyncClient.connect(daemon.socket)
+        t = await client.open_tenant("acme")
+        worker.set_capacity(4, 10_000)
+        reqs = [client.submit(t, "chat", [i + 1], max_output_tokens=3, stream=True)
+                for i in range(3)]
+        ids: list[int] = []
+        while len(ids) < 3:
+            ids += [i.id for i in await worker.next_items(10) if i.kind == WorkKind.ASSIGN]
+        by_prompt = {}
+        for step in range(3):  # three steps, one token of every sequence each
+            worker.emit_step([(rid, 100 * k + step) for k, rid in enumerate(ids)])
+        for rid in ids:
+            worker.finish(rid, Status.OK, 3)
+        for r in reqs:
+            got: list[int] = []
+            async for chunk in r:
+                got += chunk.tokens
+            final = await r
+            assert final.status == Status.OK and final.output_tokens == 3
+            by_prompt[r.id] = got
+        # Each request got its own entries, in step order.
+        streams = sorted(by_prompt.values())
+        assert streams == [[100 * k, 100 * k + 1, 100 * k + 2] for k in range(3)]
+        with pytest.raises(InvalidArgument):
+            worker.emit_step([])
+        with pytest.raises(InvalidArgument):
+            worker.emit_step([(ids[0], 2**32)])
+        assert worker.stats().tokens_emitted == 9
         client.close()
         worker.close()
 

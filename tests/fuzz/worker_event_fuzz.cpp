@@ -81,6 +81,16 @@ void fuzzEvent(Bytes& in) {
       require(e.input_tokens == slot.tag);
       if (slot_check == SlotCheck::kValid) require(e.message_bytes <= kMaxParamsBytes);
       break;
+    case WorkerEventKind::kStep:
+      // Whole (assignment, token) entries, at most the record's arena.
+      require(slot.prompt_tokens >= kStepWordsPerToken &&
+              slot.prompt_tokens <= kWorkerTokensPerEvent);
+      require(slot.prompt_tokens % kStepWordsPerToken == 0);
+      require(slot.params_bytes == 0 && slot.request_id == 0 && slot.tag == 0 &&
+              slot.max_output_tokens == 0 && slot.priority == 0);
+      require(e.emit_ns >= 0 && e.emit_ns == slot.deadline_ns);
+      if (slot_check == SlotCheck::kValid) require(slot.arenaWords() == slot.prompt_tokens);
+      break;
     case WorkerEventKind::kPreempted:
       require(slot.prompt_tokens == 0 && slot.params_bytes == 0 && slot.priority == 0 &&
               slot.tag == 0);
@@ -93,7 +103,9 @@ void fuzzEvent(Bytes& in) {
   // Encode it again as a worker would (the ring fills in the arena counts)
   // and decode: the same event.
   SubmissionSlot again = encodeWorkerEvent(e);
-  if (e.kind == WorkerEventKind::kTokens) again.prompt_tokens = slot.prompt_tokens;
+  if (e.kind == WorkerEventKind::kTokens || e.kind == WorkerEventKind::kStep) {
+    again.prompt_tokens = slot.prompt_tokens;
+  }
   if (e.kind == WorkerEventKind::kFinish) again.params_bytes = e.message_bytes;
   WorkerEvent e2;
   require(decodeWorkerEvent(again, e2) == EventCheck::kValid);

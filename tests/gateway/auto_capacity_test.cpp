@@ -136,6 +136,17 @@ TEST(AutoCapacity, NoGrowthWhileTheLimitIsNotInUseOrTheCacheIsFull) {
   EXPECT_EQ(c.limit(), 8u);
 }
 
+TEST(AutoCapacity, AFullEngineWithOneOfOursOnItsWayDoesNotLookLikeRoom) {
+  AutoCapacity c(policy(1, 64));
+  // All 4 of ours are open, the engine runs 3 and queues none: the fourth
+  // is on its way to it (or ending). Growing now would send 4 more to wait.
+  c.observe(load(3, 0), 4);
+  EXPECT_EQ(c.limit(), 4u);
+  EXPECT_TRUE(c.slowStart());
+  c.observe(load(4, 0), 4);  // it runs them all: room to probe
+  EXPECT_EQ(c.limit(), 8u);
+}
+
 TEST(AutoCapacity, StaysWithinItsBoundsAndFollowsAReload) {
   AutoCapacity c(policy(2, 6));
   c.observe(load(4, 0), 4);

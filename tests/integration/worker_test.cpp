@@ -305,8 +305,10 @@ class Workers : public ::testing::Test {
 TEST_F(Workers, StressManyClientProcessesSeveralWorkersEveryTokenReachesItsRequestInOrder) {
   auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
   ASSERT_TRUE(d.ok()) << d.error().message;
-  WorkerProcess w1(socket(), fastModel());
-  WorkerProcess w2(socket(), fastModel());
+  WorkerProcess w1(socket(), fastModel());  // a STEP record per engine step
+  reference::EngineModel per_sequence = fastModel();
+  per_sequence.step_records = false;  // a TOKENS record per sequence per step
+  WorkerProcess w2(socket(), per_sequence);
   std::vector<pid_t> clients;
   for (int p = 0; p < 3; ++p) {
     const pid_t child = fork();
@@ -744,6 +746,52 @@ TEST_F(Workers, AWorkerBreakingTheProtocolIsDroppedAndTheDaemonAndOtherWorkersGo
   EXPECT_EQ(got[0].request_id, *first);
   EXPECT_EQ(got[0].status, Status::kOk);
   EXPECT_EQ(got[0].output_tokens, 3u);
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+TEST_F(Workers, AStepRecordNamingAnAssignmentItDoesNotHoldDropsTheWorkerAfterTheEntriesBefore) {
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  const std::vector<std::uint32_t> prompt = promptFor(11);
+  // A rogue worker: one STEP record whose first entry is the reference
+  // token of its assignment and whose second names an assignment it does
+  // not hold.
+  const pid_t rogue = fork();
+  if (rogue == 0) {
+    Worker w = attachChildWorker(socket(), 4);
+    const std::vector<WorkItem> items = firstWork(w);
+    const StepToken step[] = {{items[0].id, reference::referenceToken(prompt, 0)},
+                              {items[0].id ^ 0x5555, 1}};
+    (void)w.emitStep(step);
+    for (;;) {
+      if (!w.connected()) _exit(0);  // dropped, as it should be
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  auto client = connectClient(socket());
+  ASSERT_TRUE(client);
+  auto tenant = client->openTenant("acme");
+  ASSERT_TRUE(tenant);
+  SubmitRequest r = chatRequest(*tenant, prompt, 8, nullptr, /*stream=*/true);
+  auto id = client->submit(r);
+  ASSERT_TRUE(id);
+  int status = 0;
+  ASSERT_EQ(waitpid(rogue, &status, 0), rogue);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the rogue was not dropped";
+  // The entry before the bad one stands: one token streamed, then the
+  // request ends with its worker (it streamed, so it is not requeued).
+  std::vector<std::uint32_t> streamed;
+  std::optional<Completion> final;
+  ASSERT_TRUE(pollUntil(
+      *client,
+      [&](const Completion& c) {
+        streamed.insert(streamed.end(), c.tokens.begin(), c.tokens.end());
+        if (!c.partial) final = c;
+      },
+      [&] { return final.has_value(); }, 10s));
+  EXPECT_EQ(final->request_id, *id);
+  EXPECT_EQ(final->status, Status::kExecutorFailed);
+  EXPECT_EQ(streamed, std::vector<std::uint32_t>{reference::referenceToken(prompt, 0)});
   EXPECT_EQ(d.value().terminate(), 0);
 }
 

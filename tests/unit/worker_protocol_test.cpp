@@ -153,6 +153,55 @@ TEST(WorkerEvent, TokensAtBothEndsOfTheCountAreValid) {
   EXPECT_EQ(throughRing(e, one).check, EventCheck::kValid);
 }
 
+TEST(WorkerEvent, StepCarriesAssignmentAndTokenPerEntry) {
+  WorkerEvent e;
+  e.kind = WorkerEventKind::kStep;
+  e.emit_ns = 77;
+  const std::vector<std::uint64_t> ids = {0xfeedface00000007ULL, 3, 0xffffffffffffffffULL};
+  const std::vector<std::uint32_t> tokens = {9, 0xffffffff, 0};
+  std::vector<std::uint32_t> words;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    words.push_back(static_cast<std::uint32_t>(ids[i]));
+    words.push_back(static_cast<std::uint32_t>(ids[i] >> 32));
+    words.push_back(tokens[i]);
+  }
+  const Received r = throughRing(e, words);
+  ASSERT_EQ(r.check, EventCheck::kValid);
+  EXPECT_EQ(r.event.kind, WorkerEventKind::kStep);
+  EXPECT_EQ(r.event.emit_ns, 77);
+  ASSERT_EQ(r.words.size(), 9u);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const StepWord t = decodeStepToken(r.words, i);
+    EXPECT_EQ(t.assignment, ids[i]);
+    EXPECT_EQ(t.token, tokens[i]);
+  }
+  // The most a record holds.
+  std::vector<std::uint32_t> most(kWorkerStepTokensPerEvent * kStepWordsPerToken, 1);
+  EXPECT_EQ(throughRing(e, most).check, EventCheck::kValid);
+}
+
+TEST(WorkerEvent, StepWithoutWholeEntriesOrWithOtherFieldsIsRefused) {
+  WorkerEvent e;
+  e.kind = WorkerEventKind::kStep;
+  SubmissionSlot s = encodeWorkerEvent(e);
+  WorkerEvent out;
+  for (const std::uint32_t words : {0u, 1u, 2u, 4u, 254u, 258u}) {
+    s.prompt_tokens = words;
+    EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kBadTokens) << words;
+  }
+  s.prompt_tokens = 3;
+  EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kValid);
+  SubmissionSlot named = s;
+  named.request_id = 5;  // the assignments are in the entries
+  EXPECT_EQ(decodeWorkerEvent(named, out), EventCheck::kBadFlags);
+  SubmissionSlot with_params = s;
+  with_params.params_bytes = 4;
+  EXPECT_EQ(decodeWorkerEvent(with_params, out), EventCheck::kBadFlags);
+  SubmissionSlot before = s;
+  before.deadline_ns = -1;
+  EXPECT_EQ(decodeWorkerEvent(before, out), EventCheck::kNegativeTime);
+}
+
 TEST(WorkerEvent, FinishRoundTripsForEveryStatusAWorkerMayReport) {
   for (const Status st :
        {Status::kOk, Status::kCancelled, Status::kExecutorFailed, Status::kInvalid}) {
@@ -209,6 +258,7 @@ SubmissionSlot validSlotOf(WorkerEventKind kind) {
   e.assignment = 1;
   SubmissionSlot s = encodeWorkerEvent(e);
   if (kind == WorkerEventKind::kTokens) s.prompt_tokens = 1;
+  if (kind == WorkerEventKind::kStep) s.prompt_tokens = kStepWordsPerToken;
   WorkerEvent out;
   EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kValid);
   return s;
@@ -233,10 +283,11 @@ void expectEachDecodesAs(std::initializer_list<WorkerEventKind> kinds, Change ch
 }
 
 constexpr WorkerEventKind kAllKinds[] = {WorkerEventKind::kCapacity, WorkerEventKind::kTokens,
-                                         WorkerEventKind::kFinish, WorkerEventKind::kPreempted};
+                                         WorkerEventKind::kFinish, WorkerEventKind::kPreempted,
+                                         WorkerEventKind::kStep};
 
 TEST(WorkerEventRefused, UnknownKind) {
-  for (const std::uint16_t kind : {0, 5, 6, 0x100, 0xffff}) {
+  for (const std::uint16_t kind : {0, 6, 7, 0x100, 0xffff}) {
     EXPECT_EQ(
         decodeChanged(WorkerEventKind::kCapacity, [&](SubmissionSlot& s) { s.endpoint = kind; }),
         EventCheck::kUnknownKind)
@@ -264,7 +315,7 @@ TEST(WorkerEventRefused, ATenantHandleOnAnyKind) {
 
 TEST(WorkerEventRefused, ParametersOnCapacityAndTokens) {
   expectEachDecodesAs(
-      {WorkerEventKind::kCapacity, WorkerEventKind::kTokens},
+      {WorkerEventKind::kCapacity, WorkerEventKind::kTokens, WorkerEventKind::kStep},
       [](SubmissionSlot& s) { s.params_bytes = 1; }, EventCheck::kBadFlags);
 }
 
