@@ -94,7 +94,14 @@ inline constexpr std::uint16_t kSlotCountsOnly = 2;
 // Not a request: withdraw the request `request_id` of this client (queued:
 // it ends CANCELLED; running on a worker: the worker is told to abort it).
 inline constexpr std::uint16_t kSlotCancel = 4;
-inline constexpr std::uint16_t kKnownSlotFlags = kSlotStream | kSlotCountsOnly | kSlotCancel;
+// The slot's words (prompt, then parameters) are in its cell's second cache
+// line (SubmissionCell::inline_words), not in the arena: prompt_offset is 0
+// and arenaWords() is at most kInlineWords.
+inline constexpr std::uint16_t kSlotInline = 8;
+inline constexpr std::uint16_t kKnownSlotFlags =
+    kSlotStream | kSlotCountsOnly | kSlotCancel | kSlotInline;
+// Words a submission cell carries inline.
+inline constexpr std::uint32_t kInlineWords = 16;
 
 // One submission as a client wrote it: 56 bytes, seven 64-bit words. The
 // ring it came through names its client; `tenant` is the handle of one of
@@ -103,7 +110,8 @@ inline constexpr std::uint16_t kKnownSlotFlags = kSlotStream | kSlotCountsOnly |
 //
 // The arena words at prompt_offset hold the prompt's token ids (none with
 // kSlotCountsOnly), then params_bytes bytes of opaque parameters padded to a
-// whole word: arenaWords() in all.
+// whole word: arenaWords() in all. With kSlotInline the same words are in the
+// cell itself.
 struct SubmissionSlot {
   std::uint64_t request_id = 0;     // the client's id, echoed in the completion
   std::uint64_t tag = 0;            // opaque to the daemon, echoed in the completion
@@ -120,6 +128,7 @@ struct SubmissionSlot {
   // Arena words the slot uses at prompt_offset (no overflow: both are 32-bit).
   std::uint64_t promptWords() const { return (flags & kSlotCountsOnly) ? 0 : prompt_tokens; }
   std::uint64_t arenaWords() const { return promptWords() + (std::uint64_t{params_bytes} + 3) / 4; }
+  bool inlined() const { return (flags & kSlotInline) != 0; }
 
   friend bool operator==(const SubmissionSlot&, const SubmissionSlot&) = default;
 };
@@ -154,9 +163,11 @@ inline constexpr std::size_t kCompletionSlotWords = 8;
 static_assert(sizeof(CompletionSlot) == kCompletionSlotWords * 8);
 static_assert(std::is_trivially_copyable_v<CompletionSlot>);
 
-// A submission ring slot: one cache line. Positions are 64-bit and only grow;
-// the cell of position p is cells[p % capacity]. See submission_ring.hpp for
-// the protocol.
+// A submission ring slot: two cache lines, the slot's words in the first and
+// a short prompt in the second (kSlotInline), so a short request touches no
+// arena page: its two lines are adjacent, and the daemon's loads of both
+// start together. Positions are 64-bit and only grow; the cell of position p
+// is cells[p % capacity]. See submission_ring.hpp for the protocol.
 struct alignas(kCacheLine) SubmissionCell {
   // p: free for the producer of position p. p + 1: published by that
   // producer (release store; the daemon's acquire load then sees the words
@@ -167,8 +178,13 @@ struct alignas(kCacheLine) SubmissionCell {
   // A SubmissionSlot. Relaxed word stores by the producer, relaxed word loads
   // by the daemon: ordered by `sequence`, and never torn or read twice.
   std::uint64_t words[kSubmissionSlotWords];
+  // kSlotInline: the slot's arenaWords() words, from the first. Plain
+  // stores by the producer before its release of `sequence`, one plain copy
+  // by the daemon after its acquire of it, as for the arena.
+  alignas(kCacheLine) std::uint32_t inline_words[kInlineWords];
 };
-static_assert(sizeof(SubmissionCell) == kCacheLine);
+static_assert(sizeof(SubmissionCell) == 2 * kCacheLine);
+static_assert(sizeof(std::uint32_t) * kInlineWords == kCacheLine);
 
 // Per-ring positions, head and tail on separate cache lines.
 struct alignas(kCacheLine) SubmissionRingControl {

@@ -35,6 +35,8 @@ std::string_view toString(SlotCheck check) {
       return "unknown flags set";
     case SlotCheck::kParamsTooLarge:
       return "parameters over kMaxParamsBytes";
+    case SlotCheck::kInlineOutOfCell:
+      return "inline words beyond the cell, or an inline slot with a prompt offset";
   }
   return "unknown";
 }
@@ -42,6 +44,11 @@ std::string_view toString(SlotCheck check) {
 SlotCheck checkSlot(const SubmissionSlot& slot, std::uint64_t arena_tokens) {
   if ((slot.flags & ~kKnownSlotFlags) != 0) return SlotCheck::kFlagsSet;
   if (slot.params_bytes > kMaxParamsBytes) return SlotCheck::kParamsTooLarge;
+  if (slot.inlined()) {
+    if (slot.prompt_offset != 0 || slot.arenaWords() > kInlineWords)
+      return SlotCheck::kInlineOutOfCell;
+    return SlotCheck::kValid;
+  }
   // Written so that no sum can overflow: offset <= size, then count <= size -
   // offset (arenaWords() is at most 2^32 + 2^30).
   if (slot.prompt_offset > arena_tokens || slot.arenaWords() > arena_tokens - slot.prompt_offset) {
@@ -94,7 +101,7 @@ void SubmissionProducer::publish(SubmissionCell* cell, std::uint64_t pos,
 }
 
 bool SubmissionProducer::tryPush(const SubmissionSlot& slot) {
-  assert(checkSlot(slot, ring_.arenaTokens()) == SlotCheck::kValid);
+  assert(checkSlot(slot, ring_.arenaTokens()) == SlotCheck::kValid && !slot.inlined());
   std::uint64_t pos = 0;
   SubmissionCell* cell = nullptr;
   if (!claim(pos, cell)) return false;
@@ -114,11 +121,17 @@ PushResult SubmissionProducer::check(const SubmissionSlot& slot,
   return PushResult::kOk;
 }
 
-void SubmissionProducer::fill(std::uint64_t pos, SubmissionSlot& slot,
+void SubmissionProducer::fill(std::uint64_t pos, SubmissionCell* cell, SubmissionSlot& slot,
                               std::span<const std::uint32_t> prompt,
                               std::span<const std::byte> params) {
-  const std::uint64_t offset = (pos & mask_) * ring_.tokens_per_slot;
-  std::uint32_t* at = ring_.arena + offset;
+  const std::uint64_t words = prompt.size() + (params.size() + 3) / 4;
+  // A short request's words go in the cell's second line: no arena page to
+  // touch on either side.
+  const bool in_cell = words > 0 && words <= kInlineWords;
+  const std::uint64_t offset = in_cell ? 0 : (pos & mask_) * ring_.tokens_per_slot;
+  std::uint32_t* at = in_cell ? cell->inline_words : ring_.arena + offset;
+  slot.flags = static_cast<std::uint16_t>(in_cell ? (slot.flags | kSlotInline)
+                                                  : (slot.flags & ~kSlotInline));
   if (!prompt.empty()) std::memcpy(at, prompt.data(), prompt.size_bytes());
   if (!params.empty()) {
     std::byte* p = reinterpret_cast<std::byte*>(at + prompt.size());
@@ -186,8 +199,9 @@ void SubmissionConsumer::copyPrompt(std::span<std::uint32_t> dst) const {
   if (words == 0) return;
   // Bounds come from the checked private copy. The tokens themselves are
   // arbitrary values; whoever uses them validates them (vocabulary size).
-  std::memcpy(dst.data(), ring_.arena + peeked_slot_.prompt_offset,
-              static_cast<std::size_t>(words) * sizeof(std::uint32_t));
+  const std::uint32_t* from = peeked_slot_.inlined() ? ring_.cells[pos_ & mask_].inline_words
+                                                     : ring_.arena + peeked_slot_.prompt_offset;
+  std::memcpy(dst.data(), from, static_cast<std::size_t>(words) * sizeof(std::uint32_t));
 }
 
 void SubmissionConsumer::release() {

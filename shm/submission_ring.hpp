@@ -68,6 +68,7 @@ enum class SlotCheck : std::uint8_t {
   kPromptOutOfArena,  // [prompt_offset, prompt_offset + arenaWords()) leaves the ring's region
   kFlagsSet,          // a flag outside kKnownSlotFlags
   kParamsTooLarge,    // params_bytes over kMaxParamsBytes
+  kInlineOutOfCell,   // kSlotInline with arenaWords() over kInlineWords or a prompt_offset
 };
 std::string_view toString(SlotCheck check);
 
@@ -90,7 +91,8 @@ class SubmissionProducer {
   explicit SubmissionProducer(const SubmissionRingMemory& ring);
 
   // Publishes `slot` as given and marks the ring ready; false when the ring
-  // is full. REQUIRES: checkSlot(slot, arenaTokens()) == kValid, and the
+  // is full. REQUIRES: checkSlot(slot, arenaTokens()) == kValid, not
+  // kSlotInline (tryPushPrompt writes inline words), and the
   // prompt tokens it names are written and stay unchanged until the daemon
   // has released the slot (the caller runs its own arena allocator, and does
   // not mix it with tryPushPrompt on the same ring).
@@ -99,6 +101,7 @@ class SubmissionProducer {
   // The arena scheme of layout version 1: the cell of position p owns the
   // arena tokens [(p % capacity) * tokens_per_slot, +tokens_per_slot), from
   // its claim until the daemon releases it, so no allocator state is shared.
+  // Up to kInlineWords words go in the cell itself instead (kSlotInline).
   // Copies `prompt` and then `params` there, sets slot.prompt_offset,
   // prompt_tokens (unless the slot is kSlotCountsOnly, whose prompt_tokens is
   // the caller's count and whose `prompt` must be empty) and params_bytes,
@@ -121,7 +124,7 @@ class SubmissionProducer {
     std::uint64_t pos = 0;
     SubmissionCell* cell = nullptr;
     if (!claim(pos, cell)) return PushResult::kFull;
-    fill(pos, slot, prompt, params);
+    fill(pos, cell, slot, prompt, params);
     before_publish(slot);
     publish(cell, pos, slot);
     return PushResult::kOk;
@@ -136,10 +139,11 @@ class SubmissionProducer {
   PushResult check(const SubmissionSlot& slot, std::span<const std::uint32_t> prompt,
                    std::span<const std::byte> params) const;
   bool claim(std::uint64_t& pos, SubmissionCell*& cell);
-  // Copies prompt and params into pos's arena region and sets the slot's
-  // prompt_offset, prompt_tokens (unless counts-only) and params_bytes.
-  void fill(std::uint64_t pos, SubmissionSlot& slot, std::span<const std::uint32_t> prompt,
-            std::span<const std::byte> params);
+  // Copies prompt and params into the cell (kInlineWords at most) or pos's
+  // arena region and sets the slot's kSlotInline flag, prompt_offset,
+  // prompt_tokens (unless counts-only) and params_bytes.
+  void fill(std::uint64_t pos, SubmissionCell* cell, SubmissionSlot& slot,
+            std::span<const std::uint32_t> prompt, std::span<const std::byte> params);
   void publish(SubmissionCell* cell, std::uint64_t pos, const SubmissionSlot& slot);
 
   SubmissionRingMemory ring_;

@@ -14,7 +14,7 @@ namespace fairsched::shm {
 //   deadline_ns       kTokens, kStep: emit time
 //   prompt_tokens     kTokens: token ids in the arena; kStep: its words in the arena
 //   params_bytes      kFinish: message bytes in the arena
-// flags and tenant stay 0.
+// flags (but kSlotInline, which the ring sets for a short payload) and tenant stay 0.
 
 std::string_view toString(EventCheck check) {
   switch (check) {
@@ -68,7 +68,7 @@ SubmissionSlot encodeWorkerEvent(const WorkerEvent& e) {
 
 EventCheck decodeWorkerEvent(const SubmissionSlot& s, WorkerEvent& out) {
   out = WorkerEvent{};
-  if (s.flags != 0 || s.tenant != 0) return EventCheck::kBadFlags;
+  if ((s.flags & ~kSlotInline) != 0 || s.tenant != 0) return EventCheck::kBadFlags;
   switch (s.endpoint) {
     case static_cast<std::uint16_t>(WorkerEventKind::kCapacity):
       if (s.prompt_tokens != 0) return EventCheck::kStrayTokens;

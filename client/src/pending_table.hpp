@@ -91,7 +91,7 @@ class PendingTable {
     std::uint64_t key;         // kFree, kBusy, or the id it holds
     std::uint64_t tag;         // the fields: written only while key == kBusy
     std::uint64_t generation;  //   by the thread that set it
-    std::uint64_t meta;        // tenant | awaited << 32
+    std::uint64_t meta;        // tenant | awaited << 32 | lane << 40
   };
 
   Entry& entry(RequestId id) { return slab_[id & (kSlots - 1)]; }
@@ -99,8 +99,10 @@ class PendingTable {
   static void write(Entry& e, const Pending& p) {
     shm::sharedStore(e.tag, p.tag, std::memory_order_relaxed);
     shm::sharedStore(e.generation, p.generation, std::memory_order_relaxed);
-    shm::sharedStore(e.meta, std::uint64_t{p.tenant} | (std::uint64_t{p.awaited} << 32),
-                     std::memory_order_relaxed);
+    shm::sharedStore(
+        e.meta,
+        std::uint64_t{p.tenant} | (std::uint64_t{p.awaited} << 32) | (std::uint64_t{p.lane} << 40),
+        std::memory_order_relaxed);
   }
   // Acquire loads (plain loads on x86), so find()'s re-check of the key
   // cannot be read before them.
@@ -110,7 +112,8 @@ class PendingTable {
     p.generation = shm::sharedLoad(e.generation, std::memory_order_acquire);
     const std::uint64_t meta = shm::sharedLoad(e.meta, std::memory_order_acquire);
     p.tenant = static_cast<std::uint32_t>(meta);
-    p.awaited = (meta >> 32) != 0;
+    p.awaited = ((meta >> 32) & 1) != 0;
+    p.lane = static_cast<std::uint16_t>(meta >> 40);
     return p;
   }
 

@@ -38,6 +38,21 @@ TEST(PendingTable, AnEntryComesOutOnceWithItsFields) {
   EXPECT_EQ(t.size(), 0u);
 }
 
+TEST(PendingTable, AnEntryKeepsItsLaneSoACancelFollowsTheRequest) {
+  PendingTable t;
+  t.insert(9, Pending{90, 2, false, 255, 0xffffffffU});
+  t.insert(10, Pending{100, 2, true, 7, 1});
+  const auto found = t.find(9);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->lane, 255u);
+  EXPECT_EQ(found->tenant, 0xffffffffU);
+  EXPECT_FALSE(found->awaited);
+  const auto p = t.erase(10);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->lane, 7u);
+  EXPECT_TRUE(p->awaited);
+}
+
 TEST(PendingTable, AnIdWhoseEntryIsHeldGoesToTheOverflowAndComesBack) {
   PendingTable t;
   const RequestId old_id = 5, new_id = old_id + PendingTable::kSlots;  // the same entry

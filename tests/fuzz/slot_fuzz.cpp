@@ -31,6 +31,7 @@ void fuzzRing(Bytes& in) {
   for (SubmissionCell& cell : cells) {
     cell.sequence = in.take(8);
     for (std::uint64_t& w : cell.words) w = in.take(8);
+    for (std::uint32_t& w : cell.inline_words) w = static_cast<std::uint32_t>(in.take(4));
   }
   SubmissionRingMemory mem;
   mem.control = &control;
@@ -49,7 +50,15 @@ void fuzzRing(Bytes& in) {
       require(checkSlot(slot, mem.arenaTokens()) == SlotCheck::kValid);
       // The prompt's ids (none when counts-only), then the parameters.
       require(prompt.size() == slot.arenaWords());
-      require(slot.prompt_offset + slot.arenaWords() <= mem.arenaTokens());
+      if (slot.inlined()) {
+        // Inline words come from the cell itself, never the arena.
+        const SubmissionCell& cell = cells[before & (capacity - 1)];
+        require(slot.prompt_offset == 0 && slot.arenaWords() <= kInlineWords);
+        require(prompt.empty() ||
+                std::memcmp(prompt.data(), cell.inline_words, prompt.size() * 4) == 0);
+      } else {
+        require(slot.prompt_offset + slot.arenaWords() <= mem.arenaTokens());
+      }
       require(consumer.position() == before + 1);
       require(cells[before & (capacity - 1)].sequence == before + capacity);
     } else {

@@ -45,7 +45,9 @@ void fuzzEvent(Bytes& in) {
   const std::uint64_t arena_tokens =
       in.take(1) % 2 == 0 ? std::uint64_t{g.ring_capacity} * g.prompt_tokens_per_slot : in.take(8);
   const SlotCheck slot_check = checkSlot(slot, arena_tokens);
-  if (slot_check == SlotCheck::kValid) {
+  if (slot_check == SlotCheck::kValid && slot.inlined()) {
+    require(slot.prompt_offset == 0 && slot.arenaWords() <= kInlineWords);
+  } else if (slot_check == SlotCheck::kValid) {
     require(slot.prompt_offset <= arena_tokens);
     require(slot.arenaWords() <= arena_tokens - slot.prompt_offset);
   }
@@ -57,8 +59,8 @@ void fuzzEvent(Bytes& in) {
     require(toString(check) != toString(EventCheck::kValid));
     return;
   }
-  require(slot.flags == 0);
-  require(slot.tenant == 0);  // a worker event names no tenant
+  require((slot.flags & ~kSlotInline) == 0);  // the ring's own flag only
+  require(slot.tenant == 0);                  // a worker event names no tenant
   switch (e.kind) {
     case WorkerEventKind::kCapacity:
       require(slot.prompt_tokens == 0 && slot.params_bytes == 0);

@@ -1729,7 +1729,7 @@ TEST(ConfigWorker, SequencesAndPromptsTooLargeForOneSegmentAreRejected) {
   EXPECT_EQ(errorOf(withWorker("[endpoints.gen.worker]\nmax_sequences = 4096\n"
                                "max_prompt_tokens = 262144\n")),
             "cfg.toml:13: endpoints.gen.worker: 4096 sequences of 262144 prompt tokens need a "
-            "worker segment over the layout's limit (segment of 4316397568 bytes exceeds "
+            "worker segment over the layout's limit (segment of 4316463104 bytes exceeds "
             "4294967296)");
   EXPECT_EQ(parsedOk(withWorker("[endpoints.gen.worker]\nmax_sequences = 4096\n"
                                 "max_prompt_tokens = 131072\n"))

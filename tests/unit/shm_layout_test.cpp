@@ -57,8 +57,9 @@ void expectSound(const Layout& l) {
 
 TEST(Layout, RecordSizesAreFixed) {
   EXPECT_EQ(sizeof(SubmissionSlot), 56u);
-  EXPECT_EQ(sizeof(SubmissionCell), 64u);
+  EXPECT_EQ(sizeof(SubmissionCell), 128u);
   EXPECT_EQ(offsetof(SubmissionCell, words), 8u);
+  EXPECT_EQ(offsetof(SubmissionCell, inline_words), 64u);
   EXPECT_EQ(sizeof(CompletionSlot), 64u);
   EXPECT_EQ(sizeof(CompletionCell), 64u);
   EXPECT_EQ(offsetof(SubmissionRingControl, consumed), 64u);
@@ -76,12 +77,12 @@ TEST(Layout, DefaultGeometryIsSound) {
   // The numbers docs/shm-layout.md shows.
   EXPECT_EQ(l.ready_bitmap_offset, 384u);
   EXPECT_EQ(l.rings_offset, 448u);
-  EXPECT_EQ(l.ring_stride, 16512u);
-  EXPECT_EQ(l.arena_offset, 135168u);
+  EXPECT_EQ(l.ring_stride, 32896u);
+  EXPECT_EQ(l.arena_offset, 266240u);
   EXPECT_EQ(l.arena_ring_bytes, 8u << 20);
-  EXPECT_EQ(l.writable_size, 135168u + (64u << 20));
+  EXPECT_EQ(l.writable_size, 266240u + (64u << 20));
   EXPECT_EQ(l.daemon_size, 135168u);
-  EXPECT_EQ(l.total_size, 67379200u);
+  EXPECT_EQ(l.total_size, 67510272u);
 }
 
 TEST(Layout, SmallestAndLargestGeometriesAreSound) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -155,22 +156,93 @@ INSTANTIATE_TEST_SUITE_P(NearTheTop, SubmissionRingWrap,
                                            std::numeric_limits<std::uint64_t>::max() - 12));
 
 TEST(SubmissionRing, PromptLandsInTheClaimedSlotsShareOfTheArena) {
-  RingFixture f(4, 5);
+  RingFixture f(4, 20);
   SubmissionProducer producer(f.mem);
   SubmissionConsumer consumer(f.mem, 0);
-  const std::vector<std::uint32_t> a = {1, 2, 3, 4, 5};
-  const std::vector<std::uint32_t> b = {42};
+  std::vector<std::uint32_t> a(kInlineWords + 1), b(20);
+  for (std::uint32_t i = 0; i < a.size(); ++i) a[i] = i + 1;
+  for (std::uint32_t i = 0; i < b.size(); ++i) b[i] = 100 + i;
   ASSERT_EQ(producer.tryPushPrompt(makeSlot(1), a), PushResult::kOk);
   ASSERT_EQ(producer.tryPushPrompt(makeSlot(2), b), PushResult::kOk);
   std::vector<std::uint32_t> prompt;
   SubmissionSlot out;
   ASSERT_EQ(consumer.tryPop(out, prompt), PopResult::kOk);
+  EXPECT_FALSE(out.inlined());
   EXPECT_EQ(out.prompt_offset, 0u);
-  EXPECT_EQ(out.prompt_tokens, 5u);
+  EXPECT_EQ(out.prompt_tokens, kInlineWords + 1);
   EXPECT_EQ(prompt, a);
+  EXPECT_EQ(f.arena[0], 1u);
   ASSERT_EQ(consumer.tryPop(out, prompt), PopResult::kOk);
-  EXPECT_EQ(out.prompt_offset, 5u);
+  EXPECT_EQ(out.prompt_offset, 20u);
   EXPECT_EQ(prompt, b);
+  EXPECT_EQ(f.arena[20], 100u);
+}
+
+TEST(SubmissionRing, AShortPromptAndItsParametersTravelInTheCellAndTouchNoArena) {
+  RingFixture f(4, 64);
+  const std::vector<std::uint32_t> untouched = f.arena;
+  SubmissionProducer producer(f.mem);
+  SubmissionConsumer consumer(f.mem, 0);
+  std::vector<std::uint32_t> one = {7}, full(kInlineWords);
+  for (std::uint32_t i = 0; i < full.size(); ++i) full[i] = 1000 + i;
+  const std::vector<std::byte> params = {std::byte{1}, std::byte{2}, std::byte{3}};
+  const std::vector<std::uint32_t> with_params(kInlineWords - 1, 5);  // 15 + 1 word of params
+  ASSERT_EQ(producer.tryPushPrompt(makeSlot(1), one), PushResult::kOk);
+  ASSERT_EQ(producer.tryPushPrompt(makeSlot(2), full), PushResult::kOk);
+  ASSERT_EQ(producer.tryPushPrompt(makeSlot(3), with_params, params), PushResult::kOk);
+  SubmissionSlot flagged = makeSlot(4);
+  flagged.flags = kSlotInline;  // the ring decides: no words, nothing inline
+  ASSERT_EQ(producer.tryPushPrompt(flagged, {}), PushResult::kOk);
+  EXPECT_EQ(f.arena, untouched);
+
+  std::vector<std::uint32_t> words;
+  SubmissionSlot out;
+  ASSERT_EQ(consumer.tryPop(out, words), PopResult::kOk);
+  EXPECT_TRUE(out.inlined());
+  EXPECT_EQ(out.prompt_offset, 0u);
+  EXPECT_EQ(words, one);
+  ASSERT_EQ(consumer.tryPop(out, words), PopResult::kOk);
+  EXPECT_TRUE(out.inlined());
+  EXPECT_EQ(words, full);
+  ASSERT_EQ(consumer.tryPop(out, words), PopResult::kOk);
+  EXPECT_TRUE(out.inlined());
+  EXPECT_EQ(out.prompt_tokens, kInlineWords - 1);
+  EXPECT_EQ(out.params_bytes, 3u);
+  ASSERT_EQ(words.size(), kInlineWords);
+  EXPECT_EQ(words.back(), 0x030201u) << "the parameters, their pad zeroed";
+  ASSERT_EQ(consumer.tryPop(out, words), PopResult::kOk);
+  EXPECT_FALSE(out.inlined());
+  EXPECT_TRUE(words.empty());
+}
+
+TEST(SubmissionRing, AnInlineSlotWithAnOffsetOrTooManyWordsIsRejectedAlone) {
+  RingFixture f(4, 64);
+  SubmissionProducer producer(f.mem);
+  SubmissionConsumer consumer(f.mem, 0);
+  const std::vector<std::uint32_t> p = {1, 2, 3};
+  for (std::uint64_t id = 1; id <= 3; ++id)
+    ASSERT_EQ(producer.tryPushPrompt(makeSlot(id), p), PushResult::kOk);
+  // A client scribbles over the first two published cells.
+  sharedStore(f.cells[0].words[3], std::uint64_t{4}, std::memory_order_relaxed);  // prompt_offset
+  SubmissionSlot big;
+  std::memcpy(&big, f.cells[1].words, sizeof big);
+  big.prompt_tokens = kInlineWords + 1;
+  std::uint64_t w[kSubmissionSlotWords];
+  std::memcpy(w, &big, sizeof w);
+  for (std::size_t i = 0; i < kSubmissionSlotWords; ++i)
+    sharedStore(f.cells[1].words[i], w[i], std::memory_order_relaxed);
+
+  std::vector<std::uint32_t> words;
+  SubmissionSlot out;
+  for (std::uint64_t id = 1; id <= 2; ++id) {
+    ASSERT_EQ(consumer.tryPop(out, words), PopResult::kCorrupt);
+    EXPECT_EQ(consumer.slotCheck(), SlotCheck::kInlineOutOfCell);
+    EXPECT_EQ(out.request_id, id);
+    consumer.skipBadSlot();
+  }
+  ASSERT_EQ(consumer.tryPop(out, words), PopResult::kOk);
+  EXPECT_EQ(out.request_id, 3u);
+  EXPECT_EQ(words, p);
 }
 
 TEST(SubmissionRing, PromptLargerThanASlotsShareIsRefusedBeforeClaiming) {

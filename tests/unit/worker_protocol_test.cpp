@@ -739,7 +739,7 @@ TEST(SubmissionRingParams, CountsOnlySlotKeepsItsCountAndCarriesNoTokens) {
   SubmissionSlot out;
   std::vector<std::uint32_t> words;
   ASSERT_EQ(consumer.tryPop(out, words), PopResult::kOk);
-  EXPECT_EQ(out.flags, kSlotCountsOnly | kSlotStream);
+  EXPECT_EQ(out.flags, kSlotCountsOnly | kSlotStream | kSlotInline) << "two words: in the cell";
   EXPECT_EQ(out.prompt_tokens, 100000u);
   EXPECT_EQ(out.promptWords(), 0u);
   EXPECT_EQ(out.params_bytes, ref.size());
