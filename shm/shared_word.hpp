@@ -41,6 +41,11 @@ inline T sharedFetchOr(T& word, std::type_identity_t<T> bits, std::memory_order 
 }
 
 template <SharedWord T>
+inline T sharedFetchAnd(T& word, std::type_identity_t<T> bits, std::memory_order order) noexcept {
+  return std::atomic_ref<T>(word).fetch_and(bits, order);
+}
+
+template <SharedWord T>
 inline bool sharedCompareExchangeWeak(T& word, T& expected, std::type_identity_t<T> desired,
                                       std::memory_order success,
                                       std::memory_order failure) noexcept {

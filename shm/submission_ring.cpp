@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cstring>
 
+#include "shm/ready_bitmap.hpp"
 #include "shm/shared_word.hpp"
 
 namespace fairsched::shm {
@@ -94,10 +95,8 @@ void SubmissionProducer::publish(SubmissionCell* cell, std::uint64_t pos,
   }
   // Release: the daemon's acquire load of p + 1 sees the words and the prompt.
   sharedStore(cell->sequence, pos + 1, memory_order_release);
-  if (ring_.ready_word != nullptr) {
-    // Release: a daemon whose acquire exchange takes this bit sees the publication above.
-    sharedFetchOr(*ring_.ready_word, ring_.ready_bit, memory_order_release);
-  }
+  // The ready bit, unless it is set already (ready_bitmap.hpp).
+  if (ring_.ready_word != nullptr) markBit(*ring_.ready_word, ring_.ready_bit);
 }
 
 bool SubmissionProducer::tryPush(const SubmissionSlot& slot) {
@@ -190,6 +189,12 @@ PopResult SubmissionConsumer::peek(SubmissionSlot& out) {
   }
   peeked_ = true;
   return PopResult::kOk;
+}
+
+bool SubmissionConsumer::mayHaveItem() const {
+  if (peeked_ || corrupt()) return true;
+  // Relaxed: a hint; peek() reads the sequence again with acquire.
+  return sharedLoad(ring_.cells[pos_ & mask_].sequence, memory_order_relaxed) != pos_;
 }
 
 void SubmissionConsumer::copyPrompt(std::span<std::uint32_t> dst) const {

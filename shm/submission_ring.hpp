@@ -111,12 +111,14 @@ class SubmissionProducer {
     return tryPushPrompt(slot, prompt, params, [](SubmissionSlot&) {});
   }
 
-  // The same, calling before_publish(slot) once the cell is claimed and the
-  // prompt copied, just before the slot is published: what it sets in the
-  // slot is what the daemon reads. Nothing is called when the push fails, so
-  // a caller can take a request id there without spending one on a full
-  // ring. before_publish must not fail, and should be quick (the ring's
-  // next positions wait for this one).
+  // The same, calling before_publish(slot) once the cell is claimed, before
+  // the prompt is copied into it and the slot published: what it sets in
+  // the slot (but the fields the copy sets) is what the daemon reads.
+  // Nothing is called when the push fails, so a caller can take a request
+  // id there without spending one on a full ring. before_publish must not
+  // fail, and should be quick (the ring's next positions wait for this
+  // one). It runs before the copy so that its own atomic operations do not
+  // wait for the cell's cache lines, which the daemon holds.
   template <class F>
   PushResult tryPushPrompt(SubmissionSlot slot, std::span<const std::uint32_t> prompt,
                            std::span<const std::byte> params, F&& before_publish) {
@@ -124,8 +126,8 @@ class SubmissionProducer {
     std::uint64_t pos = 0;
     SubmissionCell* cell = nullptr;
     if (!claim(pos, cell)) return PushResult::kFull;
-    fill(pos, cell, slot, prompt, params);
     before_publish(slot);
+    fill(pos, cell, slot, prompt, params);
     publish(cell, pos, slot);
     return PushResult::kOk;
   }
@@ -216,6 +218,10 @@ class SubmissionConsumer {
     r.stop = PopResult::kOk;
     return r;
   }
+
+  // A cheap look (one relaxed load of the cell's sequence) for a ring the
+  // daemon polls directly: true when peek() may find something, or has.
+  bool mayHaveItem() const;
 
   std::uint64_t position() const { return pos_; }
   bool corrupt() const { return corruption_ != Corruption::kNone; }

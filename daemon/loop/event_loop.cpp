@@ -90,7 +90,9 @@ int EventLoop::run() {
   TimeNs idle_since = 0;   // when the current run of idle passes began
   std::uint32_t idle = 0;  // idle passes since the last work
   while (running_) {
-    const bool worked = hooks_.poll ? hooks_.poll() : false;
+    const bool glance =
+        idle % kIdlePassesPerClockRead != 0 && hooks_.idle_glance && hooks_.idle_glance();
+    const bool worked = (!glance && hooks_.poll) ? hooks_.poll() : false;
     flush();
     const unsigned ran = dispatch();
     if (worked || ran > 0) {
@@ -98,19 +100,20 @@ int EventLoop::run() {
       continue;
     }
     if (hooks_.spin_ns > 0) {
-      // The clock is read on the first idle pass and every 16th after it:
-      // an idle pass is short, and the one a request lands in should be
-      // shorter still.
+      // The clock is read every kIdlePassesPerClockRead idle passes only:
+      // an idle pass is short (poll() mostly glances), and the one a
+      // request lands in should be shorter still. The spin window starts
+      // at the first read.
       // On contended cores (see event_loop.hpp) spinning would only give
-      // the loop the share of a spinning client: it sleeps at once instead,
+      // the loop the share of a spinning client: it sleeps then instead,
       // and a sleeper is what the kernel runs first when a doorbell or an
       // executor wakes it.
-      if (idle++ == 0) {
+      if (++idle % kIdlePassesPerClockRead != 0) {
+        continue;
+      } else if (idle == kIdlePassesPerClockRead) {
         idle_since = monotonicNow();
         if (!contended(idle_since)) continue;
         ++contended_sleeps_;
-      } else if (idle % 16 != 0) {
-        continue;
       } else if (const TimeNs now = monotonicNow(); now - idle_since < hooks_.spin_ns) {
         if (!contended(now)) continue;
         ++contended_sleeps_;

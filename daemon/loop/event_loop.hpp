@@ -55,7 +55,13 @@ class EventLoop {
   using OpId = std::uint64_t;  // identifies a queued operation (for cancel)
 
   struct Hooks {
-    std::function<bool()> poll;          // returns true when it did work
+    std::function<bool()> poll;  // returns true when it did work
+    // Optional: true when poll() would find nothing now but what time
+    // brings. Between idle passes that read the clock, the loop calls this
+    // instead of poll() and skips the pass when it says so: a busy-polling
+    // loop spends most passes finding nothing, and the one a request lands
+    // in starts sooner. The first pass after any work or a sleep is whole.
+    std::function<bool()> idle_glance;
     std::function<bool()> before_sleep;  // returns true when work appeared: don't sleep
     TimeNs spin_ns = 500'000;            // 0: sleep at the first idle iteration
   };
@@ -131,6 +137,8 @@ class EventLoop {
   // Contention (see the top of this file): the loop thread's run delay when
   // last looked at, when, and until when it counts as contended.
   static constexpr TimeNs kContentionCheckNs = 2'000'000;
+  // Idle passes between two clock reads (and two whole passes, with idle_glance).
+  static constexpr std::uint32_t kIdlePassesPerClockRead = 64;
   static constexpr TimeNs kContendedForNs = 100'000'000;
   bool contended(TimeNs now);
   int schedstat_fd_ = -1;  // -2: the kernel has none

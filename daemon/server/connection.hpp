@@ -95,6 +95,29 @@ struct Connection {
   // Rejections this connection may still cause; spent, its lanes wait.
   RejectBudget reject_budget;
   std::vector<bool> ring_pending;
+  // Lanes polled directly instead of through the ready bitmap, at most
+  // kMaxHotLanes: ones a pass found work in. Their bits stay set, so their
+  // producers skip the bitmap write and the daemon the bitmap's line
+  // (ready_bitmap.hpp); a demotion cools them before the connection leaves
+  // the active list.
+  static constexpr std::size_t kMaxHotLanes = 8;
+  std::vector<std::uint32_t> hot_lanes;
+  std::vector<std::uint64_t> hot_bits;  // hot_lanes as a mask per bitmap word
+
+  // `ring` is to be drained (once in pending_rings).
+  void pendLane(std::uint32_t ring) {
+    if (ring_pending[ring]) return;
+    ring_pending[ring] = true;
+    pending_rings.push_back(ring);
+  }
+  // A drain found work in `ring`: poll it directly from now on, if room.
+  void heatLane(std::uint32_t ring);
+  // Back to the bitmap for every hot lane: their bits cleared (seq_cst),
+  // then each looked at once; one with something in it is pended.
+  void coolLanes();
+  // Something to drain: pending rings, a bit outside the hot lanes, or a hot
+  // lane with a published cell.
+  bool lanesMayHaveWork() const;
   std::deque<Outgoing> backlog;       // completions and stream chunks not yet in the ring
   std::uint64_t backlog_popped = 0;   // records that left the front of `backlog` so far
   std::size_t backlog_chunks = 0;     // stream chunks in `backlog`

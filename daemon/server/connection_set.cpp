@@ -58,8 +58,41 @@ void ConnectionSet::clear() {
   closed_.clear();
 }
 
+void Connection::heatLane(std::uint32_t ring) {
+  const std::uint64_t bit = std::uint64_t{1} << (ring % 64);
+  if ((hot_bits[ring / 64] & bit) != 0 || hot_lanes.size() >= kMaxHotLanes) return;
+  // Nothing to write: the pass just took the bit; the producer's next
+  // publication sets it, and from then on it stays set.
+  hot_bits[ring / 64] |= bit;
+  hot_lanes.push_back(ring);
+}
+
+void Connection::coolLanes() {
+  if (hot_lanes.empty()) return;
+  for (std::uint32_t w = 0; w < hot_bits.size(); ++w) {
+    if (hot_bits[w] != 0) bitmap.clear(w, hot_bits[w]);
+    hot_bits[w] = 0;
+  }
+  // After the clear, one look each: a producer that saw its bit still set
+  // did not set it, and its cell is visible here (ready_bitmap.hpp).
+  for (const std::uint32_t ring : hot_lanes) {
+    if (lanes[ring].mayHaveItem()) pendLane(ring);
+  }
+  hot_lanes.clear();
+}
+
+bool Connection::lanesMayHaveWork() const {
+  if (!pending_rings.empty() || bitmap.anySet(hot_bits.empty() ? nullptr : hot_bits.data()))
+    return true;
+  for (const std::uint32_t ring : hot_lanes) {
+    if (lanes[ring].mayHaveItem()) return true;
+  }
+  return false;
+}
+
 void ConnectionSet::attach(Connection& c, TimeNs now) {
   c.bitmap = c.segment->readyBitmap();
+  c.hot_bits.assign(c.bitmap.wordCount(), 0);
   c.own_sleep = c.segment->ownSleepFlag();
   c.peer_sleep = c.segment->peerSleepFlag();
   c.shm_index = shm_conns_.size();
@@ -77,11 +110,14 @@ void ConnectionSet::activate(Connection& c, TimeNs now) {
 
 bool ConnectionSet::demote() {
   if (demoting_.empty()) return false;
+  // Hot lanes first: once the connection leaves the active list only the
+  // bitmap (and the doorbell) bring the daemon back to its lanes.
+  for (Connection* c : demoting_) c->coolLanes();
   for (Connection* c : demoting_) c->own_sleep.announceSleepUnfenced();
   shm::seqCstFence();  // doorbell.hpp: a publication either rings or is seen below
   bool busy = false;
   for (Connection* c : demoting_) {
-    if (!c->pending_rings.empty() || c->bitmap.anySet()) {
+    if (c->lanesMayHaveWork()) {
       busy = true;  // stays active (its flag set costs it a doorbell at most)
       continue;
     }

@@ -201,6 +201,7 @@ Result<> Server::listen() {
 int Server::run() {
   EventLoop::Hooks hooks;
   hooks.poll = [this] { return poll(); };
+  hooks.idle_glance = [this] { return idleAtAGlance(); };
   hooks.before_sleep = [this] { return beforeSleep(); };
   hooks.spin_ns = static_cast<TimeNs>(cfg_.daemon.busy_poll_us) * kNsPerUs;
   loop_->setHooks(hooks);
@@ -288,7 +289,7 @@ bool Server::shutdownStep(TimeNs now) {
   // daemon goes: ingest keeps draining them.
   bool rings_idle = true;
   for (const Connection* c : conns_.withSegment()) {
-    if (!c->closing && (!c->pending_rings.empty() || c->bitmap.anySet())) rings_idle = false;
+    if (!c->closing && c->lanesMayHaveWork()) rings_idle = false;
   }
   if (queued == 0 && batches_.inFlight() == 0 && on_workers == 0 &&
       (rings_idle || now >= hard_stop)) {
@@ -395,6 +396,24 @@ void Server::revokeTenant(Connection& c, TenantHandles::Entry& e) {
   e.revoked = true;
 }
 
+bool Server::idleAtAGlance() const {
+  if (shutting_down_ || !done_.empty() || !drop_later_.empty() || !conns_.dirty().empty() ||
+      batches_.tracked() > 0 || workers_.running() > 0) {
+    return false;
+  }
+  for (std::size_t e = 0; e < executors_.size(); ++e) {
+    if (sched_.queued(static_cast<EndpointId>(e)) > 0 ||
+        executors_[e]->freeSlots() < executors_[e]->slots()) {
+      return false;
+    }
+  }
+  for (const Connection* c : conns_.active()) {
+    if (c->closing || c->lanesMayHaveWork()) return false;
+    if (c->worker && c->worker->events && c->worker->events->mayHaveItem()) return false;
+  }
+  return true;
+}
+
 bool Server::poll() {
   const TimeNs now = env_.now();
   notifyWatchdog(now);
@@ -464,7 +483,7 @@ bool Server::beforeSleep() {
     for (const Connection* c : conns_.active()) {
       const bool credit =
           c->outstanding + c->backlog.size() < c->segment->layout().geometry.completion_capacity;
-      if (c->closing || !credit || (c->pending_rings.empty() && !c->bitmap.anySet())) continue;
+      if (c->closing || !credit || !c->lanesMayHaveWork()) continue;
       if (!c->reject_budget.allows(now)) {
         throttled_until = std::min(throttled_until, c->reject_budget.nextAt());
         continue;

@@ -198,6 +198,10 @@ class Server {
   void dropLater(Connection& c, std::string why);
 
   bool poll();
+  // True when a pass could find nothing to do but what time brings: no
+  // records to publish, nothing queued, running or in the rings. A few
+  // loads of lines the clients write, no clock (the loop's idle_glance).
+  bool idleAtAGlance() const;
   // One step of a graceful stop; true when nothing is left to finish.
   bool shutdownStep(TimeNs now);
   bool beforeSleep();

@@ -39,12 +39,15 @@ void Server::armExecutorWatch(std::size_t e) {
 
 bool Server::ingest(Connection& c, TimeNs now) {
   const std::uint64_t capacity = c.segment->layout().geometry.completion_capacity;
-  c.bitmap.takeEach([&](std::uint32_t ring) {
-    if (ring < c.lanes.size() && !c.ring_pending[ring]) {
-      c.ring_pending[ring] = true;
-      c.pending_rings.push_back(ring);
-    }
-  });
+  c.bitmap.takeEach(
+      [&](std::uint32_t ring) {
+        if (ring < c.lanes.size()) c.pendLane(ring);
+      },
+      c.hot_bits.data());
+  // Hot lanes: their next cells, directly (connection.hpp).
+  for (const std::uint32_t ring : c.hot_lanes) {
+    if (c.lanes[ring].mayHaveItem()) c.pendLane(ring);
+  }
   bool worked = false;
   for (std::size_t i = 0; i < c.pending_rings.size();) {
     const std::uint32_t ring = c.pending_rings[i];
@@ -62,7 +65,10 @@ bool Server::ingest(Connection& c, TimeNs now) {
         budget, [&](const shm::SubmissionSlot& slot, std::span<const std::uint32_t> prompt) {
           admit(c, slot, prompt, now);
         });
-    worked = worked || d.popped > 0;
+    if (d.popped > 0) {
+      worked = true;
+      c.heatLane(ring);
+    }
     if (d.stop == shm::PopResult::kCorrupt) {
       if (lane.corruption() == shm::Corruption::kBadSlot) {
         shm::SubmissionSlot bad;
