@@ -2,16 +2,23 @@
 // client), 64-bit positions that only grow, full when
 // write == read + capacity.
 //
-// The cells and the write index live in part (b) of the segment (read-only
-// in the client). The client's read index lives in part (a), where the client
-// can write anything into it, so the daemon bounds-checks every value it
-// loads: a read index is in range when write - capacity <= read <= write
-// (modulo 2^64). An out-of-range index is treated as "this client's ring is
-// full" — the daemon writes nothing until the index is sane again, and
-// readIndexValid() lets it log and drop the client. Clamping instead would
-// overwrite completions the client has not read; treating it as full can only
-// stall that one client, which has broken its own ring. The daemon's write
-// position is private and never read back from shared memory.
+// Each cell carries its own publication: a 16-bit lap mark in the word of
+// its status (bits 16-31; status itself is below 2^16). The daemon writes a
+// cell's other words, then stores the mark of the position's lap with
+// release; the client polls the mark of its next cell with acquire, so a
+// completion costs the client one cache line, and the daemon's store of the
+// cell is the only one the client waits for. A mark that is neither the
+// expected lap's nor the lap before's is no state of this ring: the consumer
+// reports broken(). No write index is shared.
+//
+// The cells live in part (b) of the segment (read-only in the client). The client's read index
+// lives in part (a), where the client can write anything into it, so the daemon bounds-checks every
+// value it loads: a read index is in range when write - capacity <= read <= write (modulo 2^64). An
+// out-of-range index is treated as "this client's ring is full" — the daemon writes nothing until
+// the index is sane again, and readIndexValid() lets it log and drop the client. Clamping instead
+// would overwrite completions the client has not read; treating it as full can only stall that one
+// client, which has broken its own ring. The daemon's write position is private and never read back
+// from shared memory.
 //
 // Every submitted request gets exactly one completion, so the daemon must
 // never be left holding one it cannot place: it keeps the number of a
@@ -38,7 +45,7 @@ using fairsched::encodeStatus;
 
 struct CompletionRingMemory {
   CompletionControl* control = nullptr;  // part (b): read-only mapping in the client
-  CompletionCell* cells = nullptr;       // part (b), `capacity` cells
+  CompletionCell* cells = nullptr;       // part (b), `capacity` cells, each with its lap mark
   std::uint32_t capacity = 0;            // a power of two
   ClientControl* client = nullptr;       // part (a): the client's read index
   std::uint32_t* reply_arena = nullptr;  // part (b): capacity * reply_tokens_per_slot words
@@ -49,7 +56,9 @@ struct CompletionRingMemory {
 // record it pops (the result is clamped to reply_tokens_per_slot).
 using PayloadWords = std::uint32_t (*)(const CompletionSlot&);
 
-// Daemon, before the segment is handed over: both indices start at `start`.
+// Daemon, before the segment is handed over: the read index starts at
+// `start`, and every cell gets the mark of the lap before the first position
+// it will hold (from 0: the zeroes of a fresh segment, which are left alone).
 void initCompletionRing(const CompletionRingMemory& ring, std::uint64_t start);
 
 // The daemon's side; one thread.
@@ -61,22 +70,25 @@ class CompletionProducer {
 
   // Writes and publishes one completion. False when the ring is full or the
   // client's read index is out of range (see readIndexValid()).
+  // REQUIRES (here and in tryPushBatch): nothing written and unpublished;
+  // every slot's status below 2^16.
   bool tryPush(const CompletionSlot& slot);
 
-  // Writes as many of `slots` as fit and publishes them with one store;
-  // returns how many were written.
+  // Writes and publishes as many of `slots` as fit; returns how many.
   std::size_t tryPushBatch(std::span<const CompletionSlot> slots);
 
-  // Writes one record and its reply-arena payload (at most
-  // reply_tokens_per_slot words) into the next cell without publishing it;
-  // publish() makes every record written so far visible with one store.
+  // Takes one record for the next cell and writes its reply-arena payload
+  // (at most reply_tokens_per_slot words) without publishing it; publish()
+  // writes the cells of every record taken so far, in order, each with its
+  // mark last. Until then the records are kept here (the client polls the
+  // cell's line: a cell written now and marked later would bounce twice).
   // REQUIRES: freeSlots() counted a free cell for it.
   void write(const CompletionSlot& slot, std::span<const std::uint32_t> payload);
   void publish();
   // Rewrites the record at position `pos`, written since the last publish(),
   // with `slot`, and copies `more` into its payload from word `at` on (a
-  // stream chunk that grows before the client can see it: the client reads
-  // nothing past the published write index, so it never sees it half made).
+  // stream chunk that grows before the client can see it: its cell is not
+  // written until publish(), so the client never sees it half made).
   // REQUIRES: published() <= pos < written(), at + more.size() <=
   // reply_tokens_per_slot.
   void amend(std::uint64_t pos, const CompletionSlot& slot, std::uint32_t at,
@@ -98,47 +110,58 @@ class CompletionProducer {
   std::uint64_t published() const { return published_; }
 
  private:
+  // Stores `slot` into the cell of `pos`, then pos's lap mark (release).
   void storeCell(std::uint64_t pos, const CompletionSlot& slot);
-  void writeCell(const CompletionSlot& slot);
+  // Copies `words` into the reply-arena share of `pos` from word `at`.
+  void copyPayload(std::uint64_t pos, std::uint32_t at, std::span<const std::uint32_t> words);
 
   CompletionRingMemory ring_;
   std::uint64_t mask_;
-  std::uint64_t write_;       // private; published to control->completion_write
-  std::uint64_t published_;   // the write index last published
+  unsigned shift_;            // log2(capacity): a position's lap is pos >> shift_
+  std::uint64_t write_;       // private: never read back from shared memory
+  std::uint64_t published_;   // positions below it carry their lap's mark
   std::uint64_t read_cache_;  // the client's read index as last validated
+  // The records of positions published_ .. write_ - 1, not in their cells yet.
+  std::vector<CompletionSlot> staged_;
   bool read_index_valid_ = true;
 };
 
 // The client's side: one consumer at a time (the client library serialises
-// its threads). Trusts the daemon, but still checks the write index it loads.
+// its threads). Trusts the daemon, but still checks each mark it loads.
 class CompletionConsumer {
  public:
   // Starts at the read index the daemon initialised.
   explicit CompletionConsumer(const CompletionRingMemory& ring);
 
   // Copies the next completion into `out` and hands the cell back; false when
-  // there is none (or the write index is out of range: broken()).
+  // there is none (or its cell's mark is of no lap near: broken()).
   bool tryPop(CompletionSlot& out);
   // The same, and the record's reply-arena payload (payload_words(out) words,
   // at most reply_tokens_per_slot) copied into `payload` before the cell is
   // handed back.
   bool tryPop(CompletionSlot& out, std::vector<std::uint32_t>& payload, PayloadWords payload_words);
 
-  // Completions published and not yet popped.
+  // Whether the next completion is published: one acquire load of its
+  // cell's mark, the line a pop then reads.
+  bool hasNext() { return publishedAt(read_); }
+  // Completions published and not yet popped: a look at each cell in turn.
   std::uint64_t available();
 
   bool broken() const { return broken_; }
   std::uint64_t position() const { return read_; }
 
  private:
-  // Copies the cell at read_ into `out` (relaxed loads: available()'s
-  // acquire of the write index ordered them after the daemon's writes).
+  // Whether the cell of `pos` (at most a lap ahead of read_) holds pos;
+  // a foreign mark sets broken_.
+  bool publishedAt(std::uint64_t pos);
+  // Copies the cell at read_ into `out`, without the mark (relaxed loads:
+  // hasNext()'s acquire of the mark ordered them after the daemon's writes).
   void readCell(CompletionSlot& out) const;
 
   CompletionRingMemory ring_;
   std::uint64_t mask_;
+  unsigned shift_;
   std::uint64_t read_;
-  std::uint64_t write_cache_;
   bool broken_ = false;
 };
 

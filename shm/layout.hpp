@@ -20,9 +20,9 @@
 //                                  prompt_tokens_per_slot uint32 tokens
 //   (b) daemon-written, offset daemon_offset, daemon_size bytes (read-write in
 //       the daemon, READ-ONLY in the client):
-//       CompletionControl          the completion write index and the daemon's
-//                                  "sleeping" flag
-//       completion_capacity CompletionCells
+//       CompletionControl          the daemon's "sleeping" flag
+//       completion_capacity CompletionCells, each published by its own lap
+//                                  mark (completion_ring.hpp)
 //       reply arena                completion_capacity regions of
 //                                  reply_tokens_per_slot uint32 words: the
 //                                  payload of the cell of the same index
@@ -152,7 +152,10 @@ struct CompletionSlot {
   std::uint64_t queue_wait_ns = 0;  // admission to dispatch
   std::uint64_t service_ns = 0;     // dispatch to completion
   std::uint64_t checksum = 0;       // the executor's per-request result checksum
-  std::uint32_t status = 0;         // a fairsched::Status value (see completion_ring.hpp)
+  // A fairsched::Status value (see completion_ring.hpp), kStreamChunk or an
+  // assignment kind: below 2^16, as the ring keeps its lap mark in the
+  // upper half of this word in the cell.
+  std::uint32_t status = 0;
   std::uint32_t output_tokens = 0;
   std::uint32_t input_tokens = 0;  // prompt tokens served (worker endpoints; else 0)
   std::uint32_t ttft_us = 0;       // dispatch to first token, µs (worker endpoints; else 0)
@@ -217,20 +220,17 @@ static_assert(sizeof(ClientControl) == 2 * kCacheLine);
 
 // Daemon-written control words (part (b), read-only in the client).
 struct alignas(kCacheLine) CompletionControl {
-  // Completions published so far. Release store by the daemon after writing
-  // the cells; acquire load by the client, which then sees those cells.
-  std::uint64_t completion_write;
-  std::uint8_t pad0[kCacheLine - 8];
   // Nonzero while the daemon sleeps on the client's doorbell. Daemon: store,
   // then seq_cst fence, then re-check the ready bitmap; client: mark the
   // bitmap, then seq_cst fence, then load (doorbell.hpp).
   std::uint32_t daemon_sleeping;
-  std::uint8_t pad1[kCacheLine - 4];
+  std::uint8_t pad0[kCacheLine - 4];
 };
-static_assert(sizeof(CompletionControl) == 2 * kCacheLine);
+static_assert(sizeof(CompletionControl) == kCacheLine);
 
-// A completion ring slot: one cache line. Written by the daemon only, before
-// the release store of completion_write that publishes it.
+// A completion ring slot: one cache line, a CompletionSlot's words. Written
+// by the daemon only; published by the release store of its word 6 with the
+// lap's mark in bits 16-31 (completion_ring.hpp), which the client polls.
 struct alignas(kCacheLine) CompletionCell {
   std::uint64_t words[kCompletionSlotWords];
 };

@@ -237,7 +237,7 @@ class ClientCore {
 
   std::atomic<std::shared_ptr<Session>> session_;  // null while disconnected
   std::atomic<std::uint64_t> loss_epoch_{0};       // connections lost so far
-  std::atomic<std::int64_t> last_probe_ns_{0};     // poll()'s last liveness check
+  std::atomic<std::int64_t> last_probe_ns_{0};     // poll()'s last liveness check (coarse clock)
   std::atomic<bool> fd_mode_{false};               // prepareToBlock() was used
 
   // What is outstanding (submit.cpp inserts, completions and losses erase).

@@ -42,7 +42,11 @@ struct Pending {
 
 class PendingTable {
  public:
-  static constexpr std::size_t kSlots = 8192;  // a power of two; 32 bytes each
+  // A power of two; 32 bytes each (1 MiB, its pages touched as ids reach
+  // them). More than a client can have outstanding at once on the daemon's
+  // segment (16,384 completion cells and 2,048 lane cells), so a burst that
+  // fills both never spills into the overflow map.
+  static constexpr std::size_t kSlots = 32768;
 
   PendingTable();
   ~PendingTable();

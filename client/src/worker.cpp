@@ -149,7 +149,7 @@ class WorkerCore {
 
   bool ready() {
     std::lock_guard lk(s_->consumer_mu);
-    return s_->consumer.available() > 0;
+    return s_->consumer.hasNext();
   }
 
   Result<void> wait(std::chrono::nanoseconds timeout) {

@@ -5,6 +5,7 @@
 // completions (workers streaming tokens) joins collect() and complete().
 #include "daemon/server/server.hpp"
 
+#include <algorithm>
 #include <cerrno>
 
 #include <spdlog/spdlog.h>
@@ -49,7 +50,8 @@ bool Server::ingest(Connection& c, TimeNs now) {
     if (c.lanes[ring].mayHaveItem()) c.pendLane(ring);
   }
   bool worked = false;
-  for (std::size_t i = 0; i < c.pending_rings.size();) {
+  std::size_t i = 0;
+  for (; i < c.pending_rings.size();) {
     const std::uint32_t ring = c.pending_rings[i];
     shm::SubmissionConsumer& lane = c.lanes[ring];
     const std::uint64_t used = c.outstanding + c.backlog.size();
@@ -95,6 +97,14 @@ bool Server::ingest(Connection& c, TimeNs now) {
     } else {
       ++i;  // budget used up: come back next pass, after the other rings
     }
+  }
+  // Stopped for room before the end: the lanes not reached go first next
+  // pass, and those served (the last one maybe in part) after them. Else the
+  // lane first in the list would take all the room a client frees, and the
+  // others' requests would wait for it to run dry.
+  if (i > 0 && i < c.pending_rings.size()) {
+    std::rotate(c.pending_rings.begin(), c.pending_rings.begin() + static_cast<std::ptrdiff_t>(i),
+                c.pending_rings.end());
   }
   return worked;
 }

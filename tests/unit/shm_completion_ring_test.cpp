@@ -214,13 +214,48 @@ TEST(CompletionRing, ReadIndexInRangeButBackwardsOnlyShrinksTheRoom) {
   EXPECT_TRUE(producer.readIndexValid());
 }
 
-TEST(CompletionRing, ClientNoticesAWriteIndexOutOfRange) {
+// A cell whose mark is neither its lap's nor the lap before's is no state of
+// the ring: the client says broken and pops nothing, then or later.
+TEST(CompletionRing, ClientNoticesACellMarkOfNoNearLap) {
   RingFixture f(4);
+  CompletionProducer producer(f.mem, 0);
   CompletionConsumer consumer(f.mem);
-  sharedStore(f.control->completion_write, std::uint64_t{5}, std::memory_order_relaxed);
+  ASSERT_TRUE(producer.tryPush(makeCompletion(0)));
   CompletionSlot out;
+  ASSERT_TRUE(consumer.tryPop(out));
+  EXPECT_FALSE(consumer.broken());
+  // Position 1 is of lap 0 (mark 1); the lap before marks 0. Mark 5 is neither.
+  std::uint64_t& word = f.cells[1].words[6];
+  sharedStore(word, sharedLoad(word, std::memory_order_relaxed) | (std::uint64_t{5} << 16),
+              std::memory_order_relaxed);
   EXPECT_FALSE(consumer.tryPop(out));
   EXPECT_TRUE(consumer.broken());
+  ASSERT_TRUE(producer.tryPush(makeCompletion(1)));
+  EXPECT_FALSE(consumer.tryPop(out)) << "broken stays broken";
+}
+
+// The mark lives in the cell's status word: the record popped carries none
+// of it, and a record written but not published keeps the lap before's mark
+// on every lap, so the client never mistakes it for published.
+TEST(CompletionRing, TheMarkIsTheRingsAndAWrittenCellStaysUnpublishedOnEveryLap) {
+  const std::uint64_t start = (std::uint64_t{0xffff} << 2) - 3;  // marks wrap 16 bits soon
+  RingFixture f(4, start);
+  CompletionProducer producer(f.mem, start);
+  CompletionConsumer consumer(f.mem);
+  CompletionSlot out;
+  for (std::uint64_t id = 0; id < 40; ++id) {
+    ASSERT_EQ(producer.freeSlots(4), 4u);
+    CompletionSlot c = makeCompletion(id);
+    c.status = kStreamChunk;
+    producer.write(c, {});
+    ASSERT_EQ(consumer.available(), 0u) << "written at " << producer.written() - 1;
+    ASSERT_FALSE(consumer.tryPop(out));
+    producer.publish();
+    ASSERT_TRUE(consumer.hasNext());
+    ASSERT_TRUE(consumer.tryPop(out));
+    EXPECT_EQ(out, c);
+  }
+  EXPECT_FALSE(consumer.broken());
 }
 
 TEST(CompletionRing, StatusEncodingIsTheLayoutsAndUnknownValuesAreRejected) {

@@ -64,7 +64,7 @@ TEST(Layout, RecordSizesAreFixed) {
   EXPECT_EQ(sizeof(CompletionCell), 64u);
   EXPECT_EQ(offsetof(SubmissionRingControl, consumed), 64u);
   EXPECT_EQ(offsetof(ClientControl, client_sleeping), 64u);
-  EXPECT_EQ(offsetof(CompletionControl, daemon_sleeping), 64u);
+  EXPECT_EQ(offsetof(CompletionControl, daemon_sleeping), 0u);
   EXPECT_EQ(offsetof(SubmissionSlot, prompt_offset), 24u);
   EXPECT_EQ(offsetof(SubmissionSlot, prompt_tokens), 32u);
   EXPECT_EQ(offsetof(SubmissionSlot, endpoint), 44u);
