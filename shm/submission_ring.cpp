@@ -95,6 +95,13 @@ void SubmissionProducer::publish(SubmissionCell* cell, std::uint64_t pos,
   }
   // Release: the daemon's acquire load of p + 1 sees the words and the prompt.
   sharedStore(cell->sequence, pos + 1, memory_order_release);
+  // The next cell's lines, which the daemon wrote last (its release of the
+  // lap before), start moving here now: markBit()'s fence waits for every
+  // store before it, and a store to a line still on the daemon's core is the
+  // slowest of them.
+  SubmissionCell& next = ring_.cells[(pos + 1) & mask_];
+  prefetchForWrite(&next.sequence);
+  prefetchForWrite(&next.inline_words);
   // The ready bit, unless it is set already (ready_bitmap.hpp).
   if (ring_.ready_word != nullptr) markBit(*ring_.ready_word, ring_.ready_bit);
 }
@@ -176,6 +183,11 @@ PopResult SubmissionConsumer::peek(SubmissionSlot& out) {
     bad_sequence_ = seq;
     return PopResult::kCorrupt;
   }
+  // The next cell's lines start moving now: in a burst the producer has
+  // published it already, and its miss overlaps this one's work.
+  const SubmissionCell& next = ring_.cells[(pos_ + 1) & mask_];
+  __builtin_prefetch(&next.sequence, 0, 3);
+  __builtin_prefetch(&next.inline_words, 0, 3);
   std::uint64_t words[kSubmissionSlotWords];
   for (std::size_t i = 0; i < kSubmissionSlotWords; ++i) {
     words[i] = sharedLoad(cell.words[i], memory_order_relaxed);

@@ -34,6 +34,7 @@
 // uses a session, so a lost one stays mapped until the last user lets go.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -81,7 +82,10 @@ inline void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
 
 // ClientStats as it is counted: relaxed atomics, any thread.
 struct Counters {
-  std::atomic<std::uint64_t> submitted{0};
+  // Accepted submissions are the request ids handed out less these: ids
+  // taken by a submit() that then failed (the connection lost meanwhile).
+  // So the hot path bumps no counter of its own.
+  std::atomic<std::uint64_t> ids_withdrawn{0};
   std::atomic<std::uint64_t> completed{0};
   std::atomic<std::uint64_t> local_completions{0};
   std::atomic<std::uint64_t> ring_full{0};
@@ -91,12 +95,13 @@ struct Counters {
   std::atomic<std::uint64_t> unknown_completions{0};
   std::atomic<std::uint64_t> abandoned{0};
 
-  ClientStats snapshot() const {
+  // `ids_taken`: request ids handed out so far.
+  ClientStats snapshot(std::uint64_t ids_taken) const {
     auto get = [](const std::atomic<std::uint64_t>& a) {
       return a.load(std::memory_order_relaxed);
     };
     ClientStats s;
-    s.submitted = get(submitted);
+    s.submitted = ids_taken - std::min(ids_taken, get(ids_withdrawn));
     s.completed = get(completed);
     s.local_completions = get(local_completions);
     s.ring_full = get(ring_full);
@@ -152,7 +157,9 @@ class ClientCore {
     return s ? s->client_id : 0;
   }
   std::size_t outstanding() const { return pending_.size() + router_.localSize(); }
-  ClientStats stats() const { return counters_.snapshot(); }
+  ClientStats stats() const {
+    return counters_.snapshot(next_id_.load(std::memory_order_relaxed) - 1);
+  }
   RetryBudget& retryBudget() { return budget_; }
 
  private:

@@ -126,9 +126,9 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
   if (!s->alive.load(std::memory_order_acquire) && withdraw(id, await_efd != nullptr)) {
     // Lost (or shut down) while we pushed, and the loss handler did not see
     // our entry: no completion will come, so the caller hears it now.
+    bump(counters_.ids_withdrawn);
     return closed() ? closedError() : daemonLost();
   }
-  bump(counters_.submitted);
   return id;
 }
 

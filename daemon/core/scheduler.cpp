@@ -445,6 +445,9 @@ bool Scheduler::takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& ou
       const QueueEntry& nh = ts.queue.top();
       next_cost = costOf(ep, ts, nh);
       prefetchSlot(nh.handle);  // dispatched at the flow's next turn
+      // A deep queue (one tenant's burst) is taken many at a turn: the slot
+      // a few entries on, so that its miss is over by then.
+      if (const QueueEntry* later = ts.queue.fifoAhead(kPrefetchDepth)) prefetchSlot(later->handle);
     }
     selector.consume(f, cost, has_next, next_cost, now);
     ep.tier_selector.charge(choice, cost, backlogged);

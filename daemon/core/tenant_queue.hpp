@@ -57,6 +57,11 @@ class TenantQueue {
   std::size_t size() const { return size_ + heap_.size(); }
   // REQUIRES: !empty().
   const QueueEntry& top() const;
+  // The FIFO's entry `k` places behind its front, or null (a hint for
+  // prefetching: the heap's entries may come first).
+  const QueueEntry* fifoAhead(std::uint32_t k) const {
+    return k < size_ ? &ring()[(head_ + k) & (capacity_ - 1)] : nullptr;
+  }
   void pop();
   void clear();
 
