@@ -116,6 +116,9 @@ void CompletionProducer::copyPayload(std::uint64_t pos, std::uint32_t at,
 void CompletionProducer::write(const CompletionSlot& slot, std::span<const std::uint32_t> payload) {
   copyPayload(write_, 0,
               payload.first(std::min<std::size_t>(payload.size(), ring_.reply_tokens_per_slot)));
+  // Held records are bounded: a burst publishes as it goes, and a
+  // connection's copy stays a few KiB.
+  if (staged_.size() == kMaxStaged) publish();
   staged_.push_back(slot);
   ++write_;
 }

@@ -81,7 +81,9 @@ class CompletionProducer {
   // (at most reply_tokens_per_slot words) without publishing it; publish()
   // writes the cells of every record taken so far, in order, each with its
   // mark last. Until then the records are kept here (the client polls the
-  // cell's line: a cell written now and marked later would bounce twice).
+  // cell's line: a cell written now and marked later would bounce twice),
+  // at most kMaxStaged of them: the write that would hold one more
+  // publishes those first (published() says what the client may see).
   // REQUIRES: freeSlots() counted a free cell for it.
   void write(const CompletionSlot& slot, std::span<const std::uint32_t> payload);
   void publish();
@@ -121,7 +123,9 @@ class CompletionProducer {
   std::uint64_t write_;       // private: never read back from shared memory
   std::uint64_t published_;   // positions below it carry their lap's mark
   std::uint64_t read_cache_;  // the client's read index as last validated
-  // The records of positions published_ .. write_ - 1, not in their cells yet.
+  // The records of positions published_ .. write_ - 1, not in their cells
+  // yet; at most kMaxStaged.
+  static constexpr std::size_t kMaxStaged = 64;
   std::vector<CompletionSlot> staged_;
   bool read_index_valid_ = true;
 };

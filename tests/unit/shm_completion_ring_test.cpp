@@ -134,6 +134,28 @@ TEST(CompletionRing, AnUnpublishedChunkGrowsAndTheClientSeesItOnlyWhole) {
   EXPECT_EQ(payload, (std::vector<std::uint32_t>{10, 11, 12}));
 }
 
+// The daemon holds at most 64 unpublished records: the 65th write publishes
+// the first 64 (and only those), so a burst costs the daemon no unbounded
+// copy; published() says so, which is what a caller checks before amending.
+TEST(CompletionRing, AWriteBeyondSixtyFourHeldRecordsPublishesThem) {
+  RingFixture f(256);
+  CompletionProducer producer(f.mem, 0);
+  CompletionConsumer consumer(f.mem);
+  for (std::uint64_t id = 0; id < 64; ++id) producer.write(makeCompletion(id), {});
+  EXPECT_EQ(producer.published(), 0u);
+  EXPECT_EQ(consumer.available(), 0u);
+  producer.write(makeCompletion(64), {});
+  EXPECT_EQ(producer.published(), 64u);
+  EXPECT_EQ(consumer.available(), 64u);
+  producer.publish();
+  EXPECT_EQ(consumer.available(), 65u);
+  CompletionSlot out;
+  for (std::uint64_t id = 0; id < 65; ++id) {
+    ASSERT_TRUE(consumer.tryPop(out));
+    EXPECT_EQ(out, makeCompletion(id));
+  }
+}
+
 class CompletionRingWrap : public ::testing::TestWithParam<std::uint64_t> {};
 
 TEST_P(CompletionRingWrap, CrossesTheBoundaryWithFullAndEmptyIntact) {
