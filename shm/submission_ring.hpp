@@ -120,12 +120,16 @@ class SubmissionProducer {
   // one). It runs before the copy so that its own atomic operations do not
   // wait for the cell's cache lines, which the daemon holds.
   template <class F>
-  PushResult tryPushPrompt(SubmissionSlot slot, std::span<const std::uint32_t> prompt,
+  PushResult tryPushPrompt(const SubmissionSlot& request, std::span<const std::uint32_t> prompt,
                            std::span<const std::byte> params, F&& before_publish) {
-    if (const PushResult r = check(slot, prompt, params); r != PushResult::kOk) return r;
+    if (const PushResult r = check(request, prompt, params); r != PushResult::kOk) return r;
     std::uint64_t pos = 0;
     SubmissionCell* cell = nullptr;
     if (!claim(pos, cell)) return PushResult::kFull;
+    // Copied only now: a full lane costs no copy, and the caller's freshly
+    // built slot has left the store buffer (claim's CAS drains it), so the
+    // copy's wide loads do not wait on narrow stores.
+    SubmissionSlot slot = request;
     before_publish(slot);
     fill(pos, cell, slot, prompt, params);
     publish(cell, pos, slot);
