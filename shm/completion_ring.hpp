@@ -11,14 +11,16 @@
 // expected lap's nor the lap before's is no state of this ring: the consumer
 // reports broken(). No write index is shared.
 //
-// The cells live in part (b) of the segment (read-only in the client). The client's read index
-// lives in part (a), where the client can write anything into it, so the daemon bounds-checks every
-// value it loads: a read index is in range when write - capacity <= read <= write (modulo 2^64). An
-// out-of-range index is treated as "this client's ring is full" — the daemon writes nothing until
-// the index is sane again, and readIndexValid() lets it log and drop the client. Clamping instead
-// would overwrite completions the client has not read; treating it as full can only stall that one
-// client, which has broken its own ring. The daemon's write position is private and never read back
-// from shared memory.
+// The cells live in part (b) of the segment (read-only in the client). The
+// client's read index lives in part (a), where the client can write anything
+// into it, so the daemon bounds-checks every value it loads: a read index is
+// in range when write - capacity <= read <= write (modulo 2^64). An
+// out-of-range index is treated as "this client's ring is full" — the daemon
+// writes nothing until the index is sane again, and readIndexValid() lets it
+// log and drop the client. Clamping instead would overwrite completions the
+// client has not read; treating it as full can only stall that one client,
+// which has broken its own ring. The daemon's write position is private and
+// never read back from shared memory.
 //
 // Every submitted request gets exactly one completion, so the daemon must
 // never be left holding one it cannot place: it keeps the number of a
