@@ -1070,8 +1070,15 @@ def test_a_burst_of_hang_ups_cancels_every_queued_request(stack: Stack):
         pytest.skip(f"needs {n + 1000} open files; the hard limit is {hard}")
     resource.setrlimit(resource.RLIMIT_NOFILE, (n + 1000, hard))
     try:
+        # Nothing here may time out while the callers connect, however long a
+        # machine takes to open n connections: the 64 running calls wait on
+        # the silent upstream until they are hung up, not for the stack's
+        # usual 1.5 s (which ended them before the last callers were queued).
         stack.start(upstream_max_sequences=64, max_connections=n + 100,
-                    request_timeout_ms=600000, log_level='"info"')
+                    request_timeout_ms=600000, upstream_response_timeout_ms=600000,
+                    upstream_idle_timeout_ms=600000, header_timeout_ms=600000,
+                    body_timeout_ms=600000,
+                    log_level='"info"')
         body = json.dumps({"model": "hang", "prompt": "idle", "stream": True}).encode()
         head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
                 f"Authorization: Bearer {KEYS['alice'][0]}\r\nContent-Type: application/json\r\n"
@@ -1092,8 +1099,11 @@ def test_a_burst_of_hang_ups_cancels_every_queued_request(stack: Stack):
         try:
             conns = loop.run_until_complete(open_all())
             wait_until(lambda: sum(stack.tenant_counts("alice")[k]
-                                   for k in ("queued", "in_flight")) == n, 30 * SLOW,
+                                   for k in ("queued", "in_flight")) == n, 120 * SLOW,
                        "every request queued or running")
+            # None of them ended while the others connected.
+            counts = stack.tenant_counts("alice")
+            assert counts["completed"] == 0 and counts["cancelled"] == 0, counts
             for _, w in conns:
                 w.close()
             loop.run_until_complete(asyncio.sleep(0.1))

@@ -143,6 +143,17 @@ bool RawClient::submit(std::uint32_t handle, std::uint64_t id,
   return true;
 }
 
+bool RawClient::submitWhenRoom(std::uint32_t handle, std::uint64_t id,
+                               const std::vector<std::uint32_t>& prompt, std::uint32_t max_out,
+                               std::uint32_t lane) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!submit(handle, id, prompt, max_out, 0, lane)) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
 std::vector<shm::CompletionSlot> RawClient::collect(std::size_t count) {
   std::vector<shm::CompletionSlot> out;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);

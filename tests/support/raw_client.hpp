@@ -43,6 +43,12 @@ class RawClient {
   // choice) on `lane`; false when the lane is full.
   bool submit(std::uint32_t handle, std::uint64_t id, const std::vector<std::uint32_t>& prompt,
               std::uint32_t max_out = 8, std::int64_t deadline_ns = 0, std::uint32_t lane = 0);
+  // submit(), waiting while the lane is full: a full lane is back-pressure,
+  // not an error. False only when the lane stayed full for 60 s (a daemon
+  // that stopped reading it).
+  bool submitWhenRoom(std::uint32_t handle, std::uint64_t id,
+                      const std::vector<std::uint32_t>& prompt, std::uint32_t max_out = 8,
+                      std::uint32_t lane = 0);
   // Completions until `count` arrived or 20 s passed.
   std::vector<shm::CompletionSlot> collect(std::size_t count);
   shm::SubmissionRingMemory ringMemory(std::uint32_t ring) {
