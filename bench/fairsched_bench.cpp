@@ -67,6 +67,8 @@ constexpr ScenarioInfo kScenarios[] = {
      fairsched::bench::runFleetScenario, nullptr},
     {"flood", "steady clients' latency while 8 clients flood with rejected submissions",
      fairsched::bench::runFlood, nullptr},
+    {"connect", "daemon CPU per connection, and steady clients' latency in a storm of them",
+     fairsched::bench::runConnect, nullptr},
     {"gateway", "fairsched-gateway against its upstream called directly (a native one)",
      fairsched::bench::runGatewayScenario, nullptr},
 };

@@ -1,5 +1,6 @@
 #include "bench/process_run.hpp"
 
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
@@ -107,6 +109,51 @@ int floodProcess(const std::string& socket, const FloodPlan& plan, Clock::time_p
     if (take() == 0) (void)client->wait(10ms);
   }
   n.unanswered = n.submitted - std::min(n.submitted, n.ok + n.rejected + n.other);
+  std::ofstream out(out_path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&n), sizeof n);
+  return out ? 0 : 1;
+}
+
+// A storm of short-lived clients (StormPlan); writes its StormCounts to
+// `out_path`. Each child says it connected through a shared page, so the
+// count survives its SIGKILL.
+int stormProcess(const std::string& socket, const StormPlan& plan, Clock::time_point start,
+                 const std::string& out_path) {
+  auto* connected = static_cast<std::atomic<std::uint64_t>*>(
+      mmap(nullptr, sizeof(std::atomic<std::uint64_t>), PROT_READ | PROT_WRITE,
+           MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  if (connected == MAP_FAILED) return 1;
+  new (connected) std::atomic<std::uint64_t>(0);
+  std::mt19937_64 rng(static_cast<std::uint64_t>(getpid()));
+  const auto life_us = std::chrono::duration_cast<std::chrono::microseconds>(plan.max_life);
+  std::uniform_int_distribution<std::int64_t> life(0, life_us.count());
+  const auto period = std::chrono::nanoseconds(1'000'000'000 / std::max(1, plan.per_s));
+  StormCounts n;
+  std::this_thread::sleep_until(start);
+  const auto until = start + plan.duration;
+  for (auto next = Clock::now(); Clock::now() < until; next += period) {
+    std::this_thread::sleep_until(next);
+    const std::uint64_t k = n.forked++;
+    const pid_t child = fork();
+    if (child < 0) return 1;
+    if (child == 0) {
+      ClientOptions opts;
+      opts.socket_path = socket;
+      opts.client_name = "bench-storm";
+      auto client = Client::connect(opts);
+      if (!client) _exit(0);
+      connected->fetch_add(1, std::memory_order_relaxed);
+      auto t = client->openTenant(plan.prefix + "-" + std::to_string(k % 64));
+      if (t) (void)client->submit(submitRequest(*t, plan.endpoint, {1, 2, 3, 4}, 1));
+      pause();
+      _exit(0);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(life(rng)));
+    kill(child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+  }
+  n.connected = connected->load(std::memory_order_relaxed);
   std::ofstream out(out_path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(&n), sizeof n);
   return out ? 0 : 1;
@@ -319,6 +366,14 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
                             path);
     }
   }
+  std::vector<std::pair<pid_t, std::string>> stormers;
+  if (extras != nullptr) {
+    for (const StormPlan& f : extras->storms) {
+      const std::string path = dir + "/storm-" + f.prefix;
+      stormers.emplace_back(group.spawn([&] { return stormProcess(d.socket(), f, start, path); }),
+                            path);
+    }
+  }
   // Each client gives up `timeout` after the start by itself; past that and
   // a margin, it is killed.
   const auto deadline = start + timeout + kExitMargin;
@@ -342,6 +397,15 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
       in.read(reinterpret_cast<char*>(&n), sizeof n);
       if (!in) failure = "no counts from a flooding client";
       extras->flooded.push_back(n);
+    }
+    extras->stormed.clear();
+    for (const auto& [pid, path] : stormers) {
+      if (group.wait(pid, deadline) != 0) failure = "a storming client failed";
+      StormCounts n;
+      std::ifstream in(path, std::ios::binary);
+      in.read(reinterpret_cast<char*>(&n), sizeof n);
+      if (!in) failure = "no counts from a storming client";
+      extras->stormed.push_back(n);
     }
     extras->daemon_cpu_ns = cpuTimeNs(d.pid()).value_or(0);
     auto status = daemon::adminCommand(d.socket(), shm::AdminCommand::kStatus);

@@ -71,6 +71,24 @@ struct FloodCounts {
   std::uint64_t ring_full = 0;  // submit() calls that found the rings full
   std::uint64_t unanswered = 0;
 };
+// A process that storms the daemon with short-lived clients: from the
+// common start for `duration` it forks a child every 1/`per_s` s (at most);
+// each child connects, opens tenant "PREFIX-n", submits one request and
+// waits, and is SIGKILLed at a random point 0-`max_life` after its fork —
+// during its connect, its Hello, its tenant or its request, or after. What
+// it counted comes back in StormCounts.
+struct StormPlan {
+  std::string prefix;
+  std::string endpoint;
+  int per_s = 150;
+  std::chrono::milliseconds max_life{10};
+  std::chrono::milliseconds duration{0};
+};
+struct StormCounts {
+  std::uint64_t forked = 0;     // children started
+  std::uint64_t connected = 0;  // children whose connect succeeded before they were killed
+};
+
 // CPU time of process `pid`, all its threads, in ns (/proc/PID/task/*/schedstat,
 // or /proc/PID/stat in clock ticks where schedstat is missing).
 std::optional<std::uint64_t> cpuTimeNs(pid_t pid);
@@ -79,6 +97,8 @@ std::optional<std::uint64_t> cpuTimeNs(pid_t pid);
 struct RunExtras {
   std::vector<FloodPlan> floods;     // in: flooding clients besides the plans
   std::vector<FloodCounts> flooded;  // out: one per flood plan
+  std::vector<StormPlan> storms;     // in: connect-and-die storms besides the plans
+  std::vector<StormCounts> stormed;  // out: one per storm plan
   nlohmann::json status;             // out: `fairschedctl status --json` at the end
   std::uint64_t daemon_cpu_ns = 0;   // out: the daemon's CPU time, start to end
 };

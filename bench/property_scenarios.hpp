@@ -37,6 +37,9 @@ ScenarioResult runRateLimit(const ScenarioOptions& options);
 // flood (bench/flood_scenario.cpp): steady clients' latency while other
 // clients flood the daemon with submissions their limits refuse.
 ScenarioResult runFlood(const ScenarioOptions& options);
+// connect (bench/connect_scenario.cpp): the daemon's CPU per connection, and
+// steady clients' latency during a storm of short-lived clients.
+ScenarioResult runConnect(const ScenarioOptions& options);
 // gateway (bench/gateway_scenario.cpp): fairsched-gateway against the same
 // native upstream called directly, concurrency 1/16/64, JSON and streamed.
 ScenarioResult runGatewayScenario(const ScenarioOptions& options);

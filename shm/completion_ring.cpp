@@ -40,10 +40,11 @@ std::uint64_t markOf(std::uint64_t pos, unsigned shift) {
 }  // namespace
 
 void initCompletionRing(const CompletionRingMemory& ring, std::uint64_t start) {
-  sharedStore(ring.client->completion_read, start, memory_order_relaxed);
   // Each cell starts with the mark of the lap before the first position it
   // will hold, so no cell reads as published. From position 0 that mark is
-  // 0, as a fresh segment already is: no page is touched.
+  // 0, as a zero-filled ring already is: no page is touched.
+  if (start == 0) return;
+  sharedStore(ring.client->completion_read, start, memory_order_relaxed);
   const unsigned shift = lapShift(ring.capacity);
   for (std::uint64_t k = 0; k < ring.capacity; ++k) {
     const std::uint64_t pos = start + k;

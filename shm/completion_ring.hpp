@@ -60,7 +60,8 @@ using PayloadWords = std::uint32_t (*)(const CompletionSlot&);
 
 // Daemon, before the segment is handed over: the read index starts at
 // `start`, and every cell gets the mark of the lap before the first position
-// it will hold (from 0: the zeroes of a fresh segment, which are left alone).
+// it will hold. REQUIRES: from 0, a zero-filled ring (a fresh memfd), which
+// already is all of that: nothing is read or written, no page touched.
 void initCompletionRing(const CompletionRingMemory& ring, std::uint64_t start);
 
 // The daemon's side; one thread.

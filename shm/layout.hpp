@@ -55,7 +55,7 @@ namespace fairsched::shm {
 
 // "FSCHEDS1" as a big-endian number.
 inline constexpr std::uint64_t kMagic = 0x4653434845445331ULL;
-inline constexpr std::uint32_t kLayoutVersion = 3;
+inline constexpr std::uint32_t kLayoutVersion = 4;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kHeaderBytes = 256;  // room reserved for SegmentHeader
 

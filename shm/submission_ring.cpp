@@ -14,15 +14,14 @@ using std::memory_order_relaxed;
 using std::memory_order_release;
 
 void initSubmissionRing(const SubmissionRingMemory& ring, std::uint64_t start) {
+  if (start == 0) return;  // zero-filled: every cell is free for its first lap
   const std::uint64_t mask = ring.capacity - 1;
   sharedStore(ring.control->reserve, start, memory_order_relaxed);
   sharedStore(ring.control->consumed, start, memory_order_relaxed);
   for (std::uint64_t i = 0; i < ring.capacity; ++i) {
     // The position in [start, start + capacity) whose cell is i.
     const std::uint64_t pos = start + ((i - start) & mask);
-    sharedStore(ring.cells[i].sequence, pos, memory_order_relaxed);
-    for (std::uint64_t& w : ring.cells[i].words)
-      sharedStore(w, std::uint64_t{0}, memory_order_relaxed);
+    sharedStore(ring.cells[i].sequence, storedSequence(pos, i), memory_order_relaxed);
   }
 }
 
@@ -70,7 +69,8 @@ bool SubmissionProducer::claim(std::uint64_t& pos, SubmissionCell*& cell) {
     cell = &ring_.cells[pos & mask_];
     // Acquire: pairs with the daemon's release of the previous lap, so our
     // writes to the cell and its prompt come after its reads of them.
-    const std::uint64_t seq = sharedLoad(cell->sequence, memory_order_acquire);
+    const std::uint64_t seq =
+        loadedSequence(sharedLoad(cell->sequence, memory_order_acquire), pos & mask_);
     const auto diff = static_cast<std::int64_t>(seq - pos);
     if (diff == 0) {
       if (sharedCompareExchangeWeak(ring_.control->reserve, pos, pos + 1, memory_order_relaxed,
@@ -94,7 +94,7 @@ void SubmissionProducer::publish(SubmissionCell* cell, std::uint64_t pos,
     sharedStore(cell->words[i], words[i], memory_order_relaxed);
   }
   // Release: the daemon's acquire load of p + 1 sees the words and the prompt.
-  sharedStore(cell->sequence, pos + 1, memory_order_release);
+  sharedStore(cell->sequence, storedSequence(pos + 1, pos & mask_), memory_order_release);
   // The next cell's lines, which the daemon wrote last (its release of the
   // lap before), start moving here now: markBit()'s fence waits for every
   // store before it, and a store to a line still on the daemon's core is the
@@ -176,7 +176,8 @@ PopResult SubmissionConsumer::peek(SubmissionSlot& out) {
   }
   SubmissionCell& cell = ring_.cells[pos_ & mask_];  // in bounds: our position, our mask
   // Acquire: pairs with the producer's release of p + 1; the words and the prompt are visible.
-  const std::uint64_t seq = sharedLoad(cell.sequence, memory_order_acquire);
+  const std::uint64_t seq =
+      loadedSequence(sharedLoad(cell.sequence, memory_order_acquire), pos_ & mask_);
   if (seq == pos_) return PopResult::kEmpty;
   if (seq != pos_ + 1) {
     corruption_ = Corruption::kBadSequence;
@@ -206,7 +207,8 @@ PopResult SubmissionConsumer::peek(SubmissionSlot& out) {
 bool SubmissionConsumer::mayHaveItem() const {
   if (peeked_ || corrupt()) return true;
   // Relaxed: a hint; peek() reads the sequence again with acquire.
-  return sharedLoad(ring_.cells[pos_ & mask_].sequence, memory_order_relaxed) != pos_;
+  return loadedSequence(sharedLoad(ring_.cells[pos_ & mask_].sequence, memory_order_relaxed),
+                        pos_ & mask_) != pos_;
 }
 
 void SubmissionConsumer::copyPrompt(std::span<std::uint32_t> dst) const {
@@ -226,7 +228,8 @@ void SubmissionConsumer::release() {
   SubmissionCell& cell = ring_.cells[pos_ & mask_];
   // Release: our reads of the words and the prompt happen before the
   // producer of the next lap, whose acquire load sees this value, writes them.
-  sharedStore(cell.sequence, pos_ + ring_.capacity, memory_order_release);
+  sharedStore(cell.sequence, storedSequence(pos_ + ring_.capacity, pos_ & mask_),
+              memory_order_release);
   ++pos_;
   peeked_ = false;
   // Relaxed: only producers' occupancy estimates read it.

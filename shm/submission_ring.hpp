@@ -3,11 +3,15 @@
 // positions that only grow.
 //
 // Protocol (Vyukov's bounded MPMC sequence scheme with one consumer). The
-// cell of position p is cells[p % capacity]; its `sequence` word says whose
-// turn it is:
+// cell of position p is cells[p % capacity]; its sequence says whose turn it
+// is:
 //   sequence == p      free for the producer of p (or claimed and being written)
 //   sequence == p + 1  published by that producer; the daemon may read it
 //   the daemon then stores p + capacity: free for the producer of p + capacity
+// The word in the cell holds the sequence minus the cell's index
+// (storedSequence): a zero-filled ring is then free for its first lap in
+// every cell, so a fresh segment needs no write through its rings (layout 4;
+// version 3 stored the sequence itself and wrote every cell at set-up).
 // A producer claims p by a CAS of `reserve` from p to p + 1 after seeing
 // sequence == p; it fails with "full" when the cell still holds the previous
 // lap (sequence < p), i.e. when reserve == consumed + capacity. Producers
@@ -55,9 +59,20 @@ struct SubmissionRingMemory {
   std::uint64_t arenaTokens() const { return std::uint64_t{capacity} * tokens_per_slot; }
 };
 
+// The word a cell at `index` holds for `sequence`, and back. Both sides
+// translate every load and store of SubmissionCell::sequence through these.
+constexpr std::uint64_t storedSequence(std::uint64_t sequence, std::uint64_t index) {
+  return sequence - index;
+}
+constexpr std::uint64_t loadedSequence(std::uint64_t stored, std::uint64_t index) {
+  return stored + index;
+}
+
 // Daemon, before the segment is handed over: positions start at `start`
-// (tests start near 2^32 or 2^64 to cross the wrap). Not concurrent with
-// anything.
+// (tests start near 2^32 or 2^64 to cross the wrap). REQUIRES: the ring's
+// memory is zero-filled (a fresh memfd, value-initialised cells). Writes
+// only what is not zero at `start`: nothing at all from position 0, so a
+// fresh segment's ring pages are not touched. Not concurrent with anything.
 void initSubmissionRing(const SubmissionRingMemory& ring, std::uint64_t start);
 
 // What checkSlot finds wrong with a copied-out slot. Semantic checks (does

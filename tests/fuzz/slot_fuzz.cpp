@@ -60,7 +60,8 @@ void fuzzRing(Bytes& in) {
         require(slot.prompt_offset + slot.arenaWords() <= mem.arenaTokens());
       }
       require(consumer.position() == before + 1);
-      require(cells[before & (capacity - 1)].sequence == before + capacity);
+      const std::uint64_t index = before & (capacity - 1);
+      require(loadedSequence(cells[index].sequence, index) == before + capacity);
     } else {
       require(consumer.position() == before);
       if (r == PopResult::kCorrupt) {

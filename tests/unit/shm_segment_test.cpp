@@ -142,6 +142,63 @@ TEST(Segment, CreateGivesASealedMemfdOfTheLayoutsSize) {
   EXPECT_EQ(h.total_size, seg.layout().total_size);
 }
 
+// Pages of [at, at + bytes) that are in memory (for a memfd: that exist).
+std::size_t residentPages(const std::byte* at, std::uint64_t bytes) {
+  const std::uint64_t page = pageSize();
+  std::vector<unsigned char> v((bytes + page - 1) / page);
+  if (::mincore(const_cast<std::byte*>(at), bytes, v.data()) != 0) {
+    ADD_FAILURE() << "mincore: " << std::strerror(errno);
+    return SIZE_MAX;
+  }
+  std::size_t n = 0;
+  for (unsigned char c : v) n += c & 1;
+  return n;
+}
+
+// Layout 4: a zero-filled ring is an empty ring, so setting up a connection
+// writes its header and nothing else — no page of the rings, the completion
+// cells or the arenas is touched (layout 3 wrote every submission cell and
+// read every completion cell: 4 ms of the daemon's loop per connection).
+TEST(Segment, CreateTouchesOnlyTheHeaderPage) {
+  Geometry g;  // the daemon's client geometry: 8 lanes of 256, 16,384 completions
+  g.completion_capacity = 16384;
+  g.reply_tokens_per_slot = 64;
+  Segment seg = mustCreate(g);
+  EXPECT_EQ(residentPages(seg.writablePart(), seg.layout().writable_size), 1u);
+  EXPECT_EQ(residentPages(seg.daemonPart(), seg.layout().daemon_size), 0u);
+  // And the untouched rings work from their first position: a whole lap and
+  // more of every lane, and of the completion ring.
+  Result<Segment> attached = Segment::attach(seg.fd());
+  ASSERT_TRUE(attached.ok()) << attached.error().toString();
+  Segment& client = attached.value();
+  for (std::uint32_t r = 0; r < g.ring_count; ++r) {
+    SubmissionProducer producer(client.submissionRing(r));
+    SubmissionConsumer consumer(seg.submissionRing(r), 0);
+    for (std::uint64_t i = 0; i < 2 * g.ring_capacity + 3; ++i) {
+      const std::uint32_t tokens[] = {static_cast<std::uint32_t>(i), r};
+      SubmissionSlot in;
+      in.request_id = i;
+      ASSERT_EQ(producer.tryPushPrompt(in, tokens), PushResult::kOk) << r << " " << i;
+      SubmissionSlot out;
+      std::vector<std::uint32_t> prompt;
+      ASSERT_EQ(consumer.tryPop(out, prompt), PopResult::kOk) << r << " " << i;
+      EXPECT_EQ(out.request_id, i);
+      EXPECT_EQ(prompt, (std::vector<std::uint32_t>{tokens[0], r}));
+    }
+  }
+  CompletionProducer producer(seg.completionRing(), 0);
+  CompletionConsumer consumer(client.completionRing());
+  CompletionSlot out;
+  EXPECT_FALSE(consumer.tryPop(out));  // nothing reads as published
+  for (std::uint64_t i = 0; i < 2 * g.completion_capacity + 3; ++i) {
+    CompletionSlot c;
+    c.request_id = i;
+    ASSERT_TRUE(producer.tryPush(c)) << i;
+    ASSERT_TRUE(consumer.tryPop(out)) << i;
+    EXPECT_EQ(out.request_id, i);
+  }
+}
+
 TEST(Segment, CreateRejectsAnInvalidGeometry) {
   Result<Segment> r = Segment::create(Geometry{0, 16, 32, 64});
   ASSERT_TRUE(!r.ok());

@@ -528,7 +528,8 @@ TEST(SubmissionRing, ConsumerSurvivesAHostileWriter) {
                       std::memory_order_relaxed);
           break;
         case 1:  // plausible sequence numbers, so kOk paths run too
-          sharedStore(f.cells[cell].sequence, cell + 1 + kCapacity * (rng() % 4),
+          sharedStore(f.cells[cell].sequence,
+                      storedSequence(cell + 1 + kCapacity * (rng() % 4), cell),
                       std::memory_order_release);
           break;
         case 2:  // plausible fields: prompt bounds near the arena's, flags and reserved 0
