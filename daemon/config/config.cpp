@@ -63,6 +63,8 @@ std::vector<std::string> reloadBlockers(const Config& running, const Config& nex
   differs(running.daemon.policy != next.daemon.policy, "daemon.policy");
   differs(running.daemon.event_loop != next.daemon.event_loop, "daemon.event_loop");
   differs(running.daemon.busy_poll_us != next.daemon.busy_poll_us, "daemon.busy_poll_us");
+  differs(running.daemon.max_connects_per_s != next.daemon.max_connects_per_s,
+          "daemon.max_connects_per_s");
   differs(running.daemon.state_dir != next.daemon.state_dir, "daemon.state_dir");
   const auto fleetKey = [](const Config& c) {
     if (!c.fleet) return std::string();

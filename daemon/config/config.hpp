@@ -189,6 +189,11 @@ struct DaemonConfig {
   // most (daemon/server/reject_budget.hpp); past it the connection is not
   // read until its budget is back. 0: no bound.
   std::uint64_t max_rejections_per_s = 5000;
+  // Connection set-ups (Hellos) of one client uid the daemon serves per
+  // second at most, in bursts of max(1, max_connects_per_s / 10)
+  // (daemon/server/set_up_queue.hpp); past it a Hello waits, it is not
+  // refused. 0: no bound.
+  std::uint64_t max_connects_per_s = 500;
 };
 
 // The Prometheus endpoint (docs/operations.md, "Metrics"). Tenant names are

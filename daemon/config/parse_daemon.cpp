@@ -95,6 +95,7 @@ constexpr KeyRule<DaemonConfig> kDaemonKeys[] = {
     {"state_dir", readStateDir},
     {"state_interval_s", intKey<&DaemonConfig::state_interval_s, 1, 3600>},
     {"max_rejections_per_s", intKey<&DaemonConfig::max_rejections_per_s, 0, 100'000'000>},
+    {"max_connects_per_s", intKey<&DaemonConfig::max_connects_per_s, 0, 1'000'000>},
 };
 
 }  // namespace

@@ -235,6 +235,9 @@ void renderDaemon(const MetricsSnapshot& s, Families& out) {
        "Loop passes that left a connection's submissions in its rings because it had spent its "
        "rejection budget (max_rejections_per_s)",
        st.reject_throttled},
+      {"fairsched_connects_deferred_total",
+       "Connection set-ups that waited for their uid's budget (max_connects_per_s)",
+       st.connects_deferred},
       {"fairsched_completions_delivered_total", "Completions written to client rings",
        st.completions_delivered},
       {"fairsched_completions_dropped_total", "Completions whose client was gone",

@@ -23,7 +23,8 @@ json serverStatsJson(const ServerStats& s, std::span<const std::string> endpoint
             {"tenant_handles_open", s.tenant_handles_open},
             {"tokens_streamed", s.tokens_streamed},
             {"batches", s.batches},
-            {"reject_throttled", s.reject_throttled}}},
+            {"reject_throttled", s.reject_throttled},
+            {"connects_deferred", s.connects_deferred}}},
           {"preemptions", std::move(preempted)},
           {"preempts_ignored", s.preempts_ignored}};
 }

@@ -23,6 +23,7 @@
 #include "daemon/loop/event_loop.hpp"
 #include "daemon/server/reject_budget.hpp"
 #include "daemon/server/tenant_handles.hpp"
+#include "shm/control_protocol.hpp"
 #include "shm/doorbell.hpp"
 #include "shm/segment.hpp"
 #include "shm/worker_protocol.hpp"
@@ -74,6 +75,8 @@ struct Connection {
   const config::ClientRule* rule = nullptr;
   std::vector<bool> endpoint_allowed;
   std::optional<shm::Segment> segment;
+  // A Hello waiting for its uid's set-up budget (Server::set_ups_).
+  std::optional<shm::HelloMessage> waiting_hello;
   std::optional<shm::EventFd> doorbell;         // the client writes, we read
   std::optional<shm::EventFd> completion_bell;  // we write, the client reads
   std::optional<shm::CompletionProducer> producer;

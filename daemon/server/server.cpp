@@ -99,6 +99,8 @@ Server::Server(const config::Config& cfg, core::SchedulerSpec spec, const Env& e
       notifier_(makeSystemdNotifier()) {
   stats_.preemptions.assign(cfg_.endpoints.size(), 0);
   slot_meters_.resize(cfg_.endpoints.size());
+  set_ups_ = SetUpQueue(cfg_.daemon.max_connects_per_s,
+                        std::max<std::uint64_t>(1, cfg_.daemon.max_connects_per_s / 10));
 }
 
 std::string Server::statusLine() const {
@@ -419,6 +421,7 @@ bool Server::poll() {
   notifyWatchdog(now);
   if (metrics_) metrics_->tick(now, sched_, stats_, clients_);
   bool worked = collect(now);
+  worked = serveWaitingHellos(now) || worked;
   // By index: dropping a connection in here is deferred (drop_later_), so
   // the array does not change under the loop.
   const std::vector<Connection*>& active = conns_.active();
@@ -493,7 +496,8 @@ bool Server::beforeSleep() {
     }
   }
   // Sleep until the next batch is due or a deadline passes, if sooner than anything else.
-  TimeNs wake = std::min({sched_.nextDeadline(), next_watchdog_, throttled_until});
+  TimeNs wake =
+      std::min({sched_.nextDeadline(), next_watchdog_, throttled_until, set_ups_.nextAt()});
   // expireBatches looks every 10 ms at most: waking sooner would only spin.
   if (batches_.tracked() > 0) {
     wake = std::min(wake, std::max(batches_.earliestDeadline(), next_batch_check_));

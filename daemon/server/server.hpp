@@ -59,6 +59,7 @@
 #include "daemon/server/notifier.hpp"
 #include "daemon/server/pending_slab.hpp"
 #include "daemon/server/server_stats.hpp"
+#include "daemon/server/set_up_queue.hpp"
 #include "daemon/server/slot_idle_meter.hpp"
 #include "daemon/server/state_store.hpp"
 #include "daemon/server/worker_pool.hpp"
@@ -164,6 +165,11 @@ class Server {
   void receiveNext(Connection& c);
   void onMessage(std::uint64_t conn_id, int bytes);
   void handleHello(Connection& c, const shm::HelloMessage& m);
+  // A well-formed first Hello: served now, or queued while its uid's set-up
+  // budget is spent (set_ups_).
+  void onHello(Connection& c, const shm::HelloMessage& m, TimeNs now);
+  // Serves the queued Hellos whose uid's budget is back; true when any was.
+  bool serveWaitingHellos(TimeNs now);
   void handleOpenTenant(Connection& c, const shm::OpenTenantMessage& m);
   void handleCloseTenant(Connection& c, const shm::CloseTenantMessage& m);
   // A reply to a peer that may be gone: false (and the peer dropped) when
@@ -281,6 +287,7 @@ class Server {
   int signal_fd_ = -1;
   std::uint64_t signal_buf_[16] = {};
   ConnectionSet conns_;
+  SetUpQueue set_ups_;  // Hellos waiting for their uid's set-up budget
   // A connection whose rings stayed empty this long leaves the active list.
   static constexpr TimeNs kDemoteAfterNs = 2 * kNsPerMs;
   void activate(Connection& c) { conns_.activate(c, env_.now()); }

@@ -207,6 +207,7 @@ std::string Server::statusJson() const {
         {"snapshot_ms", seconds(st.snapshot_ns) * 1e3}};
   }
   j["clients"] = clients_;
+  j["connects_waiting"] = set_ups_.waiting();  // Hellos waiting for their uid's budget
   j["tenants"] = sched_.tenants().size();
   j["active_tenant_states"] = sched_.activeTenantStates();
   j["in_flight"] = sched_.inFlight();

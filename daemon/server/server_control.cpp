@@ -92,11 +92,11 @@ void Server::onMessage(std::uint64_t conn_id, int bytes) {
     if (h.type == static_cast<std::uint16_t>(shm::MessageType::kHello)) {
       shm::HelloMessage m;  // also from an older peer, to tell it why not
       if (shm::decode(data, m, shm::kOldestControlVersion) != shm::DecodeError::kNone ||
-          c.segment) {
+          c.segment || c.waiting_hello) {
         dropConnection(conn_id, "malformed or repeated hello");
         return;
       }
-      handleHello(c, m);
+      onHello(c, m, env_.now());
     } else if (h.type == static_cast<std::uint16_t>(shm::MessageType::kOpenTenant)) {
       shm::OpenTenantMessage m;
       if (shm::decode(data, m) != shm::DecodeError::kNone || !c.segment) {
@@ -149,6 +149,34 @@ bool Server::sendReply(Connection& c, std::span<const std::byte> bytes, const in
   }
   // Never block the loop on a peer that does not read its socket.
   return sendmsg(c.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+}
+
+void Server::onHello(Connection& c, const shm::HelloMessage& m, TimeNs now) {
+  if (set_ups_.admit(c.id, c.cred.uid, now)) return handleHello(c, m);
+  // Its uid has spent its budget: the Hello waits (its client's connect()
+  // takes longer) and the loop serves everyone else meanwhile. The
+  // connection is still read, so a peer that goes away leaves the queue.
+  c.waiting_hello = m;
+  ++stats_.connects_deferred;
+}
+
+bool Server::serveWaitingHellos(TimeNs now) {
+  if (set_ups_.waiting() == 0) return false;
+  const std::vector<std::uint64_t> ready = set_ups_.takeReady(now);
+  for (const std::uint64_t id : ready) {
+    Connection* c = conns_.find(id);
+    if (c == nullptr || c->closing || !c->waiting_hello) continue;
+    const shm::HelloMessage m = *c->waiting_hello;
+    c->waiting_hello.reset();
+    try {
+      handleHello(*c, m);
+    } catch (const std::exception& e) {  // as in onMessage: the peer's loss, not the daemon's
+      spdlog::error("client {} (pid {}): internal error serving its hello: {}", id, c->cred.pid,
+                    escapeForDisplay(e.what()));
+      dropConnection(id, "internal error");
+    }
+  }
+  return !ready.empty();
 }
 
 void Server::handleHello(Connection& c, const shm::HelloMessage& m) {
@@ -377,6 +405,10 @@ void Server::dropConnection(std::uint64_t conn_id, const char* why) {
   if (!found) return;
   Connection& c = *found;
   c.closing = true;
+  if (c.waiting_hello) {
+    set_ups_.forget(c.id, c.cred.uid);
+    c.waiting_hello.reset();
+  }
   const std::string reason = c.drop_reason.empty() ? std::string(why) : c.drop_reason;
   if (c.worker) {
     workerLost(c, reason, env_.now());

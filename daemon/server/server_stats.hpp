@@ -24,6 +24,8 @@ struct ServerStats {
   // Passes that left a connection's cells in its lanes because it had spent
   // its rejection budget ([daemon] max_rejections_per_s).
   std::uint64_t reject_throttled = 0;
+  // Hellos that waited for their uid's set-up budget ([daemon] max_connects_per_s).
+  std::uint64_t connects_deferred = 0;
   // Per endpoint (index = EndpointId), worker endpoints only nonzero.
   std::vector<std::uint64_t> workers;             // attached workers
   std::vector<std::uint64_t> running_on_workers;  // requests assigned, not finished

@@ -367,6 +367,19 @@ TEST(ConfigDaemon, BusyPollDefaultsTo500UsAndIsBounded) {
   EXPECT_EQ(config::reloadBlockers(a, b), std::vector<std::string>{"daemon.busy_poll_us"});
 }
 
+TEST(ConfigDaemon, MaxConnectsPerSecondDefaultsTo500AndIsBoundedAndRestartOnly) {
+  EXPECT_EQ(parsedOk(withBase("")).daemon.max_connects_per_s, 500u);
+  EXPECT_EQ(parsedOk(withBase("[daemon]\nmax_connects_per_s = 0\n")).daemon.max_connects_per_s,
+            0u);
+  EXPECT_EQ(errorOf(withBase("[daemon]\nmax_connects_per_s = 2000000\n")),
+            "cfg.toml:12: daemon.max_connects_per_s: must be at most 1000000, got 2000000");
+  EXPECT_EQ(errorOf(withBase("[daemon]\nmax_connects_per_s = \"many\"\n")),
+            "cfg.toml:12: daemon.max_connects_per_s: expected integer, got string");
+  config::Config a = parsedOk(withBase("")), b = a;
+  b.daemon.max_connects_per_s = 10;
+  EXPECT_EQ(config::reloadBlockers(a, b), std::vector<std::string>{"daemon.max_connects_per_s"});
+}
+
 TEST(ConfigDaemon, PolicyOfTheWrongTypeIsRejected) {
   EXPECT_EQ(errorOf(withBase("[daemon]\npolicy = true\n")),
             "cfg.toml:12: daemon.policy: expected string, got boolean");

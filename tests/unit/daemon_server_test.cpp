@@ -5,6 +5,7 @@
 // explicit, a client that dies loses its queued requests without disturbing
 // others, and SIGTERM stops the daemon cleanly.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -23,6 +24,7 @@
 #include <variant>
 
 #include "daemon/config/config.hpp"
+#include "daemon/ctl/admin_client.hpp"
 #include "daemon/server/server.hpp"
 #include "kernels/workload_reference.hpp"
 #include "shm/control_protocol.hpp"
@@ -41,12 +43,13 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string configText(const std::string& socket, const std::string& extra_rules = "") {
+std::string configText(const std::string& socket, const std::string& extra_rules = "",
+                       const std::string& daemon_extra = "") {
   testing::DaemonConfigText c;
   c.socket = socket;
   c.socket_mode = "0666";
   c.log_level = "warn";
-  c.daemon_extra = "shutdown_grace_ms = 2000\n";
+  c.daemon_extra = "shutdown_grace_ms = 2000\n" + daemon_extra;
   c.body =
       "[endpoints.chat]\nmax_batch_requests = 8\nmax_batch_tokens = 4096\nmax_wait_us = 200\n"
       "max_output_tokens = 64\n"
@@ -56,7 +59,7 @@ std::string configText(const std::string& socket, const std::string& extra_rules
       "max_output_tokens = 64\n"
       "[endpoints.slow.cpu]\nper_batch_us = 500000.0\nper_token_us = 0.0\nthreads = 1\n";
   c.client_tenants = "[\"acme\", \"globex\", \"victim\", \"crasher\"]";
-  c.client_extra = "assign_tiers = [\"*\"]\n";
+  c.client_extra = "assign_tiers = [\"*\"]\nadmin = true\n";
   c.after = extra_rules;
   return c.text();
 }
@@ -64,8 +67,8 @@ std::string configText(const std::string& socket, const std::string& extra_rules
 // A daemon in a child process for the duration of a test.
 class DaemonProcess {
  public:
-  explicit DaemonProcess(const std::string& dir) {
-    auto parsed = config::parseConfig(configText(dir + "/fairsched.sock"), "test");
+  explicit DaemonProcess(const std::string& dir, const std::string& daemon_extra = "") {
+    auto parsed = config::parseConfig(configText(dir + "/fairsched.sock", "", daemon_extra), "test");
     if (auto* err = parsed.errorOrNull()) {
       ADD_FAILURE() << err->toString();
       return;
@@ -128,6 +131,77 @@ TEST_F(DaemonServer, EveryRequestCompletesOnceWithItsOwnChecksum) {
     EXPECT_EQ(s.output_tokens, 8u);
   }
   for (const auto& [rid, n] : seen) EXPECT_EQ(n, 1) << "request " << rid;
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+// The daemon's `status` (its uid is an admin here), or an empty object.
+nlohmann::json daemonStatus(const std::string& socket) {
+  auto r = daemon::adminCommand(socket, shm::AdminCommand::kStatus);
+  if (!r || r->status != shm::ControlStatus::kOk) return nlohmann::json::object();
+  return nlohmann::json::parse(r->json, nullptr, false);
+}
+
+// A storm of connections from one uid while a steady client of the same uid
+// is served: past the uid's set-up budget (here one a second) Hellos wait
+// in the daemon instead of taking its loop, and the steady client's
+// requests are served meanwhile; killed mid-wait, the storm leaves nothing
+// behind. Structural: what is asserted is who waits and who is served, not
+// how long anything takes.
+TEST_F(DaemonServer, AConnectStormWaitsForItsBudgetWhileASteadyClientIsServed) {
+  DaemonProcess d(dir_, "max_connects_per_s = 1\n");
+  RawClient steady;
+  ASSERT_EQ(steady.connect(d.socket()), shm::ControlStatus::kOk);  // the uid's burst of one
+  const auto [st, acme] = steady.open("acme");
+  ASSERT_EQ(st, shm::ControlStatus::kOk);
+  constexpr int kStorm = 12;  // 11 waiting: 11 s of budget
+  const pid_t storm = fork();
+  ASSERT_GE(storm, 0);
+  if (storm == 0) {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kStorm; ++i) {
+      threads.emplace_back([&] {
+        RawClient c;
+        (void)c.connect(d.socket());
+        pause();
+      });
+    }
+    for (auto& t : threads) t.join();
+    _exit(0);
+  }
+  ASSERT_TRUE(testing::waitUntil(
+      [&] { return daemonStatus(d.socket()).value("connects_waiting", 0u) >= 2; }, 30s,
+      "the storm's Hellos waiting for their budget"));
+  // The loop serves the steady client while they wait.
+  std::map<std::uint64_t, std::uint64_t> expected;
+  for (std::uint64_t id = 1; id <= 40; ++id) {
+    const auto prompt = promptFor(id);
+    ASSERT_TRUE(steady.submitWhenRoom(acme, id, prompt));
+    expected[id] = kernels::workloadChecksum(prompt);
+  }
+  const auto got = steady.collect(expected.size());
+  ASSERT_EQ(got.size(), expected.size());
+  for (const auto& s : got) {
+    EXPECT_EQ(s.status, shm::encodeStatus(Status::kOk));
+    EXPECT_EQ(s.checksum, expected.at(s.request_id));
+  }
+  const nlohmann::json mid = daemonStatus(d.socket());
+  EXPECT_GE(mid.value("connects_waiting", 0u), 1u) << "the storm still waits: " << mid.dump();
+  EXPECT_GE(mid["counters"].value("connects_deferred", 0u), 2u);
+  // Killed with its Hellos waiting: they leave the queue, and only the
+  // steady client is left.
+  kill(storm, SIGKILL);
+  int ws = 0;
+  waitpid(storm, &ws, 0);
+  ASSERT_TRUE(testing::waitUntil(
+      [&] {
+        const nlohmann::json j = daemonStatus(d.socket());
+        return j.value("connects_waiting", 1u) == 0 && j.value("clients", 0u) == 1;
+      },
+      30s, "the storm's connections gone"));
+  ASSERT_TRUE(steady.submitWhenRoom(acme, 1000, promptFor(1000)));
+  const auto last = steady.collect(1);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].status, shm::encodeStatus(Status::kOk));
   EXPECT_EQ(d.terminate(), 0);
 }
 

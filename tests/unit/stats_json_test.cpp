@@ -26,6 +26,7 @@ TEST(StatsJson, ServerStatsGivesTheCountersAndTheWorkerEndpointsPreemptions) {
   s.bad_tenant_handles = 12;
   s.tenant_handles_open = 13;
   s.reject_throttled = 14;
+  s.connects_deferred = 15;
   s.preemptions = {9, 0, 10};
   s.preempts_ignored = 11;
   const std::vector<std::string> names = {"chat", "embed", "code"};
@@ -34,6 +35,7 @@ TEST(StatsJson, ServerStatsGivesTheCountersAndTheWorkerEndpointsPreemptions) {
       j.dump(),
       R"({"counters":{"bad_slots":7,"bad_tenant_handles":12,"batches":8,"completions_delivered":4,)"
       R"("completions_dropped":6,"connections_accepted":1,"connections_refused":2,)"
+      R"("connects_deferred":15,)"
       R"("reject_throttled":14,"submissions":3,"tenant_handles_open":13,"tokens_streamed":5},)"
       R"("preemptions":{"chat":9,"code":10},)"
       R"("preempts_ignored":11})");
