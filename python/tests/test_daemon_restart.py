@@ -24,8 +24,10 @@ def test_async_requests_end_shutting_down_and_a_new_connect_works(
         # No worker serves chat: these wait in the queue when the daemon goes.
         reqs = [client.submit(t, "chat", [i], max_output_tokens=4, stream=True, tag=i)
                 for i in range(20)]
-        await asyncio.sleep(0.05)
-        await asyncio.get_running_loop().run_in_executor(None, daemon.stop, sig)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, wait_until, lambda: daemon.status()["queued"] == 20, 10,
+                                   "the 20 requests to wait in the daemon's queue")
+        await loop.run_in_executor(None, daemon.stop, sig)
         finals = await asyncio.wait_for(asyncio.gather(*reqs), 10)
         assert [f.tag for f in finals] == list(range(20))
         assert all(f.status == Status.SHUTTING_DOWN for f in finals), finals

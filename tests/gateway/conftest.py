@@ -220,6 +220,15 @@ class Stack:
         """Requests the daemon has assigned to the gateway (its worker) so far."""
         return sum(w["assigned"] for w in self.status()["workers"])
 
+    def finals_taken(self) -> int:
+        """The daemon's final completions the gateway has taken so far, from
+        its debug log ("request N completed ..."; the stack's log_level is
+        "debug" unless a test sets another). The gateway logs one as it
+        settles that request's x-ratelimit-* reservation, under the lock
+        every later request takes for its own: once counted here, the next
+        request's headers include the settlement."""
+        return len(re.findall(r"request \d+ completed ", self.gateway.output()))
+
 
 def free_port() -> int:
     import socket

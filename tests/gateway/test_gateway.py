@@ -170,29 +170,38 @@ def slow_stream(stack: Stack, key: str, tokens: int = 50):
 
 
 def test_queue_full_is_503_and_a_passed_deadline_is_504(stack: Stack):
-    stack.start(upstream_args=("--slow-ms", "100"), upstream_max_sequences=1)
-    c, r = slow_stream(stack, "alice")  # takes the upstream's only sequence
+    # Alice's stream holds the upstream's only sequence until she hangs up
+    # (4000 tokens: 400 s). The deadline that passes is that of a request
+    # awaited alone: on the request holding the tiny tenant's one queue slot
+    # it would race the steps that check the 503 behind that request.
+    stack.start(upstream_args=("--slow-ms", "100"), upstream_max_sequences=1,
+                request_timeout_ms=600000)
+    c, r = slow_stream(stack, "alice", tokens=4000)  # takes the upstream's only sequence
+    small = {"model": "m", "prompt": "hi", "max_tokens": 1}
+    s, h, b = stack.request("POST", "/v1/completions", small, key="tiny", timeout=30,
+                            headers={"x-fairsched-timeout-ms": str(int(1500 * SLOW))})
+    assert s == 504, b  # queued behind the stream past its deadline
+    assert json.loads(b)["error"]["code"] == "deadline_exceeded"
     results = {}
 
     def queued():
-        results["queued"] = stack.request("POST", "/v1/completions",
-                                          {"model": "m", "prompt": "hi", "max_tokens": 1},
-                                          key="tiny", timeout=30,
-                                          headers={"x-fairsched-timeout-ms": str(int(1500 * SLOW))})
+        results["queued"] = stack.request("POST", "/v1/completions", small, key="tiny",
+                                          timeout=60)
 
     t = threading.Thread(target=queued)
     t.start()
     wait_until(lambda: stack.queued("tiny") == 1, 10, "the tiny tenant's one queue slot to be taken")
-    s, h, b = stack.request("POST", "/v1/completions",
-                            {"model": "m", "prompt": "hi", "max_tokens": 1}, key="tiny")
+    s, h, b = stack.request("POST", "/v1/completions", small, key="tiny")
     assert s == 503, b
     assert json.loads(b)["error"]["code"] == "queue_full"
     assert int(h["retry-after"]) >= 1 and int(h["retry-after-ms"]) > 0, h
-    t.join(30 * SLOW)
-    s, h, b = results["queued"]
-    assert s == 504, b  # the slow stream holds the sequence past the deadline
-    assert json.loads(b)["error"]["code"] == "deadline_exceeded"
+    # Alice hangs up: the sequence goes to the request that waited in the slot.
+    c.sock.shutdown(socket.SHUT_RDWR)
     c.close()
+    t.join(60 * SLOW)
+    assert not t.is_alive(), "the queued request was not answered"
+    s, h, b = results["queued"]
+    assert s == 200, b
 
 
 def test_a_caller_that_hangs_up_cancels_its_running_request(stack: Stack):
@@ -212,8 +221,12 @@ def test_a_caller_that_hangs_up_cancels_its_running_request(stack: Stack):
 
 
 def test_a_caller_that_hangs_up_while_queued_cancels_it(stack: Stack):
-    stack.start(upstream_args=("--slow-ms", "100"), upstream_max_sequences=1)
-    c, r = slow_stream(stack, "alice", tokens=30)
+    # Alice's stream (4000 tokens: 400 s) holds the only sequence until she
+    # hangs up below, however long the steps before take: one that ended by
+    # itself would hand bob's request to the upstream before his cancel.
+    stack.start(upstream_args=("--slow-ms", "100"), upstream_max_sequences=1,
+                request_timeout_ms=600000)
+    c, r = slow_stream(stack, "alice", tokens=4000)
     q = stack.conn(10)
     q.request("POST", "/v1/completions",
               body=json.dumps({"model": "m", "prompt": "queued", "max_tokens": 2}),
@@ -225,6 +238,7 @@ def test_a_caller_that_hangs_up_while_queued_cancels_it(stack: Stack):
     # Alice's stream holds the only sequence until bob's cancel has landed
     # (two hang-ups on two gateway threads may otherwise be seen in either order).
     wait_until(lambda: stack.queued("bob") == 0, 10, "bob's request to leave the daemon's queue")
+    c.sock.shutdown(socket.SHUT_RDWR)
     c.close()
     wait_until(lambda: stack.upstream_stats()["running"] == 0, 10, "the stream to end")
 
@@ -232,7 +246,7 @@ def test_a_caller_that_hangs_up_while_queued_cancels_it(stack: Stack):
         s = stack.status()
         return s["queued"] == 0 and s["in_flight"] == 0
 
-    wait_until(settled, 10, "the daemon to hold no request (bob's cancelled, alice's finished)")
+    wait_until(settled, 10, "the daemon to hold no request (bob's and alice's cancelled)")
     # The queued request was cancelled where it queued: never assigned to the
     # gateway, never sent to the upstream.
     assert stack.assigned() == 1, stack.status()["workers"]
@@ -434,8 +448,10 @@ def test_a_flooding_tenant_does_not_delay_a_light_tenants_first_token(stack: Sta
 def test_callers_hanging_up_mid_stream_are_counted_cancelled_not_failed(stack: Stack):
     # The gateway's worker ends a hung-up request only after the daemon took
     # the cancel, so the daemon counts a cancel, not a worker that gave up.
-    stack.start(upstream_args=("--slow-ms", "20"))
-    streams = [slow_stream(stack, "bob", tokens=200) for _ in range(8)]
+    # 4000 tokens (80 s) each: none ends by itself while the others open,
+    # however long that takes.
+    stack.start(upstream_args=("--slow-ms", "20"), request_timeout_ms=600000)
+    streams = [slow_stream(stack, "bob", tokens=4000) for _ in range(8)]
     for c, _ in streams:
         c.sock.shutdown(socket.SHUT_RDWR)
         c.close()
@@ -482,7 +498,7 @@ def test_remaining_tokens_follow_the_upstreams_usage(stack: Stack):
                             key="tokened")
     assert s == 200, b
     assert int(h["x-ratelimit-remaining-tokens"]) < 99_000  # the estimate, reserved while it ran
-    time.sleep(0.5 * SLOW)  # the daemon's completion reaches the gateway
+    wait_until(lambda: stack.finals_taken() == 1, 10, "the daemon's completion to reach the gateway")
     s, h, b = stack.request("POST", "/v1/completions",
                             {"model": "m", "prompt": "hi", "max_tokens": 1}, key="tokened")
     assert s == 200, b
@@ -526,10 +542,12 @@ def test_an_upstream_answering_something_not_http_is_a_bad_response(stack: Stack
 
 
 def test_a_deadline_passing_mid_stream_says_it_was_running(stack: Stack):
+    # 4000 tokens (400 s): the stream cannot end before the deadline does.
     stack.start(upstream_args=("--slow-ms", "100"))
     c = stack.conn(30)
     c.request("POST", "/v1/completions",
-              body=json.dumps({"model": "slow", "prompt": "p", "stream": True, "max_tokens": 50}),
+              body=json.dumps({"model": "slow", "prompt": "p", "stream": True,
+                               "max_tokens": 4000}),
               headers={"Authorization": f"Bearer {KEYS['alice'][0]}",
                        "Content-Type": "application/json",
                        "x-fairsched-timeout-ms": str(int(1000 * SLOW))})
@@ -708,9 +726,11 @@ def test_replicas_each_run_their_share_within_their_own_capacity(stack: Stack):
 
 
 def test_a_killed_replica_is_ejected_its_calls_run_elsewhere_and_it_comes_back(stack: Stack):
-    # Checks every 2 s: killed just after its first check passed, the burst
-    # below meets the dead replica before the next one.
-    stack.start(replicas=2, upstream_health_interval_ms=2000, upstream_eject_ms=200)
+    # One check at start and no periodic one after it (every 600 s): however
+    # long the burst below takes to start, it meets the dead replica before
+    # a check could eject it. An ejection's end still waits for a passing
+    # check (after eject_ms), which brings the restarted replica back.
+    stack.start(replicas=2, upstream_health_interval_ms=600000, upstream_eject_ms=200)
     proc, port = stack.replicas[1]
     wait_until(lambda: stack.upstream_stats(port)["health_checks"] >= 1, 5 * SLOW,
                "r1's first check")
@@ -762,8 +782,11 @@ def test_a_failing_health_check_ejects_a_replica_until_it_passes(stack: Stack):
 
 
 def test_removing_a_replica_by_sighup_drains_it_without_cutting_its_stream(stack: Stack):
+    # 5 s of stream (15 s sanitized), read to its end below: it must outlast
+    # the reload, the drain's start and the 4 calls after it, or the replica
+    # goes before it was seen draining.
     stack.start(replicas=2, upstream_args=("--slow-ms", "50"))
-    c, r = slow_stream(stack, "alice", tokens=30)  # 1.5 s of stream
+    c, r = slow_stream(stack, "alice", tokens=int(100 * SLOW))
     busy = next(i for i, (_, port) in enumerate(stack.replicas)
                 if stack.upstream_stats(port)["running"] == 1)
     keep = 1 - busy
@@ -814,8 +837,10 @@ def test_with_headroom_a_light_tenants_first_token_does_not_wait_for_a_sequence(
     for t in threads:
         t.start()
     wait_until(lambda: stack.upstream_stats()["running"] == 3, 10, "the flood to fill 3 sequences")
-    time.sleep(0.1)
-    assert stack.upstream_stats()["running"] == 3  # the fourth is kept
+    time.sleep(0.1)  # time for a fourth of the flood's to start, were it not kept
+    # The fourth is kept: the flood never ran more than 3 at once (the peak;
+    # "running" now may be 2 as one of the flood's ends and the next starts).
+    assert stack.upstream_stats()["max_running"] == 3
     loaded = []
     for _ in range(5):
         loaded.append(ttft(stack, "bob"))
@@ -853,8 +878,11 @@ def flood(stack: Stack, n: int, tokens: int, samples: list) -> list:
 def test_capacity_auto_sends_what_the_engine_runs_and_keeps_its_queue_near_empty(stack: Stack):
     # An engine that runs 3 calls at once and queues the rest; the gateway
     # may send 16 (fixed), then follows its metrics (auto, after a reload).
+    # A call waits in the engine's queue behind up to 13 others: no response
+    # timeout may end it there, however slowly the engine gets through them.
     stack.start(replicas=1, upstream_args=("--engine-slots", "3", "--token-ms", "12"),
-                upstream_max_sequences=16, upstream_metrics_interval_ms=50)
+                upstream_max_sequences=16, upstream_metrics_interval_ms=50,
+                upstream_response_timeout_ms=600000)
     port = stack.replicas[0][1]
     fixed: list = []
     t0 = time.monotonic()
@@ -925,14 +953,19 @@ def test_engine_priority_puts_a_light_tenants_call_before_a_floods_waiting_calls
         stack: Stack, mode: str):
     # An engine that runs 2 at once and orders its waiting calls by their
     # "priority" as vLLM (lower_first) or SGLang (higher_first) do; the
-    # gateway sends it 10 (more than it runs, so some wait in it).
+    # gateway sends it 10 (more than it runs, so some wait in it). Each of
+    # the flood's calls runs 400 ms: bob's call, let in as the first two end,
+    # has a round of 400 ms (not 100) to reach the engine before its queue
+    # drops below 6, two to find 4 there. The flood's calls wait in the
+    # engine's queue up to 1.6 s: no response timeout may end them.
     stack.start(replicas=1, upstream_max_sequences=10, upstream_engine_priority=f'"{mode}"',
+                upstream_response_timeout_ms=600000,
                 upstream_args=("--engine-slots", "2", "--token-ms", "10",
                                "--engine-priority", "lower_first" if mode == "off" else mode))
     port = stack.replicas[0][1]
     results: list = []
     threads = [threading.Thread(
-        target=lambda i=i: results.append(complete(stack, i, key="alice", tokens=10)))
+        target=lambda i=i: results.append(complete(stack, i, key="alice", tokens=40)))
         for i in range(10)]
     for t in threads:
         t.start()
@@ -1000,7 +1033,7 @@ def test_embeddings_are_scheduled_with_their_input_alone_and_settled_by_usage(st
     assert c["completed"] == 1 and c["queued"] == 0 and c["in_flight"] == 0
     # Then settled at what the upstream counted (6): the next request's
     # headers are 100000 − 6 − its own reservation (2 tokens).
-    time.sleep(0.5 * SLOW)  # the daemon's completion reaches the gateway
+    wait_until(lambda: stack.finals_taken() == 1, 10, "the daemon's completion to reach the gateway")
     s, h, b = stack.request("POST", "/v1/embeddings", {"model": "embed", "input": "12345678"},
                             key="tokened")
     assert s == 200, b
