@@ -214,16 +214,17 @@ ScenarioResult runConnect(const ScenarioOptions& options) {
                    {"met", cpu_met && ratio_met && lost == 0}}}};
   std::string& t = report.table;
   char head[600];
-  std::snprintf(head, sizeof head,
-                "connect: %d connects + closes in a row (busy_poll_us = 0, no set-up budget): %.0f a "
-                "second, "
-                "%.3f ms of daemon CPU each (target <= %.1f ms): %s\n\n"
-                "%d steady clients x %d requests/s, chat on the CPU executor (%.0f us a batch); "
-                "storm: a short-lived client forked %d times a second, SIGKILLed within 10 ms; "
-                "%.0f s each run.\n\n",
-                s["connects"].get<int>(), s["connects_per_s"].get<double>(), cpu_ms, kTargetCpuMs,
-                cpu_met ? "MET" : "MISS", kSteady, kSteadyPerS, kPerBatchUs, kStormPerS,
-                static_cast<double>(duration.count()) / 1000.0);
+  std::snprintf(
+      head, sizeof head,
+      "connect: %d connects + closes in a row (busy_poll_us = 0, no set-up budget): %.0f a "
+      "second, "
+      "%.3f ms of daemon CPU each (target <= %.1f ms): %s\n\n"
+      "%d steady clients x %d requests/s, chat on the CPU executor (%.0f us a batch); "
+      "storm: a short-lived client forked %d times a second, SIGKILLed within 10 ms; "
+      "%.0f s each run.\n\n",
+      s["connects"].get<int>(), s["connects_per_s"].get<double>(), cpu_ms, kTargetCpuMs,
+      cpu_met ? "MET" : "MISS", kSteady, kSteadyPerS, kPerBatchUs, kStormPerS,
+      static_cast<double>(duration.count()) / 1000.0);
   t += head;
   t += "run         p50 (ms)  p99 (ms)  max (ms)  not ok  connects/s  daemon ms\n";
   t += row("baseline", b.json);

@@ -10,8 +10,14 @@ std::size_t BlockLru::matched(std::span<const std::uint64_t> chain) const {
 
 void BlockLru::unlink(std::uint32_t n) {
   Node& node = nodes_[n];
-  if (node.prev != kNil) nodes_[node.prev].next = node.next; else head_ = node.next;
-  if (node.next != kNil) nodes_[node.next].prev = node.prev; else tail_ = node.prev;
+  if (node.prev != kNil)
+    nodes_[node.prev].next = node.next;
+  else
+    head_ = node.next;
+  if (node.next != kNil)
+    nodes_[node.next].prev = node.prev;
+  else
+    tail_ = node.prev;
   node.prev = node.next = kNil;
 }
 

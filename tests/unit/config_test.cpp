@@ -369,8 +369,7 @@ TEST(ConfigDaemon, BusyPollDefaultsTo500UsAndIsBounded) {
 
 TEST(ConfigDaemon, MaxConnectsPerSecondDefaultsTo500AndIsBoundedAndRestartOnly) {
   EXPECT_EQ(parsedOk(withBase("")).daemon.max_connects_per_s, 500u);
-  EXPECT_EQ(parsedOk(withBase("[daemon]\nmax_connects_per_s = 0\n")).daemon.max_connects_per_s,
-            0u);
+  EXPECT_EQ(parsedOk(withBase("[daemon]\nmax_connects_per_s = 0\n")).daemon.max_connects_per_s, 0u);
   EXPECT_EQ(errorOf(withBase("[daemon]\nmax_connects_per_s = 2000000\n")),
             "cfg.toml:12: daemon.max_connects_per_s: must be at most 1000000, got 2000000");
   EXPECT_EQ(errorOf(withBase("[daemon]\nmax_connects_per_s = \"many\"\n")),

@@ -5,13 +5,13 @@
 // explicit, a client that dies loses its queued requests without disturbing
 // others, and SIGTERM stops the daemon cleanly.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -68,7 +68,8 @@ std::string configText(const std::string& socket, const std::string& extra_rules
 class DaemonProcess {
  public:
   explicit DaemonProcess(const std::string& dir, const std::string& daemon_extra = "") {
-    auto parsed = config::parseConfig(configText(dir + "/fairsched.sock", "", daemon_extra), "test");
+    auto parsed =
+        config::parseConfig(configText(dir + "/fairsched.sock", "", daemon_extra), "test");
     if (auto* err = parsed.errorOrNull()) {
       ADD_FAILURE() << err->toString();
       return;
