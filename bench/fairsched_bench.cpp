@@ -133,8 +133,9 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", options.quick, "smaller sizes, for smoke tests");
   app.add_option("--trace", options.trace_path, "replay: the JSONL trace to replay");
   app.add_option("--policy", options.policy,
-                 "replay: fair, drr, vtc, fifo, floor, a comma-separated list, or all "
-                 "(default: the config's policy)");
+                 "replay: fair, drr, vtc, fifo, floor (with --replicas also fair+prefix, "
+                 "fifo+prefix, router), a comma-separated list, or all (default: the config's "
+                 "policy)");
   app.add_option("--runs", options.runs, "replay: jittered copies of the trace (medians, ranges)")
       ->check(CLI::Range(1, 1000));
   app.add_flag("--real", options.real,
@@ -148,6 +149,16 @@ int main(int argc, char** argv) {
   app.add_option("--events", options.events_path, "replay: write one JSON line per request");
   app.add_option("--cost", options.cost,
                  "replay: cost of a request for the service difference, e.g. input+2*output");
+  app.add_option("--replicas", options.replicas,
+                 "replay: worker endpoints as N engines with prefix caches; N > 1 compares "
+                 "fair, fair+prefix, vtc, fifo, fifo+prefix and router")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--cache-blocks", options.cache_blocks,
+                 "replay --replicas: each engine's prefix cache in blocks (default: the trace's "
+                 "shared blocks / replicas)");
+  app.add_option("--load-slack", options.load_slack,
+                 "replay --replicas: prefix routing's load bound, (1 + slack) x the mean")
+      ->check(CLI::Range(0.0, 100.0));
   app.footer("scenarios:\n" + availableList());
   try {
     app.parse(argc, argv);

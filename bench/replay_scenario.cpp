@@ -48,13 +48,20 @@ const char* toString(ReplayPolicy p) {
       return "fifo";
     case ReplayPolicy::kFloor:
       return "floor";
+    case ReplayPolicy::kFairPrefix:
+      return "fair+prefix";
+    case ReplayPolicy::kFifoPrefix:
+      return "fifo+prefix";
+    case ReplayPolicy::kRouter:
+      return "router";
   }
   return "?";
 }
 
 std::optional<ReplayPolicy> parseReplayPolicy(std::string_view name) {
   for (ReplayPolicy p : {ReplayPolicy::kFair, ReplayPolicy::kDrr, ReplayPolicy::kVtc,
-                         ReplayPolicy::kFifo, ReplayPolicy::kFloor}) {
+                         ReplayPolicy::kFifo, ReplayPolicy::kFloor, ReplayPolicy::kFairPrefix,
+                         ReplayPolicy::kFifoPrefix, ReplayPolicy::kRouter}) {
     if (name == toString(p)) return p;
   }
   return std::nullopt;
@@ -62,16 +69,35 @@ std::optional<ReplayPolicy> parseReplayPolicy(std::string_view name) {
 
 std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, ReplayPolicy policy,
                                                  const std::vector<TraceRequest>& trace,
-                                                 TimeNs jitter, std::uint64_t seed) {
+                                                 TimeNs jitter, std::uint64_t seed,
+                                                 const Locality* locality) {
   core::SchedulerSpec spec = config::buildSchedulerSpec(cfg);
-  spec.policy = policy == ReplayPolicy::kFifo ? Policy::kFifo : Policy::kFair;
+  const bool fifo = policy == ReplayPolicy::kFifo || policy == ReplayPolicy::kFifoPrefix ||
+                    policy == ReplayPolicy::kRouter;
+  spec.policy = fifo ? Policy::kFifo : Policy::kFair;
   for (core::EndpointSpec& es : spec.endpoints) {
     if (policy == ReplayPolicy::kDrr || policy == ReplayPolicy::kVtc) {
       es.fairness = policy == ReplayPolicy::kVtc ? core::Fairness::kVtc : core::Fairness::kDrr;
       es.preemption.enabled = false;
     }
   }
-  const std::vector<ExecutorModel> executors = executorModels(cfg);
+  std::vector<ExecutorModel> executors = executorModels(cfg);
+  if (locality != nullptr && policy == ReplayPolicy::kFairPrefix) {
+    for (core::EndpointSpec& es : spec.endpoints) es.locality_slack = locality->locality_slack;
+  }
+  if (locality != nullptr) {
+    for (ExecutorModel& m : executors) {
+      m.replicas = locality->replicas;
+      m.cache_blocks = locality->cache_blocks;
+      m.block_tokens = locality->block_tokens;
+      m.load_slack = locality->load_slack;
+      m.placement = policy == ReplayPolicy::kFairPrefix || policy == ReplayPolicy::kFifoPrefix
+                        ? Placement::kPrefix
+                    : policy == ReplayPolicy::kRouter ? Placement::kRouter
+                    : locality->replicas > 1          ? Placement::kRoomiest
+                                                      : Placement::kPull;
+    }
+  }
   auto endpointId = [&](const std::string& name) -> std::optional<EndpointId> {
     for (std::size_t e = 0; e < cfg.endpoints.size(); ++e) {
       if (cfg.endpoints[e].name == name) return static_cast<EndpointId>(e);
@@ -109,6 +135,9 @@ std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, Repl
     a.priority = r.priority;
     if (r.deadline_ms)
       a.deadline = a.t + static_cast<TimeNs>(std::llround(*r.deadline_ms * kNsPerMs));
+    if (locality != nullptr) {
+      a.blocks = promptChain(r, i, locality->block_tokens, locality->max_blocks);
+    }
     arrivals.push_back(std::move(a));
   }
 
@@ -120,9 +149,9 @@ std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, Repl
     if (auto it = run.weights.find(t.name); it != run.weights.end()) it->second = t.weight;
   }
 
-  const std::vector<SimOutcome> outcomes = policy == ReplayPolicy::kFloor
-                                               ? simulateFloor(executors, arrivals)
-                                               : simulate(spec, executors, arrivals);
+  run.outcomes = policy == ReplayPolicy::kFloor ? simulateFloor(executors, arrivals)
+                                                : simulate(spec, executors, arrivals);
+  const std::vector<SimOutcome>& outcomes = run.outcomes;
   run.events.resize(trace.size());
   for (std::size_t k = 0; k < order.size(); ++k) {
     const TraceRequest& r = trace[order[k]];
@@ -145,6 +174,11 @@ std::variant<ReplayRun, std::string> replayReal(config::Config cfg, ReplayPolicy
                                                 const std::vector<TraceRequest>& trace,
                                                 const std::string& dir) {
   if (policy == ReplayPolicy::kFloor) return std::string("the floor has no daemon to run");
+  if (policy == ReplayPolicy::kFairPrefix || policy == ReplayPolicy::kFifoPrefix ||
+      policy == ReplayPolicy::kRouter) {
+    return std::string("--real replays fair, drr, vtc and fifo; ") + toString(policy) +
+           " is modelled in virtual time only";
+  }
   cfg.daemon.policy = policy == ReplayPolicy::kFifo ? Policy::kFifo : Policy::kFair;
   for (config::EndpointConfig& ec : cfg.endpoints) {
     if (policy == ReplayPolicy::kDrr || policy == ReplayPolicy::kVtc) {
@@ -560,14 +594,29 @@ ScenarioResult runReplay(const ScenarioOptions& options) {
   std::string list = options.policy.empty()
                          ? (cfg.daemon.policy == Policy::kFifo ? "fifo" : "fair")
                          : (options.policy == "all" ? "fair,drr,vtc,fifo,floor" : options.policy);
+  if (options.replicas > 1 && (options.policy.empty() || options.policy == "all")) {
+    list = std::string(kReplicaPolicies);
+  }
   for (std::size_t at = 0; at <= list.size();) {
     const std::size_t comma = std::min(list.find(',', at), list.size());
     const auto p = parseReplayPolicy(std::string_view(list).substr(at, comma - at));
-    if (!p) return ScenarioError{"--policy: '" + list + "': each of fair, drr, vtc, fifo, floor"};
+    if (!p) {
+      return ScenarioError{"--policy: '" + list +
+                           "': each of fair, drr, vtc, fifo, floor, fair+prefix, fifo+prefix, "
+                           "router"};
+    }
     policies.push_back(*p);
     at = comma + 1;
   }
   const auto& requests = std::get<std::vector<TraceRequest>>(trace);
+  if (options.replicas > 1) {
+    if (options.real || options.runs > 1 || !options.events_path.empty()) {
+      return ScenarioError{
+          "--replicas compares policies on one virtual-time run: no --real, "
+          "--runs or --events"};
+    }
+    return runReplicaComparison(cfg, requests, policies, options);
+  }
   const TimeNs window = static_cast<TimeNs>(std::llround(options.service_window_s * kNsPerSec));
   const TimeNs jitter = static_cast<TimeNs>(std::llround(options.jitter_ms * kNsPerMs));
   if (policies.size() > 1 || options.runs > 1) {

@@ -27,18 +27,24 @@
 
 #include "bench/scenario.hpp"
 #include "bench/service_difference.hpp"
+#include "bench/simulator.hpp"
 #include "bench/trace.hpp"
 #include "daemon/config/config.hpp"
 
 namespace fairsched::bench {
 
-enum class ReplayPolicy { kFair, kDrr, kVtc, kFifo, kFloor };
+// kFairPrefix, kFifoPrefix: fair or fifo order, each request placed on the
+// engine holding most of its prefix within the load bound; kRouter: routed
+// on arrival by prefix to an engine's own first-come-first-served queue
+// (bench/simulator.hpp, Placement). They matter with Locality.
+enum class ReplayPolicy { kFair, kDrr, kVtc, kFifo, kFloor, kFairPrefix, kFifoPrefix, kRouter };
 const char* toString(ReplayPolicy p);
 std::optional<ReplayPolicy> parseReplayPolicy(std::string_view name);
 
 struct ReplayRun {
   ReplayPolicy policy = ReplayPolicy::kFair;
   std::vector<RequestEvent> events;       // one per trace request, in trace order
+  std::vector<SimOutcome> outcomes;       // the simulator's, in arrival order (not with --real)
   std::map<std::string, double> weights;  // every tenant's scheduling weight
 };
 
@@ -47,9 +53,23 @@ struct ReplayRun {
 // config does not have. Times in the events are relative to t = 0 of the trace.
 // `jitter` > 0 moves each arrival by a uniform amount in [-jitter, jitter]
 // (never before 0), drawn from `seed`.
+// Worker endpoints as `replicas` engines, each with a prefix cache of
+// `cache_blocks` blocks of `block_tokens`; each request's chain from the
+// trace's prefix segments (promptChain, at most `max_blocks`).
+struct Locality {
+  std::uint32_t replicas = 1;
+  std::uint64_t cache_blocks = 0;
+  std::uint32_t block_tokens = 16;
+  std::size_t max_blocks = 1024;
+  double load_slack = 0.25;
+  // fair+prefix: the fairness slack a choice may use for locality, in cost
+  // units per unit of weight (EndpointSpec::locality_slack).
+  double locality_slack = 4096;
+};
 std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, ReplayPolicy policy,
                                                  const std::vector<TraceRequest>& trace,
-                                                 TimeNs jitter = 0, std::uint64_t seed = 0);
+                                                 TimeNs jitter = 0, std::uint64_t seed = 0,
+                                                 const Locality* locality = nullptr);
 inline std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, Policy policy,
                                                         const std::vector<TraceRequest>& trace) {
   return replayTrace(cfg, policy == Policy::kFifo ? ReplayPolicy::kFifo : ReplayPolicy::kFair,
@@ -95,6 +115,16 @@ std::string replayEventsJsonl(const ReplayRun& run);
 std::string replayTable(const nlohmann::json& report);
 
 ScenarioResult runReplay(const ScenarioOptions& options);
+
+// --replicas N (N > 1): the policies of `options.policy` (all: kReplicaPolicies)
+// on N engines with prefix caches (bench/replay_replicas.cpp): per policy the
+// total time, prefill tokens computed, cache hit rate, light tenants' time to
+// first token and the windowed service difference, and the aims.
+inline constexpr std::string_view kReplicaPolicies = "fair,fair+prefix,vtc,fifo,fifo+prefix,router";
+ScenarioResult runReplicaComparison(const config::Config& cfg,
+                                    const std::vector<TraceRequest>& trace,
+                                    const std::vector<ReplayPolicy>& policies,
+                                    const ScenarioOptions& options);
 std::optional<std::string> plotReplay(const nlohmann::json& report, const std::string& path);
 
 }  // namespace fairsched::bench

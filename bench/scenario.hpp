@@ -24,11 +24,14 @@ struct ScenarioOptions {
   std::string
       policy;    // --policy fair|drr|vtc|fifo|floor, a comma list, or all; empty: the config's
   int runs = 1;  // --runs N: jittered copies of the trace (several: a comparison)
-  double jitter_ms = 0;          // --jitter-ms J: each arrival moved by up to ±J ms
-  bool real = false;             // --real: through a forked daemon, reference workers and clients
-  double service_window_s = 60;  // --service-window-s: of the windowed service difference
-  std::string events_path;       // --events FILE: one JSON line per request
-  std::string cost;              // --cost EXPR, e.g. "input+2*output"; empty: input+output
+  double jitter_ms = 0;            // --jitter-ms J: each arrival moved by up to ±J ms
+  bool real = false;               // --real: through a forked daemon, reference workers and clients
+  double service_window_s = 60;    // --service-window-s: of the windowed service difference
+  std::string events_path;         // --events FILE: one JSON line per request
+  std::string cost;                // --cost EXPR, e.g. "input+2*output"; empty: input+output
+  std::uint32_t replicas = 1;      // --replicas N: worker endpoints as N engines with prefix caches
+  std::uint64_t cache_blocks = 0;  // --cache-blocks: each engine's; 0: shared blocks / replicas
+  double load_slack = 0.25;        // --load-slack: the affinity bound's slack
 };
 
 struct ScenarioReport {

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <queue>
 
+#include "daemon/core/prefix_cache.hpp"
+#include "daemon/core/prefix_router.hpp"
 #include "daemon/core/scheduler.hpp"
 
 namespace fairsched::bench {
@@ -22,20 +25,36 @@ TimeNs micros(double us) {
   return std::max<TimeNs>(1, static_cast<TimeNs>(std::llround(us * kNsPerUs)));
 }
 
-// One continuous-batching engine of a worker endpoint.
+// One continuous-batching engine of a worker endpoint, with its prefix cache.
 class Engine {
  public:
-  Engine(EndpointId e, const config::EngineConfig& m, const std::vector<SimArrival>& arrivals,
-         std::vector<SimOutcome>& out)
-      : e_(e), m_(m), arrivals_(arrivals), out_(out) {}
+  Engine(EndpointId e, const ExecutorModel& m, std::uint32_t replica,
+         const std::vector<SimArrival>& arrivals, std::vector<SimOutcome>& out)
+      : e_(e),
+        m_(*m.engine),
+        replica_(replica),
+        block_tokens_(std::max<std::uint32_t>(1, m.block_tokens)),
+        cache_(m.cache_blocks),
+        arrivals_(arrivals),
+        out_(out) {}
 
   TimeNs stepEnd() const { return step_end_; }
   bool busy() const { return step_end_ != kNever; }
+  std::uint32_t load() const { return static_cast<std::uint32_t>(seqs_.size()); }
+  std::uint32_t freeSeqs() const {
+    return static_cast<std::uint32_t>(m_.max_sequences -
+                                      std::min<std::size_t>(seqs_.size(), m_.max_sequences));
+  }
+  std::uint64_t freeKv() const { return m_.kv_tokens - std::min(kv_used_, m_.kv_tokens); }
+  std::size_t matched(std::span<const std::uint64_t> chain) const { return cache_.matched(chain); }
 
-  // At a step boundary: take work (preempting where the core says so) and
-  // start the next step; stays idle when there is nothing to run.
-  void start(core::Scheduler& sched, TimeNs now, std::vector<core::Done>& done) {
-    takeWork(sched, now, done);
+  // At a step boundary: take work (pull: from `sched` itself; placed: what
+  // `refill` places) — preempting where the core says so — and start the
+  // next step; stays idle when there is nothing to run.
+  template <class Refill>
+  void start(core::Scheduler& sched, TimeNs now, std::vector<core::Done>& done, bool pull,
+             Refill&& refill) {
+    if (pull) takeWork(sched, now, done);
     if (seqs_.empty()) return;
     const core::EndpointSpec& spec = sched.spec().endpoints[e_];
     if (spec.preemption.enabled && sched.queued(e_) > 0) {
@@ -52,7 +71,11 @@ class Engine {
         out_[it->index].preemptions++;
         seqs_.erase(it);
         sched.preempt(victim, now);
-        takeWork(sched, now, done);
+        if (pull) {
+          takeWork(sched, now, done);
+        } else {
+          refill();
+        }
       }
     }
     // Prefill within the chunk budget, oldest first; then one token per
@@ -67,6 +90,7 @@ class Engine {
         s.prefilled += n;
         budget -= n;
         prefilled += n;
+        out_[s.index].prefilled_tokens += n;
         if (s.prefilled < s.prompt) continue;
       }
       ++decoding;
@@ -80,7 +104,8 @@ class Engine {
     step_end_ = kNever;
     for (std::size_t i = 0; i < seqs_.size();) {
       Seq& s = seqs_[i];
-      if (s.prefilled < s.prompt) {
+      if (s.prefilled < s.prompt || !s.in_step) {
+        s.in_step = true;  // one placed mid-step joins the next step
         ++i;
         continue;
       }
@@ -101,6 +126,41 @@ class Engine {
     }
   }
 
+  // A request the core dispatched joins this engine: at once when idle, at
+  // the next step when one is running. The cached leading blocks of its
+  // prompt are not prefilled (at least one token always is, as engines do),
+  // and the engine holds its whole chain from now on.
+  void accept(core::Scheduler& sched, const core::Dispatched& d, TimeNs now) {
+    const std::size_t index = d.id - 1;
+    const SimArrival& a = arrivals_[index];
+    SimOutcome& o = out_[index];
+    if (o.dispatch < 0) o.dispatch = now;
+    o.replica = replica_;
+    Seq s;
+    s.handle = d.handle;
+    s.index = index;
+    s.in_step = !busy();
+    const std::size_t hit = cache_.touch(a.blocks);
+    o.blocks_queried += static_cast<std::uint32_t>(a.blocks.size());
+    o.blocks_hit += static_cast<std::uint32_t>(hit);
+    cache_.insert(a.blocks);
+    const std::uint64_t cached = std::min<std::uint64_t>(
+        hit * std::uint64_t{block_tokens_}, d.input_tokens > 0 ? d.input_tokens - 1 : 0);
+    o.cached_tokens += cached;
+    s.prompt = d.input_tokens + d.resumed_tokens - static_cast<std::uint32_t>(cached);
+    s.generated = d.resumed_tokens;
+    s.target = std::min(a.output_tokens, d.max_output_tokens);
+    s.reserved = std::uint64_t{d.input_tokens} + d.max_output_tokens;
+    if (s.generated >= s.target) {  // nothing (more) to generate
+      sched.complete(d.handle, s.generated, now);
+      o.status = Status::kOk;
+      o.completion = now;
+      return;
+    }
+    kv_used_ += s.reserved;
+    seqs_.push_back(s);
+  }
+
  private:
   struct Seq {
     core::Handle handle = 0;
@@ -111,38 +171,20 @@ class Engine {
     std::uint32_t generated = 0;
     std::uint32_t progress = 0;  // tokens since this dispatch
     std::uint64_t reserved = 0;  // KV tokens
+    bool in_step = true;         // part of the running step (placed mid-step: not yet)
   };
 
   void takeWork(core::Scheduler& sched, TimeNs now, std::vector<core::Done>& done) {
-    const auto free_seqs = static_cast<std::uint32_t>(
-        m_.max_sequences - std::min<std::size_t>(seqs_.size(), m_.max_sequences));
-    const std::uint64_t free_kv = m_.kv_tokens - std::min(kv_used_, m_.kv_tokens);
-    if (free_seqs == 0 || !sched.take(e_, now, free_seqs, free_kv, batch_, done)) return;
-    for (const core::Dispatched& d : batch_.requests) {
-      const std::size_t index = d.id - 1;
-      const SimArrival& a = arrivals_[index];
-      SimOutcome& o = out_[index];
-      if (o.dispatch < 0) o.dispatch = now;
-      Seq s;
-      s.handle = d.handle;
-      s.index = index;
-      s.prompt = d.input_tokens + d.resumed_tokens;
-      s.generated = d.resumed_tokens;
-      s.target = std::min(a.output_tokens, d.max_output_tokens);
-      s.reserved = std::uint64_t{d.input_tokens} + d.max_output_tokens;
-      if (s.generated >= s.target) {  // nothing (more) to generate
-        sched.complete(d.handle, s.generated, now);
-        o.status = Status::kOk;
-        o.completion = now;
-        continue;
-      }
-      kv_used_ += s.reserved;
-      seqs_.push_back(s);
-    }
+    const std::uint32_t free_seqs = freeSeqs();
+    if (free_seqs == 0 || !sched.take(e_, now, free_seqs, freeKv(), batch_, done)) return;
+    for (const core::Dispatched& d : batch_.requests) accept(sched, d, now);
   }
 
   EndpointId e_;
   config::EngineConfig m_;
+  std::uint32_t replica_;
+  std::uint32_t block_tokens_;
+  core::BlockLru cache_;
   const std::vector<SimArrival>& arrivals_;
   std::vector<SimOutcome>& out_;
   std::vector<Seq> seqs_;
@@ -164,6 +206,47 @@ std::vector<ExecutorModel> executorModels(const config::Config& cfg) {
   return out;
 }
 
+namespace {
+
+// What one engine holds, for the core's locality choice.
+class CacheProbe final : public core::Scheduler::LocalityProbe {
+ public:
+  explicit CacheProbe(const Engine& engine) : engine_(engine) {}
+  std::size_t matched(std::span<const std::uint64_t> chain) const override {
+    return engine_.matched(chain);
+  }
+
+ private:
+  const Engine& engine_;
+};
+
+// The engines of one worker endpoint and where each takes its work from.
+struct EngineGroup {
+  ExecutorModel model;
+  std::vector<Engine> engines;
+  std::vector<core::Scheduler*> sched;           // per engine: the shared core, or its own (router)
+  std::vector<core::BlockLru> routed;            // router: what it sent to each engine
+  std::vector<core::RouteCandidate> candidates;  // scratch
+};
+
+// The router's choice for `a`: by prefix within the load bound, each
+// engine's load being what it runs and what waits in its own queue.
+std::size_t routeOnArrival(EngineGroup& g, EndpointId e, const SimArrival& a) {
+  g.candidates.clear();
+  std::uint64_t total = 0;
+  for (std::size_t r = 0; r < g.engines.size(); ++r) {
+    const auto load = static_cast<std::uint32_t>(g.engines[r].load() + g.sched[r]->queued(e));
+    total += load;
+    g.candidates.push_back({load, 1, g.routed[r].matched(a.blocks), true});
+  }
+  const std::size_t r = core::chooseWorker(core::Routing::kPrefix, g.candidates, total,
+                                           g.engines.size(), g.model.load_slack);
+  g.routed[r].insert(a.blocks);
+  return r;
+}
+
+}  // namespace
+
 std::vector<SimOutcome> simulate(const core::SchedulerSpec& spec,
                                  const std::vector<ExecutorModel>& executors,
                                  const std::vector<SimArrival>& arrivals) {
@@ -171,13 +254,31 @@ std::vector<SimOutcome> simulate(const core::SchedulerSpec& spec,
   core::Scheduler sched(spec);
   std::vector<SimOutcome> out(arrivals.size());
   std::vector<std::uint32_t> free_slots(spec.endpoints.size(), 0);
-  std::vector<std::optional<Engine>> engines(spec.endpoints.size());
+  std::vector<std::optional<EngineGroup>> groups(spec.endpoints.size());
+  // Router placement: each engine queues first come, first served.
+  core::SchedulerSpec fifo_spec = spec;
+  fifo_spec.policy = Policy::kFifo;
+  std::vector<std::unique_ptr<core::Scheduler>> own;
   for (std::size_t e = 0; e < spec.endpoints.size(); ++e) {
     free_slots[e] = e < executors.size() ? std::max<std::uint32_t>(1, executors[e].slots) : 1;
-    if (e < executors.size() && executors[e].engine) {
-      engines[e].emplace(static_cast<EndpointId>(e), *executors[e].engine, arrivals, out);
+    if (e >= executors.size() || !executors[e].engine) continue;
+    EngineGroup& g = groups[e].emplace();
+    g.model = executors[e];
+    const std::uint32_t n = std::max<std::uint32_t>(1, g.model.replicas);
+    g.engines.reserve(n);
+    for (std::uint32_t r = 0; r < n; ++r) {
+      g.engines.emplace_back(static_cast<EndpointId>(e), g.model, r, arrivals, out);
+      if (g.model.placement == Placement::kRouter) {
+        own.push_back(std::make_unique<core::Scheduler>(fifo_spec));
+        g.sched.push_back(own.back().get());
+        g.routed.emplace_back(g.model.cache_blocks);
+      } else {
+        g.sched.push_back(&sched);
+      }
     }
   }
+  std::vector<core::Scheduler*> all_scheds{&sched};
+  for (const auto& o : own) all_scheds.push_back(o.get());
   std::priority_queue<Running, std::vector<Running>, std::greater<>> running;
   std::vector<core::Done> done;
   core::Batch batch;
@@ -186,6 +287,43 @@ std::vector<SimOutcome> simulate(const core::SchedulerSpec& spec,
     SimOutcome& o = out[d.id - 1];
     o.status = d.status;
     o.completion = now;
+  };
+  // Roomiest and prefix placement: the core's next choice, one at a time,
+  // to the engine chooseWorker() names, while any engine has room.
+  auto place = [&](EngineGroup& g, EndpointId e, TimeNs now) {
+    const core::Routing routing =
+        g.model.placement == Placement::kPrefix ? core::Routing::kPrefix : core::Routing::kRoomiest;
+    for (;;) {
+      std::uint64_t max_kv = 0;
+      std::size_t with_room = 0, only = 0;
+      for (std::size_t r = 0; r < g.engines.size(); ++r) {
+        if (g.engines[r].freeSeqs() == 0) continue;
+        ++with_room;
+        only = r;
+        max_kv = std::max(max_kv, g.engines[r].freeKv());
+      }
+      // One engine with room: the core picks for it, locality within
+      // fairness; several: the fair choice, placed by prefix among them.
+      const CacheProbe probe(g.engines[only]);
+      const core::Scheduler::LocalityProbe* p =
+          routing == core::Routing::kPrefix && with_room == 1 ? &probe : nullptr;
+      if (with_room == 0 || !sched.take(e, now, 1, max_kv, batch, done, p)) return;
+      const core::Dispatched d = batch.requests.front();
+      const std::vector<std::uint64_t>& chain = arrivals[d.id - 1].blocks;
+      const std::uint64_t need = std::uint64_t{d.input_tokens} + d.max_output_tokens;
+      g.candidates.clear();
+      std::uint64_t total = 0;
+      for (const Engine& en : g.engines) {
+        total += en.load();
+        g.candidates.push_back({en.load(), en.freeSeqs(),
+                                routing == core::Routing::kPrefix ? en.matched(chain) : 0,
+                                en.freeKv() >= need});
+      }
+      // take() fitted the request to the roomiest engine's KV: someone fits.
+      const std::size_t r =
+          core::chooseWorker(routing, g.candidates, total, g.engines.size(), g.model.load_slack);
+      g.engines[r].accept(sched, d, now);
+    }
   };
 
   std::size_t next = 0;
@@ -205,8 +343,11 @@ std::vector<SimOutcome> simulate(const core::SchedulerSpec& spec,
       sched.batchServed(r.endpoint, r.tokens, r.service);
       ++free_slots[r.endpoint];
     }
-    for (auto& engine : engines) {
-      if (engine && engine->stepEnd() <= now) engine->finishStep(sched, now);
+    for (auto& g : groups) {
+      if (!g) continue;
+      for (std::size_t r = 0; r < g->engines.size(); ++r) {
+        if (g->engines[r].stepEnd() <= now) g->engines[r].finishStep(*g->sched[r], now);
+      }
     }
     // 2. Arrivals due now.
     while (next < arrivals.size() && arrivals[next].t <= now) {
@@ -214,7 +355,13 @@ std::vector<SimOutcome> simulate(const core::SchedulerSpec& spec,
       SimOutcome& o = out[next];
       o.arrival_index = next;
       o.arrival = a.t;
-      const TenantId t = sched.tenants().acquire(a.tenant, a.tier_hint);
+      core::Scheduler* target = &sched;
+      if (a.endpoint < groups.size() && groups[a.endpoint] &&
+          groups[a.endpoint]->model.placement == Placement::kRouter) {
+        EngineGroup& g = *groups[a.endpoint];
+        target = g.sched[routeOnArrival(g, a.endpoint, a)];
+      }
+      const TenantId t = target->tenants().acquire(a.tenant, a.tier_hint);
       core::Request r;
       r.id = next + 1;
       r.tenant = t;
@@ -224,8 +371,12 @@ std::vector<SimOutcome> simulate(const core::SchedulerSpec& spec,
       r.priority = a.priority;
       r.deadline = a.deadline;
       const core::Admission adm =
-          t == kNoTenant ? core::Admission{Status::kInvalid, 0, 0} : sched.submit(r, now);
-      if (t != kNoTenant) sched.tenants().release(t);
+          t == kNoTenant ? core::Admission{Status::kInvalid, 0, 0} : target->submit(r, now);
+      if (t != kNoTenant) target->tenants().release(t);
+      if (adm.status == Status::kOk && !a.blocks.empty() && a.endpoint < groups.size() &&
+          groups[a.endpoint] && groups[a.endpoint]->model.placement == Placement::kPrefix) {
+        target->setPrefix(adm.handle, a.blocks);
+      }
       if (adm.status != Status::kOk) {
         o.status = adm.status;
         o.completion = now;
@@ -234,15 +385,24 @@ std::vector<SimOutcome> simulate(const core::SchedulerSpec& spec,
       ++next;
     }
     // 3. Deadlines.
-    sched.expireDeadlines(now, done);
+    for (core::Scheduler* s : all_scheds) s->expireDeadlines(now, done);
     for (const auto& d : done) finish(d, now);
     done.clear();
     // 4. Fill free slots and idle engines (late binding).
     for (std::size_t e = 0; e < spec.endpoints.size(); ++e) {
-      if (engines[e]) {
-        if (!engines[e]->busy()) engines[e]->start(sched, now, done);
+      const auto eid = static_cast<EndpointId>(e);
+      if (groups[e]) {
+        EngineGroup& g = *groups[e];
+        const bool pull =
+            g.model.placement == Placement::kPull || g.model.placement == Placement::kRouter;
+        if (!pull) place(g, eid, now);
+        for (std::size_t r = 0; r < g.engines.size(); ++r) {
+          if (!g.engines[r].busy()) {
+            g.engines[r].start(*g.sched[r], now, done, pull, [&] { place(g, eid, now); });
+          }
+        }
       } else {
-        while (free_slots[e] > 0 && sched.nextBatch(static_cast<EndpointId>(e), now, batch, done)) {
+        while (free_slots[e] > 0 && sched.nextBatch(eid, now, batch, done)) {
           const ExecutorModel m = e < executors.size() ? executors[e] : ExecutorModel{};
           double work = 0;
           for (const auto& d : batch.requests) {
@@ -250,8 +410,7 @@ std::vector<SimOutcome> simulate(const core::SchedulerSpec& spec,
             work += d.input_tokens + arrivals[d.id - 1].output_tokens;
           }
           const TimeNs service = micros(m.per_batch_us + m.per_token_us * work);
-          running.push(
-              {now + service, service, static_cast<EndpointId>(e), batch.tokens, batch.requests});
+          running.push({now + service, service, eid, batch.tokens, batch.requests});
           --free_slots[e];
         }
       }
@@ -263,15 +422,17 @@ std::vector<SimOutcome> simulate(const core::SchedulerSpec& spec,
     if (next < arrivals.size()) wake = std::min(wake, arrivals[next].t);
     if (!running.empty()) wake = std::min(wake, running.top().done_at);
     for (std::size_t e = 0; e < spec.endpoints.size(); ++e) {
-      if (engines[e]) {
-        wake = std::min(wake, engines[e]->stepEnd());
+      if (groups[e]) {
+        for (const Engine& en : groups[e]->engines) wake = std::min(wake, en.stepEnd());
       } else if (free_slots[e] > 0) {
         const TimeNs due = sched.batchDueAt(static_cast<EndpointId>(e));
         if (due != kNever) wake = std::min(wake, std::max(due, now + 1));
       }
     }
-    const TimeNs deadline = sched.nextDeadline();
-    if (deadline != kNever) wake = std::min(wake, std::max(deadline, now + 1));
+    for (core::Scheduler* s : all_scheds) {
+      const TimeNs deadline = s->nextDeadline();
+      if (deadline != kNever) wake = std::min(wake, std::max(deadline, now + 1));
+    }
     if (wake == kNever) break;
     now = std::max(now, wake);
   }

@@ -32,11 +32,29 @@
 
 namespace fairsched::bench {
 
+// How a worker endpoint's requests reach its engines.
+enum class Placement : std::uint8_t {
+  kPull,      // each engine takes the next fair choices at its step boundary (one engine)
+  kRoomiest,  // the core's next choice goes to the engine with the most free sequences
+  kPrefix,    // ... to the engine holding most of its prefix, within the load bound
+  kRouter,    // routed on arrival by prefix (same bound) to an engine with a FIFO queue
+              // of its own: a prefix-aware router in front of engines' own queues
+};
+
 struct ExecutorModel {
   double per_batch_us = 200.0;
   double per_token_us = 0.5;
   std::uint32_t slots = 1;
   std::optional<config::EngineConfig> engine;  // a worker endpoint: continuous batching
+  // Worker endpoints: `replicas` identical engines, each with a prefix cache
+  // of `cache_blocks` blocks of `block_tokens` (LRU; a cached block's
+  // prefill is skipped), placed as `placement` says; `load_slack` is the
+  // affinity bound's slack (daemon/core/prefix_router.hpp).
+  std::uint32_t replicas = 1;
+  std::uint64_t cache_blocks = 0;
+  std::uint32_t block_tokens = 16;
+  Placement placement = Placement::kPull;
+  double load_slack = 0.25;
 };
 
 struct SimArrival {
@@ -49,6 +67,9 @@ struct SimArrival {
   std::int32_t priority = 0;
   TimeNs deadline = kNever;  // absolute
   std::optional<TierId> tier_hint;
+  // The prompt's block hash chain (include/fairsched/prefix_hash.hpp); empty
+  // when nothing is known of it.
+  std::vector<std::uint64_t> blocks;
 };
 
 struct SimOutcome {
@@ -60,6 +81,14 @@ struct SimOutcome {
   TimeNs retry_after = 0;   // RATE_LIMITED only
   TimeNs first_token = -1;  // worker endpoints: the first output token's emission
   std::uint32_t preemptions = 0;
+  // Worker endpoints: prompt tokens prefilled (recomputes after a preemption
+  // included) and skipped for a cached prefix; blocks of its chain looked up
+  // at each dispatch and found cached.
+  std::uint64_t prefilled_tokens = 0;
+  std::uint64_t cached_tokens = 0;
+  std::uint32_t blocks_queried = 0;
+  std::uint32_t blocks_hit = 0;
+  std::uint32_t replica = 0;  // the engine that served it (last dispatch)
 };
 
 // The executor model of every endpoint of `cfg`, in its order: worker

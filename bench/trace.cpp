@@ -1,11 +1,14 @@
 #include "bench/trace.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <istream>
 #include <limits>
 
 #include <nlohmann/json.hpp>
+
+#include "fairsched/prefix_hash.hpp"
 
 namespace fairsched::bench {
 namespace {
@@ -76,10 +79,63 @@ std::variant<TraceRequest, TraceError> parseLine(const std::string& text, std::s
     }
     r.deadline_ms = d->get<double>();
   }
+  if (auto p = j.find("prefix"); p != j.end()) {
+    if (!p->is_array()) return TraceError{line, "prefix", "must be an array of segments"};
+    std::uint64_t total = 0;
+    for (const json& seg : *p) {
+      if (!seg.is_object()) {
+        return TraceError{line, "prefix", "each segment must be {\"id\": string, \"tokens\": N}"};
+      }
+      PrefixSegment s;
+      if (auto err = readString(seg, "id", line, s.id)) {
+        err->field = "prefix." + err->field;
+        return *err;
+      }
+      if (auto err = readUint32(seg, "tokens", line, s.tokens)) {
+        err->field = "prefix." + err->field;
+        return *err;
+      }
+      total += s.tokens;
+      r.prefix.push_back(std::move(s));
+    }
+    if (total > r.input_tokens) {
+      return TraceError{line, "prefix", "its segments hold more tokens than input_tokens"};
+    }
+  }
   return r;
 }
 
 }  // namespace
+
+std::vector<std::uint64_t> promptChain(const TraceRequest& r, std::size_t index,
+                                       std::uint32_t block_tokens, std::size_t max_blocks,
+                                       std::size_t* shared_blocks) {
+  auto tokenOf = [](std::uint64_t name, std::uint64_t k) {
+    std::uint64_t x = name ^ (k * 0x9e3779b97f4a7c15ULL);
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 29;
+    return static_cast<std::uint32_t>(x);
+  };
+  const std::size_t limit =
+      std::min<std::size_t>(r.input_tokens, max_blocks * std::size_t{block_tokens});
+  std::vector<std::uint32_t> tokens;
+  tokens.reserve(limit);
+  std::size_t shared = 0;
+  for (const PrefixSegment& s : r.prefix) {
+    std::uint64_t name = 0xcbf29ce484222325ULL;  // FNV-1a of the id: the same on every host
+    for (const char c : s.id) name = (name ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+    for (std::uint32_t k = 0; k < s.tokens && tokens.size() < limit; ++k) {
+      tokens.push_back(tokenOf(name, k));
+    }
+    shared += s.tokens;
+  }
+  const std::uint64_t own = 0x5eed0000000000ULL + index;
+  for (std::uint64_t k = 0; tokens.size() < limit; ++k) tokens.push_back(tokenOf(own, k));
+  std::vector<std::uint64_t> chain = prefixBlockHashes(tokens, block_tokens, max_blocks);
+  if (shared_blocks != nullptr) *shared_blocks = std::min(chain.size(), shared / block_tokens);
+  return chain;
+}
 
 std::string TraceError::toString() const {
   std::string s;

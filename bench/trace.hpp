@@ -2,8 +2,10 @@
 // line, {"t":s,"tenant":"..","endpoint":"..","input_tokens":N,
 // "output_tokens":N} with optional "max_output_tokens" (what the request asks
 // for, at least output_tokens — what it produces; default output_tokens),
-// "priority" (integer) and "deadline_ms" (relative to t). Unknown fields are
-// ignored; blank lines are skipped.
+// "priority" (integer), "deadline_ms" (relative to t) and "prefix" (the
+// shared segments the prompt starts with: [{"id": "sys-3", "tokens": 2000},
+// ...]; see PrefixSegment). Unknown fields are ignored; blank lines are
+// skipped.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,14 @@
 
 namespace fairsched::bench {
 
+// A shared stretch at the start of a prompt: the same `id` is the same
+// token content wherever it appears (a tenant's system prompt, a document,
+// a conversation's earlier turns).
+struct PrefixSegment {
+  std::string id;
+  std::uint32_t tokens = 0;
+};
+
 struct TraceRequest {
   double t = 0;  // seconds from the trace's origin
   std::string tenant;
@@ -24,7 +34,10 @@ struct TraceRequest {
   std::optional<std::uint32_t> max_output_tokens;
   std::int32_t priority = 0;
   std::optional<double> deadline_ms;  // relative to t
-  std::size_t line = 0;               // 1-based line in the trace
+  // The prompt starts with these segments, in order; the rest of it is the
+  // request's own. At most input_tokens in all.
+  std::vector<PrefixSegment> prefix;
+  std::size_t line = 0;  // 1-based line in the trace
 };
 
 struct TraceError {
@@ -38,6 +51,16 @@ using TraceResult = std::variant<std::vector<TraceRequest>, TraceError>;
 
 // The requests in line order (not sorted by t). Stops at the first error.
 TraceResult parseTrace(std::istream& in);
+
+// The block hash chain (include/fairsched/prefix_hash.hpp) of request
+// `index`'s prompt, whose tokens the trace does not carry: token k of a
+// segment is a hash of (its id, k), the same wherever the segment appears;
+// token k of the request's own part a hash of (index, k). At most
+// `max_blocks` blocks; `shared_blocks` (if not null) gets how many of them
+// lie wholly inside the shared segments.
+std::vector<std::uint64_t> promptChain(const TraceRequest& r, std::size_t index,
+                                       std::uint32_t block_tokens, std::size_t max_blocks,
+                                       std::size_t* shared_blocks = nullptr);
 TraceResult loadTraceFile(const std::string& path);
 
 }  // namespace fairsched::bench

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <sstream>
 #include <variant>
 
@@ -506,6 +507,161 @@ TEST(ReplayEngine, TheModelAndRealProcessesAgreePerTenant) {
   // And both say the same thing: light's requests are served far sooner.
   EXPECT_LT(m.at("light").second * 3, m.at("heavy").second);
   EXPECT_LT(r.at("light").second * 3, r.at("heavy").second);
+}
+
+}  // namespace
+}  // namespace fairsched::bench
+
+// --- prefixes, replicas and locality (replay --replicas) ---------------------------
+
+namespace fairsched::bench {
+namespace {
+
+TEST(TracePrefix, SegmentsAreParsedAndCheckedAgainstThePrompt) {
+  const auto ok =
+      parseOk(R"({"t":0,"tenant":"a","endpoint":"gen","input_tokens":100,"output_tokens":1,)"
+              R"("prefix":[{"id":"sys","tokens":64},{"id":"doc","tokens":36}]})");
+  ASSERT_EQ(ok.size(), 1u);
+  ASSERT_EQ(ok[0].prefix.size(), 2u);
+  EXPECT_EQ(ok[0].prefix[1].id, "doc");
+  EXPECT_EQ(ok[0].prefix[1].tokens, 36u);
+  const std::string head = R"({"t":0,"tenant":"a","endpoint":"gen","input_tokens":10,)"
+                           R"("output_tokens":1,"prefix":)";
+  EXPECT_EQ(parseError(head + R"([{"id":"sys","tokens":11}]})"),
+            "line 1: prefix: its segments hold more tokens than input_tokens");
+  EXPECT_EQ(parseError(head + R"("sys"})"), "line 1: prefix: must be an array of segments");
+  EXPECT_EQ(parseError(head + R"([{"tokens":1}]})"), "line 1: prefix.id: missing");
+  EXPECT_EQ(parseError(head + R"([{"id":"s","tokens":-1}]})"),
+            "line 1: prefix.tokens: must be a non-negative integer");
+}
+
+TEST(TracePrefix, ASegmentHashesTheSameWhereverItAppearsAndTheRestIsTheRequestsOwn) {
+  const auto reqs = parseOk(
+      R"({"t":0,"tenant":"a","endpoint":"gen","input_tokens":100,"output_tokens":1,"prefix":[{"id":"sys","tokens":64}]})"
+      "\n"
+      R"({"t":1,"tenant":"b","endpoint":"gen","input_tokens":100,"output_tokens":1,"prefix":[{"id":"sys","tokens":64}]})"
+      "\n"
+      R"({"t":2,"tenant":"c","endpoint":"gen","input_tokens":100,"output_tokens":1})");
+  std::size_t shared = 0;
+  const auto c0 = promptChain(reqs[0], 0, 16, 1024, &shared);
+  const auto c1 = promptChain(reqs[1], 1, 16, 1024);
+  const auto c2 = promptChain(reqs[2], 2, 16, 1024);
+  ASSERT_EQ(c0.size(), 6u);  // 100 tokens: six whole blocks
+  EXPECT_EQ(shared, 4u);     // 64 shared tokens: four of them
+  for (std::size_t k = 0; k < 4; ++k) EXPECT_EQ(c0[k], c1[k]) << k;
+  for (std::size_t k = 4; k < 6; ++k) EXPECT_NE(c0[k], c1[k]) << k;
+  EXPECT_NE(c0[0], c2[0]);
+  EXPECT_EQ(promptChain(reqs[0], 0, 16, 2).size(), 2u) << "bounded";
+}
+
+// Two tenants, each with its own 320-token prefix, alternating every
+// `gap_s`.
+std::string twoPrefixTrace(int each, double gap_s = 0.05) {
+  std::string t;
+  for (int i = 0; i < 2 * each; ++i) {
+    const std::string tenant = i % 2 == 0 ? "a" : "b";
+    t += R"({"t":)" + std::to_string(gap_s * i) + R"(,"tenant":")" + tenant +
+         R"(","endpoint":"gen","input_tokens":352,"output_tokens":2,"prefix":[{"id":"sys-)" +
+         tenant + R"(","tokens":320}]})" + "\n";
+  }
+  return t;
+}
+
+ReplayRun replayReplicas(const std::string& trace, ReplayPolicy policy, std::uint32_t replicas,
+                         std::uint64_t cache_blocks) {
+  auto parsed = config::parseConfig(workerConfig("recent", false), "<worker test>");
+  if (auto* err = parsed.errorOrNull()) {
+    ADD_FAILURE() << err->toString();
+    return {};
+  }
+  Locality loc;
+  loc.replicas = replicas;
+  loc.cache_blocks = cache_blocks;
+  auto r = replayTrace(parsed.value(), policy, parseOk(trace), 0, 0, &loc);
+  if (auto* err = std::get_if<std::string>(&r)) {
+    ADD_FAILURE() << *err;
+    return {};
+  }
+  return std::get<ReplayRun>(r);
+}
+
+std::uint64_t prefilledOf(const ReplayRun& run) {
+  std::uint64_t n = 0;
+  for (const SimOutcome& o : run.outcomes) n += o.prefilled_tokens;
+  return n;
+}
+
+TEST(ReplayReplicas, AnIdleEngineHoldingThePrefixTakesItAndItsPrefillIsSkipped) {
+  // One request at a time, a cache for both prefixes: every request after
+  // each tenant's first finds its 20 shared blocks (its own two are new).
+  const ReplayRun run = replayReplicas(twoPrefixTrace(10), ReplayPolicy::kFairPrefix, 2, 1000);
+  ASSERT_EQ(run.outcomes.size(), 20u);
+  for (std::size_t i = 0; i < run.outcomes.size(); ++i) {
+    const SimOutcome& o = run.outcomes[i];
+    EXPECT_EQ(o.status, Status::kOk);
+    EXPECT_EQ(o.blocks_queried, 22u);
+    EXPECT_EQ(o.blocks_hit, i < 2 ? 0u : 20u) << i;
+  }
+  EXPECT_EQ(prefilledOf(run), 2u * 352 + 18u * 32) << "each prefix prefilled once";
+}
+
+TEST(ReplayReplicas, CachesForOnePrefixEachArePartitionedByPrefixPlacementNotByRoomiest) {
+  // Each engine's cache holds one prefix (30 blocks for 22 a chain), the
+  // two tenants alternate faster than a request runs: the roomiest engine
+  // takes whichever comes and the caches thrash; prefix placement (and the
+  // core's choice for the one engine with room) keeps each tenant where its
+  // prefix is.
+  const std::string trace = twoPrefixTrace(20, 0.004);
+  const ReplayRun prefix = replayReplicas(trace, ReplayPolicy::kFairPrefix, 2, 30);
+  const ReplayRun roomiest = replayReplicas(trace, ReplayPolicy::kFair, 2, 30);
+  std::map<std::string, std::set<std::uint32_t>> replicas_of;
+  std::uint64_t hits = 0, roomiest_hits = 0;
+  for (std::size_t i = 0; i < prefix.outcomes.size(); ++i) {
+    EXPECT_EQ(prefix.outcomes[i].status, Status::kOk);
+    EXPECT_EQ(roomiest.outcomes[i].status, Status::kOk);
+    replicas_of[prefix.events[i].tenant].insert(prefix.outcomes[i].replica);
+    hits += prefix.outcomes[i].blocks_hit;
+    roomiest_hits += roomiest.outcomes[i].blocks_hit;
+  }
+  EXPECT_GT(hits, roomiest_hits);
+  EXPECT_LT(prefilledOf(prefix), prefilledOf(roomiest));
+  EXPECT_EQ(hits, 38u * 20) << "all but each tenant's first request hit";
+  EXPECT_EQ(replicas_of["a"].size(), 1u);
+  EXPECT_EQ(replicas_of["b"].size(), 1u);
+}
+
+TEST(ReplayReplicas, NoCacheMeansNoHitAndEveryPolicyCompletesEverything) {
+  const std::string trace = twoPrefixTrace(6);
+  for (const ReplayPolicy p :
+       {ReplayPolicy::kFair, ReplayPolicy::kFairPrefix, ReplayPolicy::kVtc, ReplayPolicy::kFifo,
+        ReplayPolicy::kFifoPrefix, ReplayPolicy::kRouter}) {
+    const ReplayRun run = replayReplicas(trace, p, 3, 0);
+    ASSERT_EQ(run.outcomes.size(), 12u) << toString(p);
+    for (const SimOutcome& o : run.outcomes) {
+      EXPECT_EQ(o.status, Status::kOk) << toString(p);
+      EXPECT_EQ(o.blocks_hit, 0u) << toString(p);
+      EXPECT_EQ(o.prefilled_tokens, 352u) << toString(p);
+    }
+  }
+}
+
+TEST(ReplayReplicas, TheRouterKeepsAPrefixOnOneEngineWithinTheLoadBound) {
+  // 24 requests of one prefix at once on 3 engines of 2 sequences: the
+  // router may not pile them on the holder beyond (1 + 0.25) x the mean.
+  std::string trace;
+  for (int i = 0; i < 24; ++i) {
+    trace += R"({"t":0,"tenant":"a","endpoint":"gen","input_tokens":352,"output_tokens":2,)"
+             R"("prefix":[{"id":"sys","tokens":320}]})"
+             "\n";
+  }
+  const ReplayRun run = replayReplicas(trace, ReplayPolicy::kRouter, 3, 1000);
+  std::map<std::uint32_t, int> per_replica;
+  for (const SimOutcome& o : run.outcomes) {
+    EXPECT_EQ(o.status, Status::kOk);
+    ++per_replica[o.replica];
+  }
+  ASSERT_EQ(per_replica.size(), 3u) << "the bound spreads them";
+  for (const auto& [r, n] : per_replica) EXPECT_LE(n, 10) << "replica " << r;
 }
 
 }  // namespace

@@ -76,6 +76,8 @@ Scheduler::Slot* Scheduler::inFlight(Handle h) {
 void Scheduler::freeSlot(std::uint32_t index) {
   Slot& s = slots_[index];
   s.state = SlotState::kFree;
+  s.passed_over = 0;
+  if (index < prefixes_.size()) std::vector<std::uint64_t>().swap(prefixes_[index]);
   if (++s.gen == 0) s.gen = 1;  // handle 0 is never valid
   free_slots_.push_back(index);
 }
@@ -412,28 +414,39 @@ TierSelector::Choice Scheduler::nextTier(EndpointState& ep) {
 }
 
 bool Scheduler::takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& out,
-                         std::vector<Done>& done) {
+                         std::vector<Done>& done, const LocalityProbe* probe) {
   const std::span<const bool> backlogged(ep.backlogged.get(), ep.tenant_selectors.size());
   while (out.requests.size() < limits.requests) {
     const TierSelector::Choice choice = nextTier(ep);
     if (choice.tier == TierSelector::kNoTier) break;
     TenantSelector& selector = ep.tenant_selectors[choice.tier];
-    const TenantSelector::FlowId f = selector.select();
+    TenantSelector::FlowId f = selector.select();
     assert(f != TenantSelector::kNone);
-    TenantState& ts = ep.states[f];
     prefetchUpcoming(ep, selector);
-    const QueueEntry head = ts.queue.top();  // always live
-    Slot& s = slots_[indexOf(head.handle)];
-    if (head.key.deadline <= now) {
-      withdraw(s, Status::kDeadlineExceeded, done);
+    if (ep.states[f].queue.top().key.deadline <= now) {  // the head is always live
+      withdraw(slots_[indexOf(ep.states[f].queue.top().handle)], Status::kDeadlineExceeded, done);
       continue;
     }
+    LocalityPick pick{f, ep.states[f].queue.top(), true};
+    if (probe != nullptr && out.requests.empty()) {
+      pick = localityPick(ep, selector, f, now, *probe);
+      f = pick.flow;
+    }
+    TenantState& ts = ep.states[f];
+    const QueueEntry head = pick.entry;
+    Slot& s = slots_[indexOf(head.handle)];
     const std::uint64_t with_head = out.tokens + head.input_tokens + head.max_output_tokens;
     if (with_head > limits.tokens) break;
     const std::uint32_t tier_cap = spec_.tiers[choice.tier].max_batch_tokens;
     if (tier_cap != 0 && with_head > tier_cap && !out.requests.empty()) break;
     const std::int64_t cost = costOf(ep, ts, head);
-    ts.queue.pop();
+    if (pick.head) {
+      ts.queue.pop();
+    } else {
+      // Taken from behind the head: its entry stays in the queue, dead, and
+      // is dropped when it reaches the head (as a withdrawn one).
+      ts.withdrawn++;
+    }
     unqueue(ep, ts, std::uint64_t{head.input_tokens} + head.max_output_tokens);
     s.charged += cost;
     dispatch(ep, s, out, now);
@@ -487,13 +500,14 @@ bool Scheduler::nextBatch(EndpointId e, TimeNs now, Batch& out, std::vector<Done
 }
 
 bool Scheduler::take(EndpointId e, TimeNs now, std::uint32_t max_requests, std::uint64_t max_tokens,
-                     Batch& out, std::vector<Done>& done) {
+                     Batch& out, std::vector<Done>& done, const LocalityProbe* probe) {
   out.clear();
   out.endpoint = e;
   if (e >= endpoints_.size() || max_requests == 0) return false;
   EndpointState& ep = endpoints_[e];
   const Limits limits{max_requests, max_tokens};
-  return spec_.policy == Policy::kFair ? takeFair(ep, now, limits, out, done)
+  if (prefixes_.empty()) probe = nullptr;  // no chain to match
+  return spec_.policy == Policy::kFair ? takeFair(ep, now, limits, out, done, probe)
                                        : takeFifo(ep, now, limits, out, done);
 }
 

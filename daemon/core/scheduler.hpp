@@ -182,8 +182,35 @@ class Scheduler {
   // that does not fit (it keeps its turn). Requests found past their deadline
   // are appended to `done` as DEADLINE_EXCEEDED. Returns false when nothing
   // could be taken.
+  //
+  // With a `probe` (prefix routing: the one worker with room), the batch's
+  // first request may be another than the fair choice, for locality: the
+  // one whose prefix the worker holds most (strictly more than the fair
+  // choice's; ties keep it) among
+  //  - the chosen tenant's next kLocalityScan queued requests of its head's
+  //    priority and without a deadline — no fairness cost; a head passed
+  //    over kMaxPassedOver times is taken regardless, so none waits for ever;
+  //  - the heads (and their next requests, as above) of the tier's other
+  //    backlogged tenants within spec.locality_slack of the least served
+  //    (recent and vtc fairness), at most kLocalityFlows of them.
+  // Only requests whose prefix was given (setPrefix) can match.
+  class LocalityProbe {
+   public:
+    virtual ~LocalityProbe() = default;
+    // Leading blocks of `chain` the worker holds.
+    virtual std::size_t matched(std::span<const std::uint64_t> chain) const = 0;
+  };
+  static constexpr std::size_t kLocalityScan = 8;
+  static constexpr std::size_t kLocalityFlows = 8;
+  static constexpr std::uint8_t kMaxPassedOver = 4;
   bool take(EndpointId e, TimeNs now, std::uint32_t max_requests, std::uint64_t max_tokens,
-            Batch& out, std::vector<Done>& done);
+            Batch& out, std::vector<Done>& done, const LocalityProbe* probe = nullptr);
+  // The prefix chain of queued request `h` (include/fairsched/prefix_hash.hpp),
+  // kept until it leaves the queue, for take() with a probe. Ignored for an
+  // unknown handle or one not queued.
+  void setPrefix(Handle h, std::vector<std::uint64_t> chain);
+  // Its chain while queued or in flight; empty when none was given.
+  std::span<const std::uint64_t> prefixOf(Handle h) const;
   // take() for the sequences a worker endpoint keeps as headroom
   // ([endpoints.X.worker] headroom): only from tenants with nothing in flight
   // on `e` — one request each, the tenant that became such first first —
@@ -324,6 +351,7 @@ class Scheduler {
     std::uint32_t ts = 0;  // index of the tenant's state on the endpoint
     std::uint32_t gen = 1;
     SlotState state = SlotState::kFree;
+    std::uint8_t passed_over = 0;  // times a take() chose another of its tenant's for locality
   };
   // What a decision touches comes first (prefetchUpcoming fetches the first
   // kHotLines lines); counters and the limiter come after.
@@ -451,7 +479,19 @@ class Scheduler {
   // The tier of the next fair choice (TierSelector::kNoTier when nothing is
   // queued); leaves ep.backlogged filled in for it.
   TierSelector::Choice nextTier(EndpointState& ep);
-  bool takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& out, std::vector<Done>& done);
+  bool takeFair(EndpointState& ep, TimeNs now, Limits limits, Batch& out, std::vector<Done>& done,
+                const LocalityProbe* probe);
+  // scheduler_locality.cpp: the request take() dispatches instead of the
+  // fair choice `fair` (flow) for `probe`'s worker, and its flow; the fair
+  // choice's head when nothing else holds more.
+  struct LocalityPick {
+    TenantSelector::FlowId flow;
+    QueueEntry entry;
+    bool head = true;  // the flow's head, or an entry behind it
+  };
+  LocalityPick localityPick(EndpointState& ep, const TenantSelector& selector,
+                            TenantSelector::FlowId fair, TimeNs now, const LocalityProbe& probe);
+  std::size_t matchedOf(const QueueEntry& e, const LocalityProbe& probe) const;
   static constexpr std::size_t kPrefetchDepth = 4;
   void prefetchUpcoming(const EndpointState& ep, const TenantSelector& selector) const;
   void prefetchSlot(Handle h) const {
@@ -472,6 +512,8 @@ class Scheduler {
   std::vector<EndpointState> endpoints_;
   std::vector<Slot> slots_;
   std::vector<std::uint32_t> free_slots_;
+  // Prefix chains by slot index (setPrefix); sized only once one is given.
+  std::vector<std::vector<std::uint64_t>> prefixes_;
   std::vector<DeadlineEntry> deadlines_;  // min-heap; entries of finished requests are stale
   std::uint64_t seq_ = 0;
   std::size_t in_flight_ = 0;

@@ -50,6 +50,13 @@ struct EndpointSpec {
   Fairness fairness = Fairness::kDrr;
   TimeNs half_life = 20 * kNsPerSec;  // kRecent (and preemption's service counters under DRR)
   PreemptionSpec preemption;
+  // Locality within fairness (Scheduler::take with a LocalityProbe): a
+  // choice may go to a backlogged tenant of the tier whose service, in cost
+  // units per unit of weight, is at most this much above the least served
+  // one's, for a request whose prefix the worker holds (recent and vtc
+  // fairness; 0: only within the chosen tenant). docs/architecture.md
+  // states the bound.
+  double locality_slack = 0;
 };
 
 struct TierSpec {

@@ -63,6 +63,31 @@ class ServiceSelector {
   // run) `elapsed` ago; it decays over `elapsed` as if the daemon had run.
   void restore(FlowId f, double per_weight, TimeNs elapsed, TimeNs now);
 
+  // Calls f(flow) for the backlogged flows whose service per weight at `now`
+  // is at most the least one's + `slack`, least served first, at most `max`
+  // of them (locality within fairness: scheduler_locality.cpp). O(max²).
+  template <class F>
+  void forEachWithin(double slack, TimeNs now, std::size_t max, F&& f) const {
+    if (heap_.empty() || max == 0) return;
+    const double limit = service(heap_.front(), now) + slack;
+    // Best first over the heap: no node is less than its parent, so a node
+    // over the limit closes its subtree.
+    std::vector<std::uint32_t> frontier{0};
+    for (std::size_t taken = 0; taken < max && !frontier.empty(); ++taken) {
+      std::size_t at = 0;
+      for (std::size_t k = 1; k < frontier.size(); ++k) {
+        if (less(heap_[frontier[k]], heap_[frontier[at]])) at = k;
+      }
+      const std::uint32_t i = frontier[at];
+      frontier.erase(frontier.begin() + static_cast<std::ptrdiff_t>(at));
+      if (service(heap_[i], now) > limit) break;  // the least left is over: all are
+      f(heap_[i]);
+      for (const std::uint32_t c : {2 * i + 1, 2 * i + 2}) {
+        if (c < heap_.size()) frontier.push_back(c);
+      }
+    }
+  }
+
   bool backlogged(FlowId f) const { return f < flows_.size() && flows_[f].pos != kNotQueued; }
   bool anyBacklogged() const { return !heap_.empty(); }
   // The flow's service per unit of weight at `now` (decayed for `recent`).

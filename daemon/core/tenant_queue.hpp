@@ -62,6 +62,8 @@ class TenantQueue {
   const QueueEntry* fifoAhead(std::uint32_t k) const {
     return k < size_ ? &ring()[(head_ + k) & (capacity_ - 1)] : nullptr;
   }
+  // True when every entry is in the FIFO (fifoAhead(k) is then the k-th in order).
+  bool fifoOnly() const { return heap_.empty(); }
   void pop();
   void clear();
 

@@ -70,6 +70,15 @@ class TenantSelector {
     if (track_) svc_.forget(f);
   }
 
+  // The flows a choice may take instead of select()'s for locality: those
+  // within `slack` service per weight of the least served, at most `max`,
+  // least served first. DRR keeps no such order: none (the caller has
+  // select()'s).
+  template <class F>
+  void forEachWithin(double slack, TimeNs now, std::size_t max, F&& f) const {
+    if (!usesDrr()) svc_.forEachWithin(slack, now, max, f);
+  }
+
   bool backlogged(FlowId f) const { return usesDrr() ? drr_.backlogged(f) : svc_.backlogged(f); }
   bool anyBacklogged() const { return usesDrr() ? drr_.anyBacklogged() : svc_.anyBacklogged(); }
   std::int64_t deficit(FlowId f) const { return usesDrr() ? drr_.deficit(f) : 0; }
