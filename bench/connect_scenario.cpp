@@ -115,37 +115,13 @@ std::variant<RunResult, std::string> runSteady(const std::string& dir, bool stor
   if (auto* err = parsed.errorOrNull()) return err->toString();
   config::Config cfg = parsed.value();
   prepareBenchConfig(cfg, dir);
-  const int per_tenant = static_cast<int>(kSteadyPerS * duration.count() / 1000);
-  std::vector<TenantPlan> plans;
-  for (int i = 0; i < kSteady; ++i) {
-    TenantPlan p{"steady-" + std::to_string(i), "chat", {}, false};
-    for (int k = 0; k < per_tenant; ++k) {
-      const TimeNs offset = static_cast<TimeNs>(k) * kNsPerSec / kSteadyPerS +
-                            static_cast<TimeNs>(i) * kNsPerSec / kSteadyPerS / kSteady;
-      p.requests.push_back({offset, 4, 4});
-    }
-    plans.push_back(std::move(p));
-  }
+  const std::vector<TenantPlan> plans = steadyPlans(kSteady, kSteadyPerS, duration, "chat");
   RunExtras extras;
   if (storm) extras.storms.push_back({"storm", "chat", kStormPerS, 10ms, duration});
   auto run = runProcesses(cfg, plans, dir, std::chrono::seconds(60), &extras);
   if (auto* err = std::get_if<std::string>(&run)) return *err;
-  const TenantRecords& records = std::get<TenantRecords>(run);
-  std::vector<double> rtt_ms;
-  std::uint64_t not_ok = 0, lost = 0, requests = 0;
-  for (const auto& [tenant, rs] : records) {
-    for (const RequestRecord& r : rs) {
-      ++requests;
-      if (r.completion < 0) {
-        ++lost;
-      } else if (r.status != Status::kOk) {
-        ++not_ok;
-      } else {
-        rtt_ms.push_back(static_cast<double>(r.completion - r.arrival) / kNsPerMs);
-      }
-    }
-  }
-  std::sort(rtt_ms.begin(), rtt_ms.end());
+  const SteadyTally steady = tallySteady(std::get<TenantRecords>(run));
+  const std::vector<double>& rtt_ms = steady.rtt_ms;
   StormCounts sc;
   for (const StormCounts& n : extras.stormed) {
     sc.forked += n.forked;
@@ -154,13 +130,13 @@ std::variant<RunResult, std::string> runSteady(const std::string& dir, bool stor
   const double seconds = static_cast<double>(duration.count()) / 1000.0;
   RunResult out;
   out.p99_ms = percentileOfSorted(rtt_ms, 99);
-  out.lost = lost;
+  out.lost = steady.lost;
   out.json = {{"steady_p50_ms", percentileOfSorted(rtt_ms, 50)},
               {"steady_p99_ms", out.p99_ms},
               {"steady_max_ms", rtt_ms.empty() ? 0.0 : rtt_ms.back()},
-              {"steady_requests", requests},
-              {"steady_not_ok", not_ok},
-              {"lost", lost},
+              {"steady_requests", steady.requests},
+              {"steady_not_ok", steady.not_ok},
+              {"lost", steady.lost},
               {"connects_per_s", static_cast<double>(sc.connected) / seconds},
               {"storm_forked", sc.forked},
               {"storm_connected", sc.connected},

@@ -81,41 +81,16 @@ std::variant<RunResult, std::string> runOnce(const std::string& dir, int flooder
   if (auto* err = parsed.errorOrNull()) return err->toString();
   config::Config cfg = parsed.value();
   prepareBenchConfig(cfg, dir);
-  const int per_tenant = static_cast<int>(kSteadyPerS * duration.count() / 1000);
-  std::vector<TenantPlan> plans;
-  for (int i = 0; i < kSteady; ++i) {
-    TenantPlan p{"steady-" + std::to_string(i), "chat", {}, false};
-    for (int k = 0; k < per_tenant; ++k) {
-      // Evenly spread, the four clients a quarter of a period apart.
-      const TimeNs offset = static_cast<TimeNs>(k) * kNsPerSec / kSteadyPerS +
-                            static_cast<TimeNs>(i) * kNsPerSec / kSteadyPerS / kSteady;
-      p.requests.push_back({offset, 4, 4});
-    }
-    plans.push_back(std::move(p));
-  }
+  const std::vector<TenantPlan> plans = steadyPlans(kSteady, kSteadyPerS, duration, "chat");
   RunExtras extras;
   for (int f = 0; f < flooders; ++f) {
     extras.floods.push_back({"flood" + std::to_string(f), "chat", kFloodTenants, duration});
   }
   auto run = runProcesses(cfg, plans, dir, std::chrono::seconds(60), &extras);
   if (auto* err = std::get_if<std::string>(&run)) return *err;
-  const TenantRecords& records = std::get<TenantRecords>(run);
-
-  std::vector<double> rtt_ms;
-  std::uint64_t not_ok = 0, lost = 0, requests = 0;
-  for (const auto& [tenant, rs] : records) {
-    for (const RequestRecord& r : rs) {
-      ++requests;
-      if (r.completion < 0) {
-        ++lost;
-      } else if (r.status != Status::kOk) {
-        ++not_ok;
-      } else {
-        rtt_ms.push_back(static_cast<double>(r.completion - r.arrival) / kNsPerMs);
-      }
-    }
-  }
-  std::sort(rtt_ms.begin(), rtt_ms.end());
+  const SteadyTally steady = tallySteady(std::get<TenantRecords>(run));
+  const std::vector<double>& rtt_ms = steady.rtt_ms;
+  const std::uint64_t not_ok = steady.not_ok, lost = steady.lost, requests = steady.requests;
   FloodCounts flood;
   for (const FloodCounts& n : extras.flooded) {
     flood.submitted += n.submitted;

@@ -293,6 +293,40 @@ void prepareBenchConfig(config::Config& cfg, const std::string& dir) {
   cfg.clients.insert(cfg.clients.begin(), rule);
 }
 
+std::vector<TenantPlan> steadyPlans(int clients, int per_s, std::chrono::milliseconds duration,
+                                    const std::string& endpoint) {
+  const int per_client = static_cast<int>(per_s * duration.count() / 1000);
+  std::vector<TenantPlan> plans;
+  for (int i = 0; i < clients; ++i) {
+    TenantPlan p{"steady-" + std::to_string(i), endpoint, {}, false};
+    for (int k = 0; k < per_client; ++k) {
+      const TimeNs offset = static_cast<TimeNs>(k) * kNsPerSec / per_s +
+                            static_cast<TimeNs>(i) * kNsPerSec / per_s / clients;
+      p.requests.push_back({offset, 4, 4});
+    }
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+SteadyTally tallySteady(const TenantRecords& records) {
+  SteadyTally t;
+  for (const auto& [tenant, rs] : records) {
+    for (const RequestRecord& r : rs) {
+      ++t.requests;
+      if (r.completion < 0) {
+        ++t.lost;
+      } else if (r.status != Status::kOk) {
+        ++t.not_ok;
+      } else {
+        t.rtt_ms.push_back(static_cast<double>(r.completion - r.arrival) / kNsPerMs);
+      }
+    }
+  }
+  std::sort(t.rtt_ms.begin(), t.rtt_ms.end());
+  return t;
+}
+
 std::optional<std::uint64_t> cpuTimeNs(pid_t pid) {
   const std::string proc = "/proc/" + std::to_string(pid);
   std::error_code ec;

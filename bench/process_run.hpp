@@ -89,6 +89,20 @@ struct StormCounts {
   std::uint64_t connected = 0;  // children whose connect succeeded before they were killed
 };
 
+// `clients` steady clients "steady-0".. on `endpoint`, each sending
+// `per_s` requests a second (4 prompt tokens, 4 output) for `duration`,
+// evenly spread, client i a 1/clients of a period after client i - 1: the
+// latency probe of the flood and connect scenarios.
+std::vector<TenantPlan> steadyPlans(int clients, int per_s, std::chrono::milliseconds duration,
+                                    const std::string& endpoint);
+// The steady requests' outcomes: round trips of those that ended OK (ms,
+// sorted), how many ended otherwise, how many never ended.
+struct SteadyTally {
+  std::vector<double> rtt_ms;
+  std::uint64_t requests = 0, not_ok = 0, lost = 0;
+};
+SteadyTally tallySteady(const TenantRecords& records);
+
 // CPU time of process `pid`, all its threads, in ns (/proc/PID/task/*/schedstat,
 // or /proc/PID/stat in clock ticks where schedstat is missing).
 std::optional<std::uint64_t> cpuTimeNs(pid_t pid);
