@@ -492,7 +492,9 @@ def test_a_caller_that_stops_reading_is_dropped_and_its_request_cancelled(stack:
 def test_remaining_tokens_follow_the_upstreams_usage(stack: Stack):
     # The gateway estimates ~1000 prompt tokens; the upstream counts 1. The
     # daemon settles the reservation by the usage, and so do the headers.
-    stack.start()
+    # One thread: the first response's headers are built before the
+    # settlement, which another thread's completion loop could apply first.
+    stack.start(threads=1)
     s, h, b = stack.request("POST", "/v1/completions",
                             {"model": "short-usage", "prompt": "x" * 4000, "max_tokens": 8},
                             key="tokened")
@@ -1017,7 +1019,7 @@ def test_a_callers_own_priority_reaches_the_engine_only_when_the_gateway_sets_no
 
 
 def test_embeddings_are_scheduled_with_their_input_alone_and_settled_by_usage(stack: Stack):
-    stack.start()
+    stack.start(threads=1)  # the headers before the settlement, as above
     s, h, b = stack.request("POST", "/v1/embeddings",
                             {"model": "embed", "input": ["first text", "second, longer text"]},
                             key="tokened")
