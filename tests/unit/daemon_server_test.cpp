@@ -206,6 +206,76 @@ TEST_F(DaemonServer, AConnectStormWaitsForItsBudgetWhileASteadyClientIsServed) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
+// A peer whose Hello waits for its uid's budget and then sends more — a
+// second Hello, or an OpenTenant before its welcome — is dropped without a
+// welcome, and nothing is left behind; the steady client is not disturbed.
+// Ten blockers' Hellos wait ahead of the peers (the budget is one a second,
+// first come first served within the uid), so the peers' Hellos are still
+// waiting when they misbehave, on any machine that sends a message within
+// ten seconds.
+TEST_F(DaemonServer, APeerThatSendsMoreWhileItsHelloWaitsIsDroppedWithoutAWelcome) {
+  DaemonProcess d(dir_, "max_connects_per_s = 1\n");
+  RawClient steady;
+  ASSERT_EQ(steady.connect(d.socket()), shm::ControlStatus::kOk);  // the uid's burst of one
+  const auto [st, acme] = steady.open("acme");
+  ASSERT_EQ(st, shm::ControlStatus::kOk);
+  const pid_t blockers = fork();
+  ASSERT_GE(blockers, 0);
+  if (blockers == 0) {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 10; ++i) {
+      threads.emplace_back([&] {
+        RawClient c;
+        (void)c.connect(d.socket());
+        pause();
+      });
+    }
+    for (auto& t : threads) t.join();
+    _exit(0);
+  }
+  ASSERT_TRUE(testing::waitUntil(
+      [&] { return daemonStatus(d.socket()).value("connects_waiting", 0u) >= 8; }, 30s,
+      "the blockers' Hellos waiting"));
+  for (const bool second_hello : {true, false}) {
+    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, d.socket().c_str(), sizeof addr.sun_path - 1);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    auto hello = shm::makeMessage<shm::HelloMessage>(1);
+    hello.layout_version = shm::kLayoutVersion;
+    ASSERT_EQ(send(fd, &hello, sizeof hello, 0), static_cast<ssize_t>(sizeof hello));
+    if (second_hello) {
+      auto again = shm::makeMessage<shm::HelloMessage>(2);
+      again.layout_version = shm::kLayoutVersion;
+      ASSERT_EQ(send(fd, &again, sizeof again, 0), static_cast<ssize_t>(sizeof again));
+    } else {
+      auto open = shm::makeMessage<shm::OpenTenantMessage>(2);
+      shm::setString(open.tenant, "acme");
+      ASSERT_EQ(send(fd, &open, sizeof open, 0), static_cast<ssize_t>(sizeof open));
+    }
+    char byte;
+    EXPECT_EQ(recv(fd, &byte, 1, 0), 0) << "dropped without a welcome";
+    close(fd);
+  }
+  // The steady client is served meanwhile; with the blockers gone, nothing
+  // waits and only it is connected.
+  ASSERT_TRUE(steady.submitWhenRoom(acme, 1, promptFor(1)));
+  const auto got = steady.collect(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, shm::encodeStatus(Status::kOk));
+  kill(blockers, SIGKILL);
+  int ws = 0;
+  waitpid(blockers, &ws, 0);
+  ASSERT_TRUE(testing::waitUntil(
+      [&] {
+        const nlohmann::json j = daemonStatus(d.socket());
+        return j.value("connects_waiting", 1u) == 0 && j.value("clients", 0u) == 1;
+      },
+      30s, "nothing waiting, one client"));
+  EXPECT_EQ(d.terminate(), 0);
+}
+
 TEST_F(DaemonServer, InvalidRequestsAreRejectedOneByOne) {
   DaemonProcess d(dir_);
   RawClient c;
