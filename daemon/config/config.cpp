@@ -6,6 +6,13 @@
 
 namespace fairsched::config {
 
+bool FleetConfig::sameBackend(const FleetConfig& o) const {
+  return url == o.url && mode == o.mode && auth == o.auth && sentinel_auth == o.sentinel_auth &&
+         tls_options == o.tls_options && connect_timeout_ms == o.connect_timeout_ms &&
+         command_timeout_ms == o.command_timeout_ms && lease == o.lease && hosts == o.hosts &&
+         on_backend_error == o.on_backend_error && key_prefix == o.key_prefix;
+}
+
 std::uint64_t EndpointConfig::resolvedQuantum() const {
   if (quantum != 0) return quantum;
   const bool perRequest = cost == CostModel::kRequests;
@@ -66,15 +73,9 @@ std::vector<std::string> reloadBlockers(const Config& running, const Config& nex
   differs(running.daemon.max_connects_per_s != next.daemon.max_connects_per_s,
           "daemon.max_connects_per_s");
   differs(running.daemon.state_dir != next.daemon.state_dir, "daemon.state_dir");
-  const auto fleetKey = [](const Config& c) {
-    if (!c.fleet) return std::string();
-    const FleetConfig& f = *c.fleet;
-    return f.url + '|' + std::to_string(f.connect_timeout_ms) + '|' +
-           std::to_string(f.command_timeout_ms) + '|' + std::to_string(f.lease) + '|' +
-           std::to_string(f.hosts) + '|' + std::to_string(static_cast<int>(f.on_backend_error)) +
-           '|' + f.key_prefix;
-  };
-  differs(fleetKey(running) != fleetKey(next), "fleet (the table and every key in it)");
+  differs(running.fleet.has_value() != next.fleet.has_value() ||
+              (running.fleet && !running.fleet->sameBackend(*next.fleet)),
+          "fleet (the table and every key in it)");
   differs(running.metrics.listen != next.metrics.listen ||
               running.metrics.allow_non_loopback != next.metrics.allow_non_loopback,
           "metrics.listen");

@@ -13,6 +13,7 @@
 #include <vector>
 #include "fairsched/error.hpp"
 
+#include "daemon/config/redis_url.hpp"
 #include "daemon/core/limit_spec.hpp"
 #include "daemon/core/scheduler_spec.hpp"
 #include "daemon/core/types.hpp"
@@ -212,12 +213,45 @@ enum class FleetErrorPolicy : std::uint8_t {
   kLocalShare,  // each fleet limit is enforced locally at amount / hosts
 };
 
+// How the fleet's Redis is laid out (docs/operations.md, "Fleet limits").
+enum class FleetMode : std::uint8_t {
+  kSingle,    // one server (a single server that answers MOVED is followed as a cluster)
+  kCluster,   // Redis Cluster: the URL's hosts are seed nodes
+  kSentinel,  // a master found through Sentinel: the URL's hosts are the sentinels
+};
+
+// TLS to the fleet's Redis (rediss:// URLs).
+struct FleetTlsConfig {
+  std::string ca_file;    // empty: the system trust store
+  std::string cert_file;  // client certificate (mutual TLS); with key_file
+  std::string key_file;
+  std::string server_name;            // SNI and the name verified; empty: the host of the address
+  bool insecure_skip_verify = false;  // tests only; logged loudly
+  bool operator==(const FleetTlsConfig&) const = default;
+};
+
+// A user and password for AUTH. The password may come from the URL, a file
+// (read again at every connection, so a rotated file is picked up) or an
+// environment variable (read when the config is).
+struct RedisAuthConfig {
+  std::string user;      // empty: the default user (AUTH password)
+  std::string password;  // secret: never logged or shown
+  std::string password_file;
+  bool operator==(const RedisAuthConfig&) const = default;
+};
+
 // [fleet]: the shared backend behind `scope = "fleet"` limits.
 struct FleetConfig {
-  std::string url;   // as written: redis://host:port or unix:///path
-  std::string host;  // TCP: host and port; empty for a unix socket
-  std::uint16_t port = 6379;
-  std::string unix_path;  // unix socket path; empty for TCP
+  std::string url;           // as written; may hold a password: show redacted_url
+  std::string redacted_url;  // url with its password replaced by ***
+  FleetMode mode = FleetMode::kSingle;
+  std::vector<RedisAddress> nodes;  // the URL's hosts: the server, cluster seeds or sentinels
+  bool tls = false;                 // rediss:// or rediss-sentinel://
+  std::uint32_t db = 0;
+  RedisAuthConfig auth;           // for the data nodes
+  RedisAuthConfig sentinel_auth;  // for the sentinels
+  std::string master_name;        // sentinel
+  FleetTlsConfig tls_options;
   std::uint64_t connect_timeout_ms = 100;
   std::uint64_t command_timeout_ms = 50;
   std::uint64_t lease = 0;  // cost units per lease; 0 = auto (see docs)
@@ -225,6 +259,9 @@ struct FleetConfig {
   FleetErrorPolicy on_backend_error = FleetErrorPolicy::kLocalShare;
   std::string key_prefix = "fairsched";
   std::uint32_t source_line = 0;
+
+  // Every setting but the source line, for "did [fleet] change" (secrets included).
+  bool sameBackend(const FleetConfig& o) const;
 };
 
 struct Config {

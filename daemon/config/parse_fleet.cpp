@@ -1,7 +1,10 @@
 // [fleet]: the shared backend behind `scope = "fleet"` limits
 // (docs/operations.md, "Fleet limits").
 #include <algorithm>
-#include <charconv>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,44 +23,131 @@ bool readBackend(ParseContext& ctx, const toml::node& n, const std::string& path
   return true;
 }
 
-// redis://host[:port] or unix:///absolute/path.
+// A Redis URL (daemon/config/redis_url.hpp). Messages never quote the
+// password: they show the redacted URL.
 bool readUrl(ParseContext& ctx, const toml::node& n, const std::string& path, FleetConfig& f) {
   if (!ctx.readString(n, path, f.url)) return false;
-  constexpr std::string_view kTcp = "redis://";
-  constexpr std::string_view kUnix = "unix://";
-  const std::string_view url = f.url;
-  if (url.substr(0, kUnix.size()) == kUnix) {
-    f.unix_path = std::string(url.substr(kUnix.size()));
-    if (f.unix_path.empty() || f.unix_path.front() != '/') {
-      return ctx.fail(n, path, "expected unix:///absolute/path, got " + quote(url));
-    }
-    if (f.unix_path.size() > 107) {
-      return ctx.fail(n, path, "a unix socket path holds at most 107 bytes");
-    }
-    return true;
+  f.redacted_url = redactedUrl(f.url);
+  auto parsed = parseRedisUrl(f.url);
+  if (auto* error = std::get_if<std::string>(&parsed)) {
+    return ctx.fail(n, path, *error + " in " + quote(f.redacted_url));
   }
-  if (url.substr(0, kTcp.size()) != kTcp) {
-    return ctx.fail(n, path, "expected redis://host:port or unix:///path, got " + quote(url));
+  RedisUrl& u = std::get<RedisUrl>(parsed);
+  f.nodes = std::move(u.hosts);
+  f.tls = u.tls;
+  f.db = u.db;
+  f.auth.user = std::move(u.user);
+  f.auth.password = std::move(u.password);
+  f.master_name = std::move(u.master_name);
+  if (u.sentinel) f.mode = FleetMode::kSentinel;
+  return true;
+}
+
+constexpr EnumName<FleetMode> kModes[] = {{"single", FleetMode::kSingle},
+                                          {"cluster", FleetMode::kCluster},
+                                          {"sentinel", FleetMode::kSentinel}};
+
+bool readMode(ParseContext& ctx, const toml::node& n, const std::string& path, FleetConfig& f) {
+  FleetMode mode = FleetMode::kSingle;
+  if (!ctx.readEnum(n, path, kModes, mode)) return false;
+  if ((mode == FleetMode::kSentinel) != (f.mode == FleetMode::kSentinel)) {
+    return ctx.fail(n, path,
+                    mode == FleetMode::kSentinel
+                        ? "mode = \"sentinel\" takes a redis-sentinel:// or rediss-sentinel:// url"
+                        : "a redis-sentinel:// url is mode = \"sentinel\"");
   }
-  std::string_view rest = url.substr(kTcp.size());
-  if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
-  std::string_view hostPart = rest;
-  if (const auto colon = rest.rfind(':'); colon != std::string_view::npos) {
-    hostPart = rest.substr(0, colon);
-    const std::string_view portText = rest.substr(colon + 1);
-    unsigned port = 0;
-    const auto [end, ec] =
-        std::from_chars(portText.data(), portText.data() + portText.size(), port);
-    if (ec != std::errc() || end != portText.data() + portText.size() || port == 0 ||
-        port > 65535) {
-      return ctx.fail(n, path, "invalid port " + quote(portText) + " in " + quote(url));
-    }
-    f.port = static_cast<std::uint16_t>(port);
+  f.mode = mode;
+  return true;
+}
+
+// A file the daemon must be able to read, checked now so --check-config
+// catches a wrong path or permission.
+bool readableFile(ParseContext& ctx, const toml::node& n, const std::string& path,
+                  std::string& out) {
+  if (!ctx.readString(n, path, out)) return false;
+  std::ifstream in(out);
+  if (!in) return ctx.fail(n, path, "cannot read " + quote(out) + ": " + std::strerror(errno));
+  return true;
+}
+
+template <RedisAuthConfig FleetConfig::*kAuth>
+bool readPasswordFile(ParseContext& ctx, const toml::node& n, const std::string& path,
+                      FleetConfig& f) {
+  RedisAuthConfig& auth = f.*kAuth;
+  if (!auth.password.empty()) {
+    return ctx.fail(n, path, "the password is given twice (the url or an environment variable)");
   }
-  if (hostPart.empty() || hostPart.find_first_of("/@ ") != std::string_view::npos) {
-    return ctx.fail(n, path, "expected redis://host:port, got " + quote(url));
+  if (!readableFile(ctx, n, path, auth.password_file)) return false;
+  if (readSecretFile(auth.password_file).empty()) {
+    return ctx.fail(n, path, quote(auth.password_file) + " is empty");
   }
-  f.host = std::string(hostPart);
+  return true;
+}
+
+template <RedisAuthConfig FleetConfig::*kAuth>
+bool readPasswordEnv(ParseContext& ctx, const toml::node& n, const std::string& path,
+                     FleetConfig& f) {
+  RedisAuthConfig& auth = f.*kAuth;
+  std::string name;
+  if (!ctx.readString(n, path, name)) return false;
+  if (!auth.password.empty() || !auth.password_file.empty()) {
+    return ctx.fail(n, path, "the password is given twice (the url or a password file)");
+  }
+  const char* value = std::getenv(name.c_str());
+  if (value == nullptr || *value == '\0') {
+    return ctx.fail(n, path, "the environment variable " + quote(name) + " is unset or empty");
+  }
+  auth.password = value;
+  return true;
+}
+
+template <RedisAuthConfig FleetConfig::*kAuth>
+bool readUser(ParseContext& ctx, const toml::node& n, const std::string& path, FleetConfig& f) {
+  RedisAuthConfig& auth = f.*kAuth;
+  if (!auth.user.empty()) return ctx.fail(n, path, "the user is given twice (the url)");
+  return ctx.readString(n, path, auth.user);
+}
+
+template <std::string FleetTlsConfig::*kFile>
+bool readTlsFile(ParseContext& ctx, const toml::node& n, const std::string& path, FleetConfig& f) {
+  if (!f.tls) return ctx.fail(n, path, "TLS settings take a rediss:// url");
+  return readableFile(ctx, n, path, f.tls_options.*kFile);
+}
+
+bool readServerName(ParseContext& ctx, const toml::node& n, const std::string& path,
+                    FleetConfig& f) {
+  if (!f.tls) return ctx.fail(n, path, "TLS settings take a rediss:// url");
+  return ctx.readString(n, path, f.tls_options.server_name);
+}
+
+bool readSkipVerify(ParseContext& ctx, const toml::node& n, const std::string& path,
+                    FleetConfig& f) {
+  if (!f.tls) return ctx.fail(n, path, "TLS settings take a rediss:// url");
+  return ctx.readBool(n, path, f.tls_options.insecure_skip_verify);
+}
+
+// What one key alone cannot say.
+bool checkTopology(ParseContext& ctx, const toml::node& table, const std::string& path,
+                   FleetConfig& f) {
+  const bool unixSocket = !f.nodes.empty() && !f.nodes.front().unix_path.empty();
+  if (f.tls_options.cert_file.empty() != f.tls_options.key_file.empty()) {
+    return ctx.fail(table, join(path, "tls_cert_file"),
+                    "a client certificate takes both tls_cert_file and tls_key_file");
+  }
+  if (f.mode == FleetMode::kCluster) {
+    if (unixSocket) return ctx.fail(table, join(path, "mode"), "a cluster is reached over TCP");
+    if (f.db != 0) return ctx.fail(table, join(path, "url"), "Redis Cluster has database 0 only");
+  }
+  if (f.mode != FleetMode::kSentinel && f.nodes.size() > 1 && f.mode != FleetMode::kCluster) {
+    return ctx.fail(table, join(path, "url"),
+                    "several hosts are a cluster's seeds: set mode = \"cluster\"");
+  }
+  if (f.mode != FleetMode::kSentinel &&
+      (!f.sentinel_auth.user.empty() || !f.sentinel_auth.password.empty() ||
+       !f.sentinel_auth.password_file.empty())) {
+    return ctx.fail(table, join(path, "sentinel_password_file"),
+                    "sentinel credentials take a redis-sentinel:// url");
+  }
   return true;
 }
 
@@ -97,12 +187,25 @@ constexpr EnumName<FleetErrorPolicy> kErrorPolicies[] = {
 constexpr KeyRule<FleetConfig> kFleetKeys[] = {
     {"backend", readBackend},
     {"url", readUrl, requiredKey},
+    {"mode", readMode},
+    {"username", readUser<&FleetConfig::auth>},
+    {"password_file", readPasswordFile<&FleetConfig::auth>},
+    {"password_env", readPasswordEnv<&FleetConfig::auth>},
+    {"sentinel_username", readUser<&FleetConfig::sentinel_auth>},
+    {"sentinel_password_file", readPasswordFile<&FleetConfig::sentinel_auth>},
+    {"sentinel_password_env", readPasswordEnv<&FleetConfig::sentinel_auth>},
+    {"tls_ca_file", readTlsFile<&FleetTlsConfig::ca_file>},
+    {"tls_cert_file", readTlsFile<&FleetTlsConfig::cert_file>},
+    {"tls_key_file", readTlsFile<&FleetTlsConfig::key_file>},
+    {"tls_server_name", readServerName},
+    {"tls_insecure_skip_verify", readSkipVerify},
     {"connect_timeout_ms", intKey<&FleetConfig::connect_timeout_ms, 1, 60'000>},
     {"command_timeout_ms", intKey<&FleetConfig::command_timeout_ms, 1, 60'000>},
     {"lease", readLease},
     {"hosts", intKey<&FleetConfig::hosts, 1, 100'000>},
     {"on_backend_error", enumKey<&FleetConfig::on_backend_error, kErrorPolicies>},
     {"key_prefix", readKeyPrefix},
+    {kTableCheck, checkTopology},
 };
 
 }  // namespace

@@ -164,6 +164,19 @@ void printStatus(const json& s) {
               << f.value("limits", 0ull) << " limits, " << f.value("leases_held", 0ull)
               << " held in leases, " << f.value("round_trips", 0ull) << " round trips, "
               << f.value("backend_failures", 0ull) << " failures\n";
+    std::cout << "          " << text(f, "topology", "single");
+    if (f.contains("nodes")) {
+      for (const json& n : f["nodes"]) {
+        std::cout << "  " << text(n, "address", "?");
+        if (n.contains("slots")) std::cout << " [" << text(n, "slots", "") << "]";
+      }
+    }
+    std::cout << ", " << f.value("redirects_moved", 0ull) << " MOVED, "
+              << f.value("redirects_ask", 0ull) << " ASK, " << f.value("failovers", 0ull)
+              << " failovers followed\n";
+    if (!text(f, "last_error", "").empty()) {
+      std::cout << "          last error: " << text(f, "last_error", "") << "\n";
+    }
   }
   const json& c = s["counters"];
   std::cout << "\nsubmissions " << c.value("submissions", 0ull) << ", completions "

@@ -54,15 +54,18 @@ FleetOptions fleetOptionsFrom(const config::FleetConfig& cfg) {
   return o;
 }
 
-std::unique_ptr<FleetLimiter> makeFleetLimiter(const config::FleetConfig& cfg) {
-  RedisEndpoint ep;
-  ep.host = cfg.host;
-  ep.port = cfg.port;
-  ep.unix_path = cfg.unix_path;
-  ep.connect_timeout = std::chrono::milliseconds(cfg.connect_timeout_ms);
-  ep.command_timeout = std::chrono::milliseconds(cfg.command_timeout_ms);
-  return std::make_unique<FleetLimiter>(fleetOptionsFrom(cfg),
-                                        std::make_unique<RedisBackend>(std::move(ep)));
+std::variant<std::unique_ptr<FleetLimiter>, std::string> makeFleetLimiter(
+    const config::FleetConfig& cfg) {
+  auto options = backendOptionsFrom(cfg);
+  if (auto* error = std::get_if<std::string>(&options)) return *error;
+  if (cfg.tls && cfg.tls_options.insecure_skip_verify) {
+    spdlog::warn(
+        "fleet: tls_insecure_skip_verify = true: the Redis server's certificate is NOT verified; "
+        "anyone on the path can read and change the fleet's counts. For tests only");
+  }
+  return std::make_unique<FleetLimiter>(
+      fleetOptionsFrom(cfg),
+      std::make_unique<RedisBackend>(std::get<RedisBackendOptions>(std::move(options))));
 }
 
 FleetLimiter::FleetLimiter(FleetOptions options, std::unique_ptr<LeaseBackend> backend,
@@ -193,6 +196,10 @@ void FleetLimiter::publish(bool transition) {
     breaker_state_ = st;
     breaker_counters_ = breaker_.counters();
     round_trips_ = backend_->roundTrips();
+    if (backend_->topologyVersion() != topology_version_) {
+      topology_version_ = backend_->topologyVersion();
+      topology_ = backend_->topology();
+    }
   }
   if (!transition) return;
   const char* policy =
@@ -259,6 +266,7 @@ bool FleetLimiter::serve(const EntryPtr& e) {
     {
       std::lock_guard lk(stats_mu_);
       backend_failures_++;
+      last_error_ = std::string(toString(failure->error)) + ": " + failure->message;
     }
     const bool changed = breaker_.onFailure(done);
     if (outage_since_ == kNever) {
@@ -275,6 +283,10 @@ bool FleetLimiter::serve(const EntryPtr& e) {
   }
   const LeaseReply& reply = std::get<LeaseReply>(result);
   const bool changed = breaker_.onSuccess(done);
+  {
+    std::lock_guard lk(stats_mu_);
+    last_error_.clear();
+  }
   {
     std::lock_guard lk(e->mu);
     if (order.want != 0) {
@@ -343,6 +355,16 @@ void FleetLimiter::sweep(std::vector<EntryPtr>& retry) {
 }
 
 void FleetLimiter::run() {
+  // One connection at start, so a wrong address, password or certificate is
+  // in the log (and in status) now, not at the first fleet-limited request.
+  // It does not count for the breaker: requests decide that.
+  if (auto failed = backend_->probe()) {
+    spdlog::error("fleet: cannot use the backend ({}): {}", toString(failed->error),
+                  failed->message);
+    std::lock_guard lk(stats_mu_);
+    last_error_ = std::string(toString(failed->error)) + ": " + failed->message;
+  }
+  publish(false);
   std::vector<EntryPtr> batch;
   std::vector<EntryPtr> retry;
   TimeNs next_sweep = env_.now() + options_.sweep_interval;
@@ -439,6 +461,8 @@ FleetStats FleetLimiter::stats() const {
   s.backend_failures = backend_failures_;
   s.breaker = breaker_state_;
   s.breaker_counters = breaker_counters_;
+  s.topology = topology_;
+  s.last_error = last_error_;
   return s;
 }
 

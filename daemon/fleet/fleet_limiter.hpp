@@ -33,6 +33,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "daemon/config/config.hpp"
@@ -74,6 +75,8 @@ struct FleetStats {
   BreakerState breaker = BreakerState::kClosed;
   BreakerCounters breaker_counters;
   bool degraded = false;
+  BackendTopology topology;  // where the data lives (Redis: the nodes and their slots)
+  std::string last_error;    // the last failure ("" after a success); never holds a secret
 };
 
 class FleetLimiter final : public core::FleetGate {
@@ -151,9 +154,14 @@ class FleetLimiter final : public core::FleetGate {
   std::uint64_t backend_calls_ = 0;
   std::uint64_t round_trips_ = 0;
   std::uint64_t backend_failures_ = 0;
+  std::uint64_t topology_version_ = ~std::uint64_t{0};
+  BackendTopology topology_;
+  std::string last_error_;
 };
 
-// A FleetLimiter on the Redis of `cfg` (not started).
-std::unique_ptr<FleetLimiter> makeFleetLimiter(const config::FleetConfig& cfg);
+// A FleetLimiter on the Redis of `cfg` (not started), or why none can be
+// made (a TLS file OpenSSL rejects).
+std::variant<std::unique_ptr<FleetLimiter>, std::string> makeFleetLimiter(
+    const config::FleetConfig& cfg);
 
 }  // namespace fairsched::fleet

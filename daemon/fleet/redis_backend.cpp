@@ -1,12 +1,12 @@
 #include "daemon/fleet/redis_backend.hpp"
 
 #include <hiredis/hiredis.h>
-#include <sys/time.h>
+#include <openssl/evp.h>
+#include <spdlog/spdlog.h>
 
-#include <array>
-#include <cerrno>
-#include <optional>
+#include <algorithm>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "daemon/core/sliding_window.hpp"
@@ -86,19 +86,58 @@ end
 return {granted, cur, retry, used + granted}
 )lua";
 
-timeval toTimeval(std::chrono::milliseconds ms) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
-  return tv;
+// Redirections, reloads and retries one call may follow before it gives up.
+constexpr int kMaxAttempts = 8;
+
+std::string sha1Hex(std::string_view text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  EVP_Digest(text.data(), text.size(), digest, &len, EVP_sha1(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
 }
 
-struct ReplyDeleter {
-  void operator()(redisReply* r) const {
-    if (r != nullptr) freeReplyObject(r);
+std::string_view words(const redisReply& r) {
+  return r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_STATUS
+             ? std::string_view(r.str, r.len)
+             : std::string_view();
+}
+
+const char* modeName(config::FleetMode m) {
+  switch (m) {
+    case config::FleetMode::kSingle:
+      return "single";
+    case config::FleetMode::kCluster:
+      return "cluster";
+    case config::FleetMode::kSentinel:
+      return "sentinel";
   }
-};
-using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+  return "?";
+}
+
+LeaseResult leaseReply(const redisReply& reply, const config::RedisAddress& at) {
+  if (reply.type != REDIS_REPLY_ARRAY || reply.elements != 4) {
+    return BackendFailure{BackendError::kReply,
+                          at.str() + ": unexpected reply to the lease script"};
+  }
+  for (std::size_t i = 0; i < 4; ++i) {
+    if (reply.element[i]->type != REDIS_REPLY_INTEGER) {
+      return BackendFailure{BackendError::kReply,
+                            at.str() + ": non-integer in the lease script's reply"};
+    }
+  }
+  LeaseReply out;
+  out.granted = static_cast<std::uint64_t>(std::max<long long>(0, reply.element[0]->integer));
+  out.bucket = reply.element[1]->integer;
+  out.retry_after = static_cast<TimeNs>(reply.element[2]->integer) * kNsPerUs;
+  out.used = static_cast<std::uint64_t>(std::max<long long>(0, reply.element[3]->integer));
+  return out;
+}
 
 }  // namespace
 
@@ -122,131 +161,380 @@ std::string limitKey(std::string_view prefix, std::string_view tenant, std::stri
   return key;
 }
 
-RedisBackend::RedisBackend(RedisEndpoint endpoint) : endpoint_(std::move(endpoint)) {}
-
-RedisBackend::~RedisBackend() {
-  disconnect();
+RedisBackendOptions RedisBackendOptions::from(const RedisEndpoint& endpoint) {
+  RedisBackendOptions o;
+  config::RedisAddress a;
+  a.host = endpoint.host;
+  a.port = endpoint.port;
+  a.unix_path = endpoint.unix_path;
+  o.nodes.push_back(std::move(a));
+  o.data.connect_timeout = endpoint.connect_timeout;
+  o.data.command_timeout = endpoint.command_timeout;
+  o.sentinel = o.data;
+  return o;
 }
+
+std::variant<RedisBackendOptions, std::string> backendOptionsFrom(const config::FleetConfig& cfg) {
+  RedisBackendOptions o;
+  o.mode = cfg.mode;
+  o.nodes = cfg.nodes;
+  o.master_name = cfg.master_name;
+  o.data.connect_timeout = std::chrono::milliseconds(cfg.connect_timeout_ms);
+  o.data.command_timeout = std::chrono::milliseconds(cfg.command_timeout_ms);
+  if (cfg.tls) {
+    auto tls = TlsContext::make(cfg.tls_options);
+    if (auto* error = std::get_if<std::string>(&tls)) return *error;
+    o.data.tls = std::get<std::shared_ptr<TlsContext>>(std::move(tls));
+  }
+  o.sentinel = o.data;
+  o.data.auth = cfg.auth;
+  o.data.db = cfg.db;
+  o.sentinel.auth = cfg.sentinel_auth;
+  return o;
+}
+
+RedisBackend::RedisBackend(RedisBackendOptions options)
+    : o_(std::move(options)), sha_(sha1Hex(kScript)), mode_(o_.mode) {
+  topo_.mode = modeName(mode_);
+  if (mode_ == config::FleetMode::kSingle && !o_.nodes.empty()) {
+    master_ = o_.nodes.front();
+    master_stale_ = false;
+  }
+}
+
+RedisBackend::~RedisBackend() = default;
 
 void RedisBackend::disconnect() {
-  if (ctx_ != nullptr) redisFree(ctx_);
-  ctx_ = nullptr;
+  for (auto& [address, conn] : conns_) closed_round_trips_ += conn.link->roundTrips();
+  conns_.clear();
+  slots_stale_ = true;
+  if (mode_ == config::FleetMode::kSentinel) master_stale_ = true;
 }
 
-std::optional<BackendFailure> RedisBackend::connect() {
-  if (ctx_ != nullptr) return std::nullopt;
-  const timeval connect_tv = toTimeval(endpoint_.connect_timeout);
-  redisContext* c =
-      endpoint_.unix_path.empty()
-          ? redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, connect_tv)
-          : redisConnectUnixWithTimeout(endpoint_.unix_path.c_str(), connect_tv);
-  if (c == nullptr) return BackendFailure{BackendError::kConnect, "cannot allocate a context"};
-  if (c->err != 0) {
-    BackendFailure f{BackendError::kConnect, c->errstr};
-    redisFree(c);
+std::uint64_t RedisBackend::roundTrips() const {
+  std::uint64_t n = closed_round_trips_;
+  for (const auto& [address, conn] : conns_) n += conn.link->roundTrips();
+  return n;
+}
+
+BackendTopology RedisBackend::topology() const {
+  BackendTopology t = topo_;
+  t.mode = modeName(mode_);
+  if (mode_ == config::FleetMode::kCluster) {
+    for (const config::RedisAddress& node : slots_.nodes()) {
+      std::vector<SlotRange> slots = slots_.slotsOf(node);
+      if (slots.empty()) continue;  // a master that lost its slots (failed over)
+      t.nodes.push_back({node.str(), std::move(slots), conns_.contains(node.str())});
+    }
+  } else if (master_) {
+    t.master = master_->str();
+    t.nodes.push_back({t.master, {}, conns_.contains(t.master)});
+  }
+  return t;
+}
+
+std::optional<BackendFailure> RedisBackend::probe() {
+  Target target = route(0);
+  if (auto* failed = std::get_if<BackendFailure>(&target)) return *failed;
+  const config::RedisAddress at = std::get<config::RedisAddress>(target);
+  auto conn = connection(at);
+  if (auto* failed = std::get_if<BackendFailure>(&conn)) return *failed;
+  // SCRIPT LOAD proves the route, the connection, AUTH and the user's right
+  // to the script in one round trip.
+  auto reply = std::get<Conn*>(conn)->link->command({"SCRIPT", "LOAD", kScript});
+  if (auto* failed = std::get_if<BackendFailure>(&reply)) {
+    lost(at);
+    return *failed;
+  }
+  const std::string_view error = errorText(*std::get<RedisReply>(reply));
+  if (!error.empty()) {
+    BackendFailure f{isAuthError(error) ? BackendError::kAuth : BackendError::kReply,
+                     at.str() + ": SCRIPT LOAD: " + std::string(error)};
+    lost(at);
     return f;
   }
-  if (redisSetTimeout(c, toTimeval(endpoint_.command_timeout)) != REDIS_OK) {
-    redisFree(c);
-    return BackendFailure{BackendError::kConnect, "cannot set the command timeout"};
-  }
-  ctx_ = c;
+  std::get<Conn*>(conn)->script_loaded = true;
   return std::nullopt;
 }
 
-LeaseResult RedisBackend::call(const LeaseCall& c) {
-  if (auto failed = connect()) return *failed;
+std::variant<RedisBackend::Conn*, BackendFailure> RedisBackend::connection(
+    const config::RedisAddress& at) {
+  const std::string key = at.str();
+  if (auto it = conns_.find(key); it != conns_.end()) return &it->second;
+  auto opened = RedisConnection::open(at, o_.data);
+  if (auto* failed = std::get_if<BackendFailure>(&opened)) {
+    lost(at);
+    return *failed;
+  }
+  Conn& c = conns_[key];
+  c.link = std::get<std::unique_ptr<RedisConnection>>(std::move(opened));
+  changed();
+  return &c;
+}
 
+void RedisBackend::lost(const config::RedisAddress& at) {
+  if (auto it = conns_.find(at.str()); it != conns_.end()) {
+    closed_round_trips_ += it->second.link->roundTrips();
+    conns_.erase(it);
+    changed();
+  }
+  if (mode_ == config::FleetMode::kCluster) slots_stale_ = true;
+  if (mode_ == config::FleetMode::kSentinel) master_stale_ = true;
+}
+
+std::optional<BackendFailure> RedisBackend::refreshSlots() {
+  std::vector<config::RedisAddress> candidates = slots_.nodes();
+  for (const config::RedisAddress& seed : o_.nodes) {
+    if (std::find(candidates.begin(), candidates.end(), seed) == candidates.end()) {
+      candidates.push_back(seed);
+    }
+  }
+  BackendFailure last{BackendError::kConnect, "no cluster node to ask"};
+  for (const config::RedisAddress& node : candidates) {
+    auto c = connection(node);
+    if (auto* failed = std::get_if<BackendFailure>(&c)) {
+      last = *failed;
+      continue;
+    }
+    auto reply = std::get<Conn*>(c)->link->command({"CLUSTER", "SLOTS"});
+    if (auto* failed = std::get_if<BackendFailure>(&reply)) {
+      last = *failed;
+      lost(node);
+      continue;
+    }
+    const redisReply& r = *std::get<RedisReply>(reply);
+    if (isAuthError(errorText(r))) {
+      return BackendFailure{BackendError::kAuth, node.str() + ": " + std::string(errorText(r))};
+    }
+    std::optional<SlotMap> map = SlotMap::fromClusterSlots(r, node);
+    if (!map) {
+      last = {BackendError::kReply,
+              node.str() + ": no slot map (" +
+                  (errorText(r).empty() ? "unexpected reply" : std::string(errorText(r))) + ")"};
+      continue;
+    }
+    if (!slots_.empty() && map->nodes() != slots_.nodes()) topo_.failovers++;
+    slots_ = std::move(*map);
+    slots_stale_ = false;
+    topo_.refreshes++;
+    changed();
+    // Connections to nodes that no longer serve slots (a failed master) go.
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      const auto& nodes = slots_.nodes();
+      const bool serves = std::any_of(nodes.begin(), nodes.end(), [&](const auto& n) {
+        return n.str() == it->first && !slots_.slotsOf(n).empty();
+      });
+      if (serves) {
+        ++it;
+      } else {
+        closed_round_trips_ += it->second.link->roundTrips();
+        it = conns_.erase(it);
+      }
+    }
+    return std::nullopt;
+  }
+  return last;
+}
+
+std::optional<BackendFailure> RedisBackend::discoverMaster() {
+  BackendFailure last{BackendError::kConnect, "no sentinel to ask"};
+  for (std::size_t i = 0; i < o_.nodes.size(); ++i) {
+    const config::RedisAddress sentinel = o_.nodes[i];
+    auto opened = RedisConnection::open(sentinel, o_.sentinel);
+    if (auto* failed = std::get_if<BackendFailure>(&opened)) {
+      last = *failed;
+      continue;
+    }
+    auto& link = std::get<std::unique_ptr<RedisConnection>>(opened);
+    auto reply = link->command({"SENTINEL", "get-master-addr-by-name", o_.master_name});
+    closed_round_trips_ += link->roundTrips();
+    if (auto* failed = std::get_if<BackendFailure>(&reply)) {
+      last = *failed;
+      continue;
+    }
+    const redisReply& r = *std::get<RedisReply>(reply);
+    if (r.type != REDIS_REPLY_ARRAY || r.elements != 2) {
+      last = {BackendError::kReply,
+              sentinel.str() + " knows no master " + o_.master_name +
+                  (errorText(r).empty() ? "" : ": " + std::string(errorText(r)))};
+      if (isAuthError(errorText(r))) last.error = BackendError::kAuth;
+      continue;
+    }
+    auto address = config::parseRedisAddress(
+        std::string(words(*r.element[0])) + ":" + std::string(words(*r.element[1])), 6379);
+    if (!std::holds_alternative<config::RedisAddress>(address)) {
+      last = {BackendError::kReply, sentinel.str() + " named a master that is no address"};
+      continue;
+    }
+    const auto master = std::get<config::RedisAddress>(std::move(address));
+    // A sentinel may still name a master that was demoted: ask the server itself.
+    auto c = connection(master);
+    if (auto* failed = std::get_if<BackendFailure>(&c)) {
+      last = *failed;
+      continue;
+    }
+    auto role = std::get<Conn*>(c)->link->command({"ROLE"});
+    if (auto* failed = std::get_if<BackendFailure>(&role)) {
+      last = *failed;
+      lost(master);
+      continue;
+    }
+    const redisReply& rr = *std::get<RedisReply>(role);
+    if (rr.type != REDIS_REPLY_ARRAY || rr.elements == 0 || words(*rr.element[0]) != "master") {
+      last = {BackendError::kReply,
+              master.str() + ", named by " + sentinel.str() + ", is not a master (yet)"};
+      lost(master);
+      continue;
+    }
+    if (master_ && *master_ != master) {
+      topo_.failovers++;
+      lost(*master_);
+      spdlog::warn("fleet: the sentinels' master {} is now {} (was {})", o_.master_name,
+                   master.str(), master_->str());
+    }
+    master_ = master;
+    master_stale_ = false;
+    topo_.refreshes++;
+    changed();
+    // The sentinel that answered is asked first next time.
+    std::rotate(o_.nodes.begin(), o_.nodes.begin() + static_cast<std::ptrdiff_t>(i),
+                o_.nodes.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    return std::nullopt;
+  }
+  return last;
+}
+
+RedisBackend::Target RedisBackend::route(std::uint16_t slot) {
+  if (mode_ == config::FleetMode::kCluster) {
+    if (slots_stale_ || slots_.empty()) {
+      if (auto failed = refreshSlots(); failed && slots_.empty()) return *failed;
+    }
+    if (const config::RedisAddress* node = slots_.nodeFor(slot)) return *node;
+    slots_stale_ = true;
+    return BackendFailure{BackendError::kReply,
+                          "no node serves slot " + std::to_string(slot) + " (cluster down?)"};
+  }
+  if (mode_ == config::FleetMode::kSentinel && (master_stale_ || !master_)) {
+    if (auto failed = discoverMaster()) return *failed;
+  }
+  if (!master_) return BackendFailure{BackendError::kConnect, "no server configured"};
+  return *master_;
+}
+
+void RedisBackend::followMoved(const Redirect& r) {
+  if (mode_ != config::FleetMode::kCluster) {
+    spdlog::warn(
+        "fleet: {} answered MOVED: it is a Redis Cluster node; following the cluster (write "
+        "mode = \"cluster\" in [fleet] to say so)",
+        master_ ? master_->str() : std::string("the server"));
+    mode_ = config::FleetMode::kCluster;
+    if (master_ && std::find(o_.nodes.begin(), o_.nodes.end(), *master_) == o_.nodes.end()) {
+      o_.nodes.push_back(*master_);
+    }
+    master_.reset();
+  }
+  topo_.moved++;
+  slots_.assign(r.slot, r.to);
+  slots_stale_ = true;  // one MOVED usually means more slots moved: fetch the map again
+  changed();
+}
+
+LeaseResult RedisBackend::call(const LeaseCall& c) {
   const TimeNs window_us = std::max<TimeNs>(1, c.window / kNsPerUs);
   const TimeNs width_us =
       (window_us + core::SlidingWindow::kSubBuckets - 1) / core::SlidingWindow::kSubBuckets;
-  std::vector<std::string> args;
-  args.reserve(10 + 2 * c.returns.size());
-  args.emplace_back("EVALSHA");
-  args.emplace_back(sha_);
-  args.emplace_back("1");
-  args.emplace_back(c.key);
-  args.push_back(std::to_string(c.limit));
-  args.push_back(std::to_string(window_us));
-  args.push_back(std::to_string(width_us));
-  args.push_back(std::to_string(c.want));
-  args.push_back(std::to_string(std::max<std::uint64_t>(1, c.min)));
-  args.push_back(std::to_string(c.returns.size()));
+  RedisCommand eval;
+  eval.reserve(10 + 2 * c.returns.size());
+  eval.emplace_back("EVALSHA");
+  eval.push_back(sha_);
+  eval.emplace_back("1");
+  eval.emplace_back(c.key);
+  eval.push_back(std::to_string(c.limit));
+  eval.push_back(std::to_string(window_us));
+  eval.push_back(std::to_string(width_us));
+  eval.push_back(std::to_string(c.want));
+  eval.push_back(std::to_string(std::max<std::uint64_t>(1, c.min)));
+  eval.push_back(std::to_string(c.returns.size()));
   for (const LeaseReturn& r : c.returns) {
-    args.push_back(std::to_string(r.bucket));
-    args.push_back(std::to_string(r.amount));
+    eval.push_back(std::to_string(r.bucket));
+    eval.push_back(std::to_string(r.amount));
   }
-  std::vector<const char*> argv;
-  std::vector<std::size_t> lens;
-  auto run = [&](std::size_t first, std::size_t count) -> Reply {
-    argv.clear();
-    lens.clear();
-    for (std::size_t i = first; i < first + count; ++i) {
-      argv.push_back(args[i].data());
-      lens.push_back(args[i].size());
-    }
-    round_trips_++;
-    return Reply(static_cast<redisReply*>(
-        redisCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data())));
-  };
-  auto ioFailure = [&]() -> LeaseResult {
-    BackendFailure f{BackendError::kIo, ctx_->err != 0 ? ctx_->errstr : "no reply"};
-    if (ctx_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      f.message = "no reply within " + std::to_string(endpoint_.command_timeout.count()) + " ms";
-    }
-    disconnect();
-    return f;
-  };
 
-  Reply reply;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    if (sha_.empty()) {
-      const std::array<std::string, 3> load{"SCRIPT", "LOAD", kScript};
-      std::array<const char*, 3> largv{load[0].data(), load[1].data(), load[2].data()};
-      std::array<std::size_t, 3> llen{load[0].size(), load[1].size(), load[2].size()};
-      round_trips_++;
-      Reply loaded(static_cast<redisReply*>(redisCommandArgv(ctx_, 3, largv.data(), llen.data())));
-      if (!loaded) return ioFailure();
-      if (loaded->type != REDIS_REPLY_STRING) {
-        BackendFailure f{
-            BackendError::kReply,
-            std::string("SCRIPT LOAD: ") +
-                (loaded->type == REDIS_REPLY_ERROR ? loaded->str : "unexpected reply")};
-        disconnect();
+  const std::uint16_t slot = keySlot(c.key);
+  std::optional<config::RedisAddress> ask;  // this call only: the slot is being imported there
+  std::string why = "too many redirections";
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    Target target = ask ? Target(*ask) : route(slot);
+    if (auto* failed = std::get_if<BackendFailure>(&target)) return *failed;
+    const config::RedisAddress at = std::get<config::RedisAddress>(target);
+    auto conn = connection(at);
+    if (auto* failed = std::get_if<BackendFailure>(&conn)) return *failed;
+    Conn& link = *std::get<Conn*>(conn);
+
+    std::vector<RedisCommand> commands;
+    const bool load = !link.script_loaded;
+    if (load) commands.push_back({"SCRIPT", "LOAD", kScript});
+    if (ask) commands.push_back({"ASKING"});
+    commands.push_back(eval);
+    auto replies = link.link->pipeline(commands);
+    if (auto* failed = std::get_if<BackendFailure>(&replies)) {
+      lost(at);
+      return *failed;
+    }
+    const auto& got = std::get<std::vector<RedisReply>>(replies);
+    if (load) {
+      const std::string_view error = errorText(*got.front());
+      if (!error.empty()) {
+        BackendFailure f{isAuthError(error) ? BackendError::kAuth : BackendError::kReply,
+                         at.str() + ": SCRIPT LOAD: " + std::string(error)};
+        lost(at);
         return f;
       }
-      sha_.assign(loaded->str, loaded->len);
-      args[1] = sha_;
+      link.script_loaded = true;
     }
-    reply = run(0, args.size());
-    if (!reply) return ioFailure();
-    if (reply->type == REDIS_REPLY_ERROR &&
-        std::string_view(reply->str, reply->len).substr(0, 8) == "NOSCRIPT") {
-      sha_.clear();  // the server lost its scripts (restart, SCRIPT FLUSH): load again
+    const redisReply& reply = *got.back();
+    const std::string_view error = errorText(reply);
+    if (error.empty()) {
+      LeaseResult out = leaseReply(reply, at);
+      if (std::holds_alternative<BackendFailure>(out)) lost(at);
+      return out;
+    }
+    why = at.str() + ": " + std::string(error);
+    if (error.starts_with("NOSCRIPT")) {  // the server lost its scripts (restart, SCRIPT FLUSH)
+      link.script_loaded = false;
       continue;
     }
-    break;
-  }
-  if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 4) {
-    BackendFailure f{BackendError::kReply,
-                     reply && reply->type == REDIS_REPLY_ERROR
-                         ? std::string(reply->str, reply->len)
-                         : std::string("unexpected reply to the lease script")};
-    disconnect();
+    if (std::optional<Redirect> r = parseRedirect(error, at)) {
+      if (r->kind == Redirect::Kind::kMoved) {
+        followMoved(*r);
+        ask.reset();
+      } else {
+        topo_.ask++;
+        changed();
+        ask = r->to;
+      }
+      continue;
+    }
+    ask.reset();
+    if (error.starts_with("TRYAGAIN") || error.starts_with("CLUSTERDOWN")) {
+      // A slot in the middle of a move, or a cluster electing a new master:
+      // a short pause, bounded by the command timeout over all attempts.
+      topo_.retried++;
+      changed();
+      if (error.starts_with("CLUSTERDOWN")) slots_stale_ = true;
+      std::this_thread::sleep_for(o_.data.command_timeout / kMaxAttempts);
+      continue;
+    }
+    if (error.starts_with("READONLY") || error.starts_with("MASTERDOWN")) {
+      lost(at);  // a demoted master: ask the sentinels (or the cluster) again
+      if (mode_ == config::FleetMode::kSingle) break;
+      continue;
+    }
+    BackendFailure f{isAuthError(error) ? BackendError::kAuth : BackendError::kReply, why};
+    lost(at);
     return f;
   }
-  for (std::size_t i = 0; i < 4; ++i) {
-    if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
-      disconnect();
-      return BackendFailure{BackendError::kReply, "non-integer in the lease script's reply"};
-    }
-  }
-  LeaseReply out;
-  out.granted = static_cast<std::uint64_t>(std::max<long long>(0, reply->element[0]->integer));
-  out.bucket = reply->element[1]->integer;
-  out.retry_after = static_cast<TimeNs>(reply->element[2]->integer) * kNsPerUs;
-  out.used = static_cast<std::uint64_t>(std::max<long long>(0, reply->element[3]->integer));
-  return out;
+  return BackendFailure{BackendError::kReply, why};
 }
 
 }  // namespace fairsched::fleet

@@ -258,6 +258,8 @@ void renderFleet(const fleet::FleetStats& f, Families& out) {
        static_cast<std::uint64_t>(f.breaker)},
       {"fairsched_fleet_leases_held", "Fleet budget held locally in leases (cost units)",
        f.leases_held},
+      {"fairsched_fleet_nodes", "Redis servers the fleet's keys live on (a cluster's masters)",
+       f.topology.nodes.size()},
   };
   const Scalar counters[] = {
       {"fairsched_fleet_backend_calls_total", "Lease script calls to the fleet backend",
@@ -273,9 +275,22 @@ void renderFleet(const fleet::FleetStats& f, Families& out) {
       {"fairsched_fleet_degraded_rejected_total",
        "Rejections past the leases held while the backend was down (fail_closed, local_share)",
        f.degraded_rejected},
+      {"fairsched_fleet_topology_refreshes_total",
+       "Slot maps fetched from the cluster, or masters asked of the sentinels",
+       f.topology.refreshes},
+      {"fairsched_fleet_failovers_total",
+       "Times the fleet's master changed (sentinel) or the cluster's set of masters did",
+       f.topology.failovers},
+      {"fairsched_fleet_retries_total", "TRYAGAIN and CLUSTERDOWN answers retried",
+       f.topology.retried},
   };
   renderScalars(MetricType::Gauge, gauges, out);
   renderScalars(MetricType::Counter, counters, out);
+  auto redirects = family("fairsched_fleet_redirects_total",
+                          "Redis Cluster redirections followed, by kind", MetricType::Counter);
+  add(redirects, Labels{{"kind", "moved"}}, static_cast<double>(f.topology.moved));
+  add(redirects, Labels{{"kind", "ask"}}, static_cast<double>(f.topology.ask));
+  out.push_back(std::move(redirects));
 }
 
 void renderBuild(Families& out) {

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/fleet/redis_topology.hpp"
+
 namespace fairsched::daemon {
 
 using nlohmann::json;
@@ -30,7 +32,23 @@ json serverStatsJson(const ServerStats& s, std::span<const std::string> endpoint
 }
 
 json fleetStatsJson(const fleet::FleetStats& f, std::string_view backend) {
+  const fleet::BackendTopology& t = f.topology;
+  json nodes = json::array();
+  for (const fleet::BackendNode& n : t.nodes) {
+    json node = {{"address", n.address}, {"connected", n.connected}};
+    if (!n.slots.empty()) node["slots"] = fleet::formatSlots(n.slots);
+    nodes.push_back(std::move(node));
+  }
   return {{"backend", std::string(backend)},
+          {"topology", t.mode},
+          {"master", t.master},
+          {"nodes", std::move(nodes)},
+          {"redirects_moved", t.moved},
+          {"redirects_ask", t.ask},
+          {"retried", t.retried},
+          {"topology_refreshes", t.refreshes},
+          {"failovers", t.failovers},
+          {"last_error", f.last_error},
           {"breaker", fleet::toString(f.breaker)},
           {"degraded", f.degraded},
           {"limits", f.limits},

@@ -50,7 +50,11 @@ Result<std::unique_ptr<Server>> Server::create(const config::Config& cfg,
   }
   std::unique_ptr<Server> s(new Server(cfg, config::buildSchedulerSpec(cfg), env));
   if (cfg.fleet) {  // its thread inherits the signal mask set above
-    s->fleet_ = fleet::makeFleetLimiter(*cfg.fleet);
+    auto fleet = fleet::makeFleetLimiter(*cfg.fleet);
+    if (auto* error = std::get_if<std::string>(&fleet)) {
+      return Error{Errc::kConfig, "fleet: " + *error};
+    }
+    s->fleet_ = std::get<std::unique_ptr<fleet::FleetLimiter>>(std::move(fleet));
     s->sched_.setFleetGate(s->fleet_.get());
     s->fleet_->start();
   }

@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "daemon/fleet/redis_topology.hpp"
 #include "daemon/metrics/stats_json.hpp"
 #include "daemon/server/server.hpp"
 #include "fairsched/name.hpp"
@@ -268,7 +269,8 @@ std::string Server::statusJson() const {
     worker_endpoint.push_back(isWorkerEndpoint(e));
   }
   j.update(serverStatsJson(stats_, endpoint_names, worker_endpoint));
-  if (fleet_) j["fleet"] = fleetStatsJson(fleet_->stats(), cfg_.fleet ? cfg_.fleet->url : "");
+  if (fleet_)
+    j["fleet"] = fleetStatsJson(fleet_->stats(), cfg_.fleet ? cfg_.fleet->redacted_url : "");
   return dumpJson(j);
 }
 
@@ -311,6 +313,10 @@ std::string Server::tenantsJson(std::uint32_t limit, std::string_view only) {
                     busier);
   rows.resize(keep);
 
+  // Where each tenant's fleet limits live: a cluster keeps all of a tenant's
+  // keys in the slot of its hash tag.
+  const std::optional<fleet::FleetStats> fleet =
+      fleet_ ? std::optional(fleet_->stats()) : std::nullopt;
   json out = json::array();
   for (const Row& r : rows) {
     const core::TenantTable::Entry& entry = table[r.tenant];
@@ -356,6 +362,7 @@ std::string Server::tenantsJson(std::uint32_t limit, std::string_view only) {
          {"cancelled", st.cancelled},
          {"tokens_served", st.tokens_served},
          {"limits", std::move(limits)}});
+    if (fleet) out.back()["fleet_node"] = fleet::nodeOfKey(fleet->topology, "{" + entry.name + "}");
   }
   return dumpJson(
       json{{"total_rows", total}, {"truncated", keep < total}, {"tenants", std::move(out)}});

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -1395,9 +1396,14 @@ TEST(ConfigFleet, AbsentFleetTableLeavesItUnset) {
 TEST(ConfigFleet, DefaultsApplyToAMinimalTable) {
   const Config cfg = parsedOk(withBase(kFleet));
   ASSERT_TRUE(cfg.fleet.has_value());
-  EXPECT_EQ(cfg.fleet->host, "127.0.0.1");
-  EXPECT_EQ(cfg.fleet->port, 6380);
-  EXPECT_EQ(cfg.fleet->unix_path, "");
+  ASSERT_EQ(cfg.fleet->nodes.size(), 1u);
+  EXPECT_EQ(cfg.fleet->nodes[0].host, "127.0.0.1");
+  EXPECT_EQ(cfg.fleet->nodes[0].port, 6380);
+  EXPECT_EQ(cfg.fleet->nodes[0].unix_path, "");
+  EXPECT_EQ(cfg.fleet->mode, FleetMode::kSingle);
+  EXPECT_FALSE(cfg.fleet->tls);
+  EXPECT_EQ(cfg.fleet->auth, RedisAuthConfig{});
+  EXPECT_EQ(cfg.fleet->db, 0u);
   EXPECT_EQ(cfg.fleet->connect_timeout_ms, 100u);
   EXPECT_EQ(cfg.fleet->command_timeout_ms, 50u);
   EXPECT_EQ(cfg.fleet->lease, 0u);
@@ -1419,8 +1425,9 @@ on_backend_error = "fail_closed"
 key_prefix = "fs-prod"
 )"));
   ASSERT_TRUE(cfg.fleet.has_value());
-  EXPECT_EQ(cfg.fleet->unix_path, "/run/redis/redis.sock");
-  EXPECT_EQ(cfg.fleet->host, "");
+  ASSERT_EQ(cfg.fleet->nodes.size(), 1u);
+  EXPECT_EQ(cfg.fleet->nodes[0].unix_path, "/run/redis/redis.sock");
+  EXPECT_EQ(cfg.fleet->nodes[0].host, "");
   EXPECT_EQ(cfg.fleet->connect_timeout_ms, 200u);
   EXPECT_EQ(cfg.fleet->command_timeout_ms, 40u);
   EXPECT_EQ(cfg.fleet->lease, 250u);
@@ -1431,8 +1438,8 @@ key_prefix = "fs-prod"
 
 TEST(ConfigFleet, PortDefaultsTo6379) {
   const Config cfg = parsedOk(withBase("[fleet]\nurl = \"redis://redis.internal\"\n"));
-  EXPECT_EQ(cfg.fleet->host, "redis.internal");
-  EXPECT_EQ(cfg.fleet->port, 6379);
+  EXPECT_EQ(cfg.fleet->nodes.at(0).host, "redis.internal");
+  EXPECT_EQ(cfg.fleet->nodes.at(0).port, 6379);
 }
 
 TEST(ConfigFleet, LeaseAutoIsZero) {
@@ -1451,8 +1458,10 @@ TEST(ConfigFleet, UnknownBackendIsRejected) {
 }
 
 TEST(ConfigFleet, UrlWithUnknownSchemeIsRejected) {
-  EXPECT_EQ(errorOf(withBase("[fleet]\nurl = \"http://x:1\"\n")),
-            "cfg.toml:12: fleet.url: expected redis://host:port or unix:///path, got 'http://x:1'");
+  EXPECT_EQ(
+      errorOf(withBase("[fleet]\nurl = \"http://x:1\"\n")),
+      "cfg.toml:12: fleet.url: unknown scheme 'http': expected redis, rediss, redis-sentinel, "
+      "rediss-sentinel or unix in 'http://x:1'");
 }
 
 TEST(ConfigFleet, UrlWithBadPortIsRejected) {
@@ -1462,7 +1471,108 @@ TEST(ConfigFleet, UrlWithBadPortIsRejected) {
 
 TEST(ConfigFleet, RelativeUnixPathIsRejected) {
   EXPECT_EQ(errorOf(withBase("[fleet]\nurl = \"unix://redis.sock\"\n")),
-            "cfg.toml:12: fleet.url: expected unix:///absolute/path, got 'unix://redis.sock'");
+            "cfg.toml:12: fleet.url: expected unix:///absolute/path in 'unix://redis.sock'");
+}
+
+TEST(ConfigFleet, UserPasswordAndDatabaseComeFromTheUrlAndThePasswordIsNeverShown) {
+  const Config cfg =
+      parsedOk(withBase("[fleet]\nurl = \"redis://app:s%40cret@10.0.0.1:6380/2\"\n"));
+  EXPECT_EQ(cfg.fleet->auth.user, "app");
+  EXPECT_EQ(cfg.fleet->auth.password, "s@cret");
+  EXPECT_EQ(cfg.fleet->db, 2u);
+  EXPECT_EQ(cfg.fleet->redacted_url, "redis://app:***@10.0.0.1:6380/2");
+  const std::string error = errorOf(withBase("[fleet]\nurl = \"redis://app:hunter2@x:99999\"\n"));
+  EXPECT_EQ(error, "cfg.toml:12: fleet.url: invalid port '99999' in 'redis://app:***@x:99999'");
+}
+
+TEST(ConfigFleet, PasswordFileMustBeReadableAndIsReadAtEveryConnect) {
+  const std::string dir = ::testing::TempDir();
+  const std::string path = dir + "/fleet-password";
+  { std::ofstream(path) << "pw-1\n"; }
+  const Config cfg = parsedOk(
+      withBase(std::string(kFleet) + "username = \"app\"\npassword_file = \"" + path + "\"\n"));
+  EXPECT_EQ(cfg.fleet->auth.user, "app");
+  EXPECT_EQ(cfg.fleet->auth.password, "");  // not copied: read when connecting
+  EXPECT_EQ(cfg.fleet->auth.password_file, path);
+  EXPECT_EQ(readSecretFile(path), "pw-1");
+  EXPECT_EQ(errorOf(withBase(std::string(kFleet) + "password_file = \"/nonexistent/pw\"\n")),
+            "cfg.toml:13: fleet.password_file: cannot read '/nonexistent/pw': No such file or "
+            "directory");
+  EXPECT_EQ(
+      errorOf(withBase("[fleet]\nurl = \"redis://:pw@x\"\npassword_file = \"" + path + "\"\n")),
+      "cfg.toml:13: fleet.password_file: the password is given twice (the url or an "
+      "environment variable)");
+}
+
+TEST(ConfigFleet, PasswordEnvMustBeSet) {
+  ::setenv("FAIRSCHED_TEST_REDIS_PW", "from-env", 1);
+  const Config cfg =
+      parsedOk(withBase(std::string(kFleet) + "password_env = \"FAIRSCHED_TEST_REDIS_PW\"\n"));
+  EXPECT_EQ(cfg.fleet->auth.password, "from-env");
+  ::unsetenv("FAIRSCHED_TEST_REDIS_PW");
+  EXPECT_EQ(errorOf(withBase(std::string(kFleet) + "password_env = \"FAIRSCHED_TEST_REDIS_PW\"\n")),
+            "cfg.toml:13: fleet.password_env: the environment variable 'FAIRSCHED_TEST_REDIS_PW' "
+            "is unset or empty");
+}
+
+TEST(ConfigFleet, TlsSettingsTakeARedissUrl) {
+  const std::string ca = ::testing::TempDir() + "/fleet-ca.crt";
+  { std::ofstream(ca) << "not checked by the config, only that it can be read\n"; }
+  const Config cfg =
+      parsedOk(withBase("[fleet]\nurl = \"rediss://redis.example:6380\"\n"
+                        "tls_ca_file = \"" +
+                        ca +
+                        "\"\n"
+                        "tls_server_name = \"redis.internal\"\n"));
+  EXPECT_TRUE(cfg.fleet->tls);
+  EXPECT_EQ(cfg.fleet->tls_options.ca_file, ca);
+  EXPECT_EQ(cfg.fleet->tls_options.server_name, "redis.internal");
+  EXPECT_FALSE(cfg.fleet->tls_options.insecure_skip_verify);
+  EXPECT_EQ(errorOf(withBase(std::string(kFleet) + "tls_ca_file = \"" + ca + "\"\n")),
+            "cfg.toml:13: fleet.tls_ca_file: TLS settings take a rediss:// url");
+  EXPECT_EQ(errorOf(withBase("[fleet]\nurl = \"rediss://x\"\ntls_cert_file = \"" + ca + "\"\n")),
+            "cfg.toml:11: fleet.tls_cert_file: a client certificate takes both tls_cert_file and "
+            "tls_key_file");
+}
+
+TEST(ConfigFleet, SeveralHostsAreAClustersSeeds) {
+  const Config cfg = parsedOk(
+      withBase("[fleet]\nurl = \"rediss://a:7000,b:7001,[::1]:7002\"\nmode = \"cluster\"\n"));
+  EXPECT_EQ(cfg.fleet->mode, FleetMode::kCluster);
+  ASSERT_EQ(cfg.fleet->nodes.size(), 3u);
+  EXPECT_EQ(cfg.fleet->nodes[1].str(), "b:7001");
+  EXPECT_EQ(cfg.fleet->nodes[2].str(), "[::1]:7002");
+  EXPECT_EQ(errorOf(withBase("[fleet]\nurl = \"redis://a:7000,b:7001\"\n")),
+            "cfg.toml:11: fleet.url: several hosts are a cluster's seeds: set mode = \"cluster\"");
+  EXPECT_EQ(errorOf(withBase("[fleet]\nurl = \"redis://a:7000/3\"\nmode = \"cluster\"\n")),
+            "cfg.toml:11: fleet.url: Redis Cluster has database 0 only");
+}
+
+TEST(ConfigFleet, ASentinelUrlNamesTheSentinelsAndTheMaster) {
+  const Config cfg =
+      parsedOk(withBase("[fleet]\nurl = \"redis-sentinel://:pw@s1,s2:26380#mymaster\"\n"));
+  EXPECT_EQ(cfg.fleet->mode, FleetMode::kSentinel);
+  EXPECT_EQ(cfg.fleet->master_name, "mymaster");
+  ASSERT_EQ(cfg.fleet->nodes.size(), 2u);
+  EXPECT_EQ(cfg.fleet->nodes[0].port, 26379);
+  EXPECT_EQ(cfg.fleet->nodes[1].port, 26380);
+  EXPECT_EQ(cfg.fleet->auth.password, "pw");
+  EXPECT_EQ(errorOf(withBase("[fleet]\nurl = \"redis-sentinel://s1\"\n")),
+            "cfg.toml:12: fleet.url: a redis-sentinel:// URL names its master after '#' in "
+            "'redis-sentinel://s1'");
+  EXPECT_EQ(errorOf(withBase("[fleet]\nurl = \"redis-sentinel://s1#m\"\nmode = \"cluster\"\n")),
+            "cfg.toml:13: fleet.mode: a redis-sentinel:// url is mode = \"sentinel\"");
+  EXPECT_EQ(errorOf(withBase(std::string(kFleet) + "sentinel_password_env = \"HOME\"\n")),
+            "cfg.toml:11: fleet.sentinel_password_file: sentinel credentials take a "
+            "redis-sentinel:// url");
+}
+
+TEST(ConfigFleet, ChangingTheBackendIsARestart) {
+  const Config a = parsedOk(withBase("[fleet]\nurl = \"redis://:one@x\"\n"));
+  const Config b = parsedOk(withBase("[fleet]\nurl = \"redis://:two@x\"\n"));
+  EXPECT_FALSE(a.fleet->sameBackend(*b.fleet));
+  EXPECT_TRUE(
+      a.fleet->sameBackend(*parsedOk(withBase("[fleet]\nurl = \"redis://:one@x\"\n")).fleet));
 }
 
 TEST(ConfigFleet, ZeroCommandTimeoutIsRejected) {
