@@ -159,6 +159,12 @@ int main(int argc, char** argv) {
   app.add_option("--load-slack", options.load_slack,
                  "replay --replicas: prefix routing's load bound, (1 + slack) x the mean")
       ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--topology", options.topology,
+                 "fleet: the Redis to run against, started by the run (the single plain server "
+                 "is measured beside it as the baseline)")
+      ->check(CLI::IsMember({"single", "cluster", "sentinel"}));
+  app.add_flag("--tls", options.tls,
+               "fleet: the topology over TLS (certificates made for the run)");
   app.footer("scenarios:\n" + availableList());
   try {
     app.parse(argc, argv);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench/fleet_hammer.hpp"
+#include "bench/fleet_topology.hpp"
 #include "bench/stats.hpp"
 #include "daemon/core/rate_limiter.hpp"
 #include "daemon/fleet/fleet_limiter.hpp"
@@ -31,23 +32,14 @@ TimeNs now() {
   return daemon::monotonicNow();
 }
 
-fleet::RedisEndpoint endpointOf(const testing::RedisServer& redis) {
-  fleet::RedisEndpoint ep;
-  ep.host = "127.0.0.1";
-  ep.port = redis.port();
-  ep.connect_timeout = std::chrono::milliseconds(100);
-  ep.command_timeout = std::chrono::milliseconds(50);
-  return ep;
-}
-
-std::unique_ptr<FleetLimiter> makeLimiter(const testing::RedisServer& redis, std::uint64_t lease,
+std::unique_ptr<FleetLimiter> makeLimiter(const FleetTarget& target, std::uint64_t lease,
                                           const std::string& prefix) {
   fleet::FleetOptions o;
   o.key_prefix = prefix;
   o.lease = lease;
   o.on_backend_error = config::FleetErrorPolicy::kFailClosed;
-  auto l =
-      std::make_unique<FleetLimiter>(o, std::make_unique<fleet::RedisBackend>(endpointOf(redis)));
+  auto l = std::make_unique<FleetLimiter>(
+      o, std::make_unique<fleet::RedisBackend>(target.backendOptions()));
   l->start();
   return l;
 }
@@ -92,7 +84,7 @@ struct Overshoot {
 
 // Two limiters on one Redis, each hammered by its own thread, under a binding
 // fleet limit; the largest count admitted in any window of its length.
-Overshoot measureOvershoot(const testing::RedisServer& redis, TimeNs run) {
+Overshoot measureOvershoot(const FleetTarget& redis, TimeNs run) {
   Overshoot o;
   o.limit = 50'000;
   o.lease = 250;
@@ -110,40 +102,30 @@ Overshoot measureOvershoot(const testing::RedisServer& redis, TimeNs run) {
   return o;
 }
 
-}  // namespace
+// A limit that never binds in these runs: what is measured is the cost of
+// counting, not rejections.
+const core::LimitSpec kFleetSpec{core::LimitUnit::kRequests, 1'000'000'000'000, kMinute,
+                                 core::LimitScope::kFleet};
 
-ScenarioResult runFleetScenario(const ScenarioOptions& options) {
-  auto started = testing::RedisServer::start();
-  if (auto* why = std::get_if<std::string>(&started)) {
-    return ScenarioError{"cannot start a redis-server: " + *why};
-  }
-  const auto redis = std::move(std::get<std::unique_ptr<testing::RedisServer>>(started));
-  const std::uint64_t decisions = options.quick ? 400'000 : 5'000'000;
-  const std::uint64_t naive_calls = options.quick ? 2'000 : 20'000;
-  const TimeNs overshoot_run = options.quick ? 1500 * kNsPerMs : 4 * kNsPerSec;
+struct FleetRun {
+  Throughput limiter;
+  double roundtrip_fraction = 1.0;
+  std::uint64_t round_trips = 0;
+  double naive_per_s = 0;  // one synchronous script call per admission
+};
 
-  // A limit that never binds in these runs: what is measured is the cost of
-  // counting, not rejections.
-  const std::vector<core::LimitSpec> host_specs{
-      {core::LimitUnit::kRequests, 1'000'000'000'000, kMinute, core::LimitScope::kHost}};
-  const std::vector<core::LimitSpec> fleet_specs{
-      {core::LimitUnit::kRequests, 1'000'000'000'000, kMinute, core::LimitScope::kFleet}};
-
-  // host
-  std::vector<std::unique_ptr<core::KeyLimiter>> host;
-  for (std::size_t i = 0; i < kTenants; ++i) {
-    host.push_back(std::make_unique<core::KeyLimiter>(host_specs));
-  }
-  drive(host, decisions / 10);  // warm up
-  const Throughput host_t = drive(host, decisions);
-
-  // fleet
-  auto limiter = makeLimiter(*redis, kLease, "bench");
+// Fleet admissions through a FleetLimiter on `target`, then the naive design
+// on the same target.
+std::variant<FleetRun, std::string> measureFleet(const FleetTarget& target, std::uint64_t decisions,
+                                                 std::uint64_t naive_calls) {
+  FleetRun out;
+  auto limiter = makeLimiter(target, kLease, "bench");
   std::vector<std::unique_ptr<core::KeyLimiter>> fleet_limiters;
   for (std::size_t i = 0; i < kTenants; ++i) {
     std::vector<std::unique_ptr<core::FleetAccount>> accounts;
-    accounts.push_back(limiter->open("org-" + std::to_string(i), "chat", fleet_specs[0]));
-    fleet_limiters.push_back(std::make_unique<core::KeyLimiter>(fleet_specs, std::move(accounts)));
+    accounts.push_back(limiter->open("org-" + std::to_string(i), "chat", kFleetSpec));
+    fleet_limiters.push_back(std::make_unique<core::KeyLimiter>(
+        std::vector<core::LimitSpec>{kFleetSpec}, std::move(accounts)));
   }
   // Warm up: every tenant holds a lease before timing starts.
   for (int i = 0; i < 2000 && limiter->stats().pools.grants < kTenants; ++i) {
@@ -151,27 +133,26 @@ ScenarioResult runFleetScenario(const ScenarioOptions& options) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   const fleet::FleetStats before = limiter->stats();
-  const Throughput fleet_t = drive(fleet_limiters, decisions);
+  out.limiter = drive(fleet_limiters, decisions);
   // Let the prefetches started by the run finish before counting them.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const fleet::FleetStats after = limiter->stats();
-  const std::uint64_t trips = after.round_trips - before.round_trips;
-  const double fraction = fleet_t.admitted > 0
-                              ? static_cast<double>(trips) / static_cast<double>(fleet_t.admitted)
-                              : 1.0;
+  out.round_trips = after.round_trips - before.round_trips;
+  out.roundtrip_fraction = out.limiter.admitted > 0 ? static_cast<double>(out.round_trips) /
+                                                          static_cast<double>(out.limiter.admitted)
+                                                    : 1.0;
   fleet_limiters.clear();
   limiter->stop();
 
-  // naive: one synchronous script call per admission
-  fleet::RedisBackend naive(endpointOf(*redis));
+  fleet::RedisBackend naive(target.backendOptions());
   std::uint64_t naive_admitted = 0;
-  const std::string naive_key = fleet::limitKey("bench-naive", "acme", "chat", fleet_specs[0]);
+  const std::string naive_key = fleet::limitKey("bench-naive", "acme", "chat", kFleetSpec);
   const auto naive_start = std::chrono::steady_clock::now();
   for (std::uint64_t i = 0; i < naive_calls; ++i) {
     fleet::LeaseCall c;
     c.key = naive_key;
-    c.limit = fleet_specs[0].amount;
-    c.window = fleet_specs[0].window_ns;
+    c.limit = kFleetSpec.amount;
+    c.window = kFleetSpec.window_ns;
     c.want = 1;
     c.min = 1;
     const fleet::LeaseResult r = naive.call(c);
@@ -180,12 +161,72 @@ ScenarioResult runFleetScenario(const ScenarioOptions& options) {
   const double naive_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - naive_start).count();
   if (naive_admitted != naive_calls) {
-    return ScenarioError{"naive mode: only " + std::to_string(naive_admitted) + " of " +
-                         std::to_string(naive_calls) + " calls admitted"};
+    return "naive mode: only " + std::to_string(naive_admitted) + " of " +
+           std::to_string(naive_calls) + " calls admitted";
   }
-  const double naive_rate = naive_s > 0 ? static_cast<double>(naive_admitted) / naive_s : 0;
+  out.naive_per_s = naive_s > 0 ? static_cast<double>(naive_admitted) / naive_s : 0;
+  return out;
+}
 
-  const Overshoot over = measureOvershoot(*redis, overshoot_run);
+}  // namespace
+
+ScenarioResult runFleetScenario(const ScenarioOptions& options) {
+  const std::string topology = options.topology.empty() ? "single" : options.topology;
+  const bool baseline_only = topology == "single" && !options.tls;
+  // The baseline: one plain server, always measured in the same run.
+  auto started = startFleetTarget("single", false);
+  if (auto* why = std::get_if<std::string>(&started)) return ScenarioError{*why};
+  const auto plain = std::move(std::get<std::unique_ptr<FleetTarget>>(started));
+  std::unique_ptr<FleetTarget> chosen;
+  if (!baseline_only) {
+    auto other = startFleetTarget(topology, options.tls);
+    if (auto* why = std::get_if<std::string>(&other)) return ScenarioError{*why};
+    chosen = std::move(std::get<std::unique_ptr<FleetTarget>>(other));
+  }
+  const FleetTarget& target = chosen ? *chosen : *plain;
+  const std::uint64_t decisions = options.quick ? 400'000 : 5'000'000;
+  const std::uint64_t naive_calls = options.quick ? 2'000 : 20'000;
+  const TimeNs overshoot_run = options.quick ? 1500 * kNsPerMs : 4 * kNsPerSec;
+
+  // host
+  const std::vector<core::LimitSpec> host_specs{
+      {core::LimitUnit::kRequests, 1'000'000'000'000, kMinute, core::LimitScope::kHost}};
+  std::vector<std::unique_ptr<core::KeyLimiter>> host;
+  for (std::size_t i = 0; i < kTenants; ++i) {
+    host.push_back(std::make_unique<core::KeyLimiter>(host_specs));
+  }
+  drive(host, decisions / 10);  // warm up
+  const Throughput host_t = drive(host, decisions);
+
+  // Interleaved rounds (the baseline, then the topology, again and again),
+  // the median of each: on a small machine one short run is noisy.
+  const int rounds = options.rounds > 0 ? options.rounds : (options.quick ? 1 : 3);
+  std::vector<FleetRun> base_runs, runs;
+  for (int r = 0; r < rounds; ++r) {
+    auto base_run = measureFleet(*plain, decisions, naive_calls);
+    if (auto* why = std::get_if<std::string>(&base_run)) return ScenarioError{*why};
+    base_runs.push_back(std::get<FleetRun>(base_run));
+    if (chosen) {
+      auto chosen_run = measureFleet(*chosen, decisions, naive_calls);
+      if (auto* why = std::get_if<std::string>(&chosen_run)) return ScenarioError{*why};
+      runs.push_back(std::get<FleetRun>(chosen_run));
+    }
+  }
+  auto median = [](std::vector<FleetRun> v) {
+    std::sort(v.begin(), v.end(), [](const FleetRun& a, const FleetRun& b) {
+      return a.limiter.admissionsPerS() < b.limiter.admissionsPerS();
+    });
+    return v[v.size() / 2];
+  };
+  const FleetRun base = median(base_runs);
+  const FleetRun run = chosen ? median(runs) : base;
+  const Throughput& fleet_t = run.limiter;
+  const double fraction = run.roundtrip_fraction;
+  const std::uint64_t trips = run.round_trips;
+  const double naive_rate = run.naive_per_s;
+  const std::uint64_t naive_admitted = naive_calls;
+
+  const Overshoot over = measureOvershoot(target, overshoot_run);
   // Two limiters: two leases each, plus one request (cost 1) on credit each.
   const std::uint64_t bound = 2 * (2 * over.lease + 1);
 
@@ -205,10 +246,33 @@ ScenarioResult runFleetScenario(const ScenarioOptions& options) {
                    {"overshoot_max_window", over.most},
                    {"overshoot_admitted", over.admitted}};
   json["naive"] = {{"admissions_per_s", naive_rate}, {"admissions", naive_admitted}};
+  json["topology"] = topology;
+  json["tls"] = options.tls;
+  const double vs_base = base.limiter.admissionsPerS() > 0
+                             ? fleet_t.admissionsPerS() / base.limiter.admissionsPerS()
+                             : 0;
+  json["baseline"] = {{"topology", "single"},
+                      {"tls", false},
+                      {"admissions_per_s", base.limiter.admissionsPerS()},
+                      {"redis_roundtrip_fraction", base.roundtrip_fraction},
+                      {"naive_admissions_per_s", base.naive_per_s}};
+  json["fleet_vs_baseline"] = vs_base;
+  json["rounds"] = rounds;
+  std::optional<FailoverTiming> failover;
+  if (chosen && topology != "single") {
+    auto timed = measureFailover(*chosen);
+    if (auto* why = std::get_if<std::string>(&timed)) return ScenarioError{"failover: " + *why};
+    failover = std::get<FailoverTiming>(timed);
+    json["failover"] = {
+        {"failover_s", failover->failover_s},
+        {"resume_s", failover->resume_s},
+        {"resume_over_failover",
+         failover->failover_s > 0 ? failover->resume_s / failover->failover_s : 0.0}};
+  }
 
   char line[256];
   std::string table = "fleet limits: limiter admissions per second (" + std::to_string(kTenants) +
-                      " tenants, redis-server on loopback)\n";
+                      " tenants; " + target.describe() + " on loopback)\n";
   std::snprintf(line, sizeof line, "  %-7s %14.0f admissions/s\n", "host", host_t.admissionsPerS());
   table += line;
   std::snprintf(line, sizeof line,
@@ -229,10 +293,41 @@ ScenarioResult runFleetScenario(const ScenarioOptions& options) {
                 static_cast<unsigned long long>(over.most),
                 static_cast<long long>(over.overshoot()), static_cast<unsigned long long>(bound));
   table += line;
-  table += "targets (from the issue; a MISS does not fail the run)\n";
+  if (chosen) {
+    std::snprintf(line, sizeof line,
+                  "baseline (single server, plain, same run): %.0f admissions/s (%.1f%% of "
+                  "decisions admitted, %.4f%% round trips), naive %.0f/s; %s / baseline = %.3fx "
+                  "(medians of %d interleaved rounds)\n",
+                  base.limiter.admissionsPerS(),
+                  100.0 * static_cast<double>(base.limiter.admitted) /
+                      static_cast<double>(std::max<std::uint64_t>(1, base.limiter.decisions)),
+                  base.roundtrip_fraction * 100, base.naive_per_s, target.describe().c_str(),
+                  vs_base, rounds);
+    table += line;
+  }
+  if (failover) {
+    std::snprintf(line, sizeof line,
+                  "failover: master killed; the topology promoted a replica after %.2f s, leases "
+                  "granted again after %.2f s (%.2fx)\n",
+                  failover->failover_s, failover->resume_s,
+                  failover->resume_s / std::max(1e-9, failover->failover_s));
+    table += line;
+  }
+  table += "targets (from the issues; a MISS does not fail the run)\n";
   std::snprintf(line, sizeof line, "  fleet >= 1M admissions/s: %s; round trips <= 1%%: %s\n",
                 fleet_t.admissionsPerS() >= 1e6 ? "ok" : "MISS", fraction <= 0.01 ? "ok" : "MISS");
   table += line;
+  if (chosen) {
+    std::snprintf(line, sizeof line,
+                  "  within 10%% of single plain Redis: %s; round trips <= 0.2%%: %s\n",
+                  vs_base >= 0.9 ? "ok" : "MISS", fraction <= 0.002 ? "ok" : "MISS");
+    table += line;
+  }
+  if (failover) {
+    std::snprintf(line, sizeof line, "  resume <= 2x the failover: %s\n",
+                  failover->resume_s <= 2 * failover->failover_s ? "ok" : "MISS");
+    table += line;
+  }
 
   ScenarioReport report;
   report.json = std::move(json);

@@ -232,74 +232,104 @@ void FleetLimiter::publish(bool transition) {
   }
 }
 
-bool FleetLimiter::serve(const EntryPtr& e) {
+void FleetLimiter::serve(std::vector<EntryPtr>& batch, std::vector<EntryPtr>& retry) {
   const TimeNs now = env_.now();
-  {
-    std::lock_guard lk(e->mu);
-    if ((e->closed || !e->pool.wantsFetch(now)) && !e->pool.hasReturns()) {
-      e->queued = false;
-      return true;
+  struct Pending {
+    EntryPtr e;
+    FetchOrder order;
+  };
+  std::vector<Pending> pending;
+  for (EntryPtr& e : batch) {
+    {
+      std::lock_guard lk(e->mu);
+      if ((e->closed || !e->pool.wantsFetch(now)) && !e->pool.hasReturns()) {
+        e->queued = false;
+        continue;
+      }
     }
+    // Closed: every call may go. Otherwise the breaker lets one probe out.
+    if (!pending.empty() && breaker_.state() != BreakerState::kClosed) {
+      retry.push_back(std::move(e));
+      continue;
+    }
+    if (pending.empty()) {
+      const BreakerState before = breaker_.state();
+      if (!breaker_.allow(now)) {
+        retry.push_back(std::move(e));
+        continue;
+      }
+      if (breaker_.state() != before) publish(true);
+    }
+    FetchOrder order;
+    {
+      std::lock_guard lk(e->mu);
+      order = e->pool.beginFetch(now, !e->closed && e->pool.wantsFetch(now));
+    }
+    pending.push_back({std::move(e), std::move(order)});
   }
-  const BreakerState before = breaker_.state();
-  if (!breaker_.allow(now)) return false;
-  if (breaker_.state() != before) publish(true);
-  FetchOrder order;
-  {
-    std::lock_guard lk(e->mu);
-    order = e->pool.beginFetch(now, !e->closed && e->pool.wantsFetch(now));
+  if (pending.empty()) return;
+  std::vector<LeaseCall> calls(pending.size());
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    const Entry& e = *pending[i].e;
+    calls[i].key = e.key;
+    calls[i].limit = e.spec.amount;
+    calls[i].window = e.spec.window_ns;
+    calls[i].want = pending[i].order.want;
+    calls[i].min = pending[i].order.min;
+    calls[i].returns = pending[i].order.returns;
   }
-  LeaseCall call;
-  call.key = e->key;
-  call.limit = e->spec.amount;
-  call.window = e->spec.window_ns;
-  call.want = order.want;
-  call.min = order.min;
-  call.returns = order.returns;
-  const LeaseResult result = backend_->call(call);
+  // One round trip per server for the whole batch.
+  const std::vector<LeaseResult> results = backend_->callBatch(calls);
   const TimeNs done = env_.now();
   {
     std::lock_guard lk(stats_mu_);
-    backend_calls_++;
+    backend_calls_ += pending.size();
   }
-  if (const auto* failure = std::get_if<BackendFailure>(&result)) {
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    const EntryPtr& e = pending[i].e;
+    const FetchOrder& order = pending[i].order;
+    if (const auto* failure = std::get_if<BackendFailure>(&results[i])) {
+      {
+        std::lock_guard lk(stats_mu_);
+        backend_failures_++;
+        last_error_ = std::string(toString(failure->error)) + ": " + failure->message;
+      }
+      const bool changed = breaker_.onFailure(done);
+      if (outage_since_ == kNever) {
+        spdlog::warn("fleet: {} ({}): {}", e->key, toString(failure->error), failure->message);
+      } else {
+        spdlog::debug("fleet: {} ({}): {}", e->key, toString(failure->error), failure->message);
+      }
+      {
+        std::lock_guard lk(e->mu);
+        if (order.want != 0) e->pool.onFetchFailed();
+      }
+      // Not before a pause, even while the breaker stays closed (one node of
+      // a cluster down, the others answering): no busy loop on a dead node.
+      retry_not_before_ = done + options_.breaker.min_open;
+      publish(changed);
+      retry.push_back(e);
+      continue;
+    }
+    const LeaseReply& reply = std::get<LeaseReply>(results[i]);
+    const bool changed = breaker_.onSuccess(done);
     {
       std::lock_guard lk(stats_mu_);
-      backend_failures_++;
-      last_error_ = std::string(toString(failure->error)) + ": " + failure->message;
-    }
-    const bool changed = breaker_.onFailure(done);
-    if (outage_since_ == kNever) {
-      spdlog::warn("fleet: {} ({}): {}", e->key, toString(failure->error), failure->message);
-    } else {
-      spdlog::debug("fleet: {} ({}): {}", e->key, toString(failure->error), failure->message);
+      last_error_.clear();
     }
     {
       std::lock_guard lk(e->mu);
-      if (order.want != 0) e->pool.onFetchFailed();
+      if (order.want != 0) {
+        if (reply.granted > 0) {
+          e->pool.onGrant(reply.granted, reply.bucket, now);
+        } else {
+          e->pool.onDenied(done + reply.retry_after);
+        }
+      }
+      e->queued = false;
     }
     publish(changed);
-    return false;
   }
-  const LeaseReply& reply = std::get<LeaseReply>(result);
-  const bool changed = breaker_.onSuccess(done);
-  {
-    std::lock_guard lk(stats_mu_);
-    last_error_.clear();
-  }
-  {
-    std::lock_guard lk(e->mu);
-    if (order.want != 0) {
-      if (reply.granted > 0) {
-        e->pool.onGrant(reply.granted, reply.bucket, now);
-      } else {
-        e->pool.onDenied(done + reply.retry_after);
-      }
-    }
-    e->queued = false;
-  }
-  publish(changed);
-  return true;
 }
 
 void FleetLimiter::sweep(std::vector<EntryPtr>& retry) {
@@ -374,7 +404,9 @@ void FleetLimiter::run() {
       const TimeNs now = env_.now();
       TimeNs wake = next_sweep;
       if (!retry.empty()) {
-        wake = std::min(wake, breaker_.state() == BreakerState::kOpen ? breaker_.openUntil() : now);
+        wake = std::min(wake, breaker_.state() == BreakerState::kOpen
+                                  ? breaker_.openUntil()
+                                  : std::max(now, retry_not_before_));
       }
       queue_cv_.wait_for(lk, std::chrono::nanoseconds(std::max<TimeNs>(0, wake - now)),
                          [this] { return stopping_ || !work_.empty(); });
@@ -383,9 +415,7 @@ void FleetLimiter::run() {
     }
     for (EntryPtr& e : retry) batch.push_back(std::move(e));
     retry.clear();
-    for (EntryPtr& e : batch) {
-      if (!serve(e)) retry.push_back(std::move(e));
-    }
+    serve(batch, retry);
     batch.clear();
     if (env_.now() >= next_sweep) {
       sweep(retry);

@@ -115,8 +115,9 @@ class FleetLimiter final : public core::FleetGate {
   void refund(Entry& e, std::uint64_t cost, TimeNs taken_at, TimeNs now);
   core::FleetDecision degradedTake(Entry& e, std::uint64_t cost, TimeNs now);
   void run();
-  // One backend call for `e` if it needs one; false when it failed (retry later).
-  bool serve(const EntryPtr& e);
+  // The backend calls `batch` needs, made at once (one round trip per
+  // server); what failed or the breaker held back goes to `retry`.
+  void serve(std::vector<EntryPtr>& batch, std::vector<EntryPtr>& retry);
   void sweep(std::vector<EntryPtr>& retry);
   void publish(bool transition);
 
@@ -145,6 +146,7 @@ class FleetLimiter final : public core::FleetGate {
   // loop that sees degraded_ also sees the probe time stored before it.
   std::atomic<bool> degraded_{false};
   std::atomic<TimeNs> probe_at_{0};
+  TimeNs retry_not_before_ = 0;  // background thread only: after a failed call
   std::atomic<std::uint64_t> degraded_admitted_{0};
   std::atomic<std::uint64_t> degraded_rejected_{0};
 

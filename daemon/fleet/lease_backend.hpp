@@ -95,6 +95,14 @@ class LeaseBackend {
  public:
   virtual ~LeaseBackend() = default;
   virtual LeaseResult call(const LeaseCall& c) = 0;
+  // Several calls at once, results in their order: a backend that can
+  // pipeline them (one round trip per server) overrides this.
+  virtual std::vector<LeaseResult> callBatch(std::span<const LeaseCall> calls) {
+    std::vector<LeaseResult> out;
+    out.reserve(calls.size());
+    for (const LeaseCall& c : calls) out.push_back(call(c));
+    return out;
+  }
   // Drop the connection (the next call reconnects).
   virtual void disconnect() = 0;
   // Round trips made so far (calls that reached the wire, reloads included).

@@ -44,7 +44,12 @@ void LeasePool::promoteNext(TimeNs now) {
 }
 
 void LeasePool::expire(TimeNs now) {
-  if (current_ && now >= current_->expires_at) retireCurrent(now);
+  if (current_ && now >= current_->expires_at) {
+    // A lease that outlived its use: demand is low again, half-way
+    // prefetching is enough.
+    if (current_->remaining > 0) eager_ = false;
+    retireCurrent(now);
+  }
   if (next_ && now >= next_->expires_at) {
     addReturn(next_->bucket, next_->remaining);
     next_.reset();
@@ -73,6 +78,9 @@ core::FleetDecision LeasePool::take(std::uint64_t cost, TimeNs now, bool may_bor
     return {true, 0};
   }
   short_ = true;
+  // Ran dry before the next lease came: from now on the next lease is
+  // fetched as soon as the current one is in use, a whole lease ahead.
+  if (now >= denied_until_) eager_ = true;
   pending_cost_ = cost;
   counters_.waited++;
   const TimeNs wait = denied_until_ > now ? denied_until_ - now : kFetchWait;
@@ -108,7 +116,7 @@ void LeasePool::refund(std::uint64_t cost, TimeNs taken_at, TimeNs now) {
 
 bool LeasePool::wantsFetch(TimeNs now) const {
   if (fetching_ || next_ || now < denied_until_) return false;
-  if (!current_ || short_) return true;
+  if (!current_ || short_ || eager_) return true;
   return current_->remaining < wantSize() / 2 + 1 || now >= current_->expires_at;
 }
 

@@ -7,7 +7,8 @@
 // A lease is `amount` cost units the backend counted, at grant time, in the
 // sub-bucket `bucket` of the limit's sliding window. The pool holds at most
 // two: the current lease, spent first, and the next one (prefetched when the
-// current runs low, so admissions rarely wait). A lease is usable until
+// current runs low — or, once a take had to wait, as soon as the current
+// one is in use — so admissions rarely wait). A lease is usable until
 // `expires_at`; whatever is left of a lease when it is retired (spent past,
 // expired, released) goes back to the backend against its own bucket.
 //
@@ -84,7 +85,8 @@ class LeasePool {
 
   // Whether a fetch should be started: none is pending, no next lease is
   // held, the current one is missing or below half of the lease size (or a
-  // take found too little), and the backend did not ask to wait.
+  // take found too little, or one waited before: eager), and the backend
+  // did not ask to wait.
   bool wantsFetch(TimeNs now) const;
   // Whether returns are waiting to be sent.
   bool hasReturns() const { return !returns_.empty(); }
@@ -154,6 +156,10 @@ class LeasePool {
   std::uint32_t next_record_ = 0;
   bool fetching_ = false;
   bool short_ = false;  // a take found too little: fetch even if the current lease is not low
+  // A take waited for a lease (demand outran a round trip): fetch the next
+  // lease as soon as the current one is in use, not at half. Still at most
+  // two leases held, so the fleet bound is unchanged.
+  bool eager_ = false;
   std::uint64_t largest_cost_ = 1;
   std::uint64_t pending_cost_ = 0;  // cost of the last take that found too little
   std::uint64_t debt_ = 0;          // borrowed cost the next grant pays first

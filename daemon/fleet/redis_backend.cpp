@@ -439,7 +439,7 @@ void RedisBackend::followMoved(const Redirect& r) {
   changed();
 }
 
-LeaseResult RedisBackend::call(const LeaseCall& c) {
+RedisCommand RedisBackend::evalCommand(const LeaseCall& c) const {
   const TimeNs window_us = std::max<TimeNs>(1, c.window / kNsPerUs);
   const TimeNs width_us =
       (window_us + core::SlidingWindow::kSubBuckets - 1) / core::SlidingWindow::kSubBuckets;
@@ -459,7 +459,89 @@ LeaseResult RedisBackend::call(const LeaseCall& c) {
     eval.push_back(std::to_string(r.bucket));
     eval.push_back(std::to_string(r.amount));
   }
+  return eval;
+}
 
+std::vector<LeaseResult> RedisBackend::callBatch(std::span<const LeaseCall> calls) {
+  std::vector<LeaseResult> out(calls.size(), LeaseResult(LeaseReply{}));
+  struct Group {
+    config::RedisAddress at;
+    std::vector<std::size_t> calls;
+    Conn* link = nullptr;
+    bool load = false;
+  };
+  std::vector<Group> groups;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    Target target = route(keySlot(calls[i].key));
+    if (auto* failed = std::get_if<BackendFailure>(&target)) {
+      out[i] = *failed;
+      continue;
+    }
+    const auto& at = std::get<config::RedisAddress>(target);
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.at == at; });
+    if (g == groups.end()) g = groups.insert(groups.end(), Group{at, {}, nullptr, false});
+    g->calls.push_back(i);
+  }
+  // Everything sent first, then every server's replies read: the servers
+  // work at once, a batch costs the slowest one's round trip.
+  std::vector<RedisCommand> commands;
+  for (Group& g : groups) {
+    auto conn = connection(g.at);
+    if (auto* failed = std::get_if<BackendFailure>(&conn)) {
+      for (const std::size_t i : g.calls) out[i] = *failed;
+      g.calls.clear();
+      continue;
+    }
+    g.link = std::get<Conn*>(conn);
+    g.load = !g.link->script_loaded;
+    commands.clear();
+    if (g.load) commands.push_back({"SCRIPT", "LOAD", kScript});
+    for (const std::size_t i : g.calls) commands.push_back(evalCommand(calls[i]));
+    if (auto failed = g.link->link->send(commands)) {
+      for (const std::size_t i : g.calls) out[i] = *failed;
+      g.calls.clear();
+      lost(g.at);
+    }
+  }
+  std::vector<std::size_t> alone;  // answered with a redirection or another retryable error
+  for (Group& g : groups) {
+    if (g.calls.empty()) continue;
+    auto replies = g.link->link->receive(g.calls.size() + (g.load ? 1 : 0));
+    if (auto* failed = std::get_if<BackendFailure>(&replies)) {
+      for (const std::size_t i : g.calls) out[i] = *failed;
+      lost(g.at);
+      continue;
+    }
+    const auto& got = std::get<std::vector<RedisReply>>(replies);
+    if (g.load) {
+      const std::string_view error = errorText(*got.front());
+      if (!error.empty()) {
+        const BackendFailure f{isAuthError(error) ? BackendError::kAuth : BackendError::kReply,
+                               g.at.str() + ": SCRIPT LOAD: " + std::string(error)};
+        for (const std::size_t i : g.calls) out[i] = f;
+        lost(g.at);
+        continue;
+      }
+      g.link->script_loaded = true;
+    }
+    bool broken = false;
+    for (std::size_t k = 0; k < g.calls.size(); ++k) {
+      const redisReply& reply = *got[k + (g.load ? 1 : 0)];
+      if (errorText(reply).empty()) {
+        out[g.calls[k]] = leaseReply(reply, g.at);
+        broken = broken || std::holds_alternative<BackendFailure>(out[g.calls[k]]);
+      } else {
+        alone.push_back(g.calls[k]);
+      }
+    }
+    if (broken) lost(g.at);
+  }
+  for (const std::size_t i : alone) out[i] = call(calls[i]);
+  return out;
+}
+
+LeaseResult RedisBackend::call(const LeaseCall& c) {
+  const RedisCommand eval = evalCommand(c);
   const std::uint16_t slot = keySlot(c.key);
   std::optional<config::RedisAddress> ask;  // this call only: the slot is being imported there
   std::string why = "too many redirections";

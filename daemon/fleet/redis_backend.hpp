@@ -85,6 +85,9 @@ class RedisBackend final : public LeaseBackend {
   RedisBackend& operator=(const RedisBackend&) = delete;
 
   LeaseResult call(const LeaseCall& c) override;
+  // One pipeline per server, all servers' in flight at once; a reply that
+  // is a redirection (or NOSCRIPT, TRYAGAIN...) is retried alone by call().
+  std::vector<LeaseResult> callBatch(std::span<const LeaseCall> calls) override;
   void disconnect() override;
   std::uint64_t roundTrips() const override;
   BackendTopology topology() const override;
@@ -108,6 +111,7 @@ class RedisBackend final : public LeaseBackend {
   std::optional<BackendFailure> discoverMaster();
   void followMoved(const Redirect& r);
   void changed() { topo_.version++; }
+  RedisCommand evalCommand(const LeaseCall& c) const;
 
   RedisBackendOptions o_;
   std::string sha_;                    // SHA-1 of script(): EVALSHA's name for it

@@ -333,8 +333,7 @@ std::variant<RedisReply, BackendFailure> RedisConnection::readReply() {
   }
 }
 
-std::variant<std::vector<RedisReply>, BackendFailure> RedisConnection::pipeline(
-    std::span<const RedisCommand> commands) {
+std::optional<BackendFailure> RedisConnection::send(std::span<const RedisCommand> commands) {
   std::string out;
   std::vector<const char*> argv;
   std::vector<std::size_t> lens;
@@ -353,15 +352,24 @@ std::variant<std::vector<RedisReply>, BackendFailure> RedisConnection::pipeline(
     redisFreeCommand(formatted);
   }
   round_trips_++;
-  if (auto failed = writeAll(out)) return *failed;
+  return writeAll(out);
+}
+
+std::variant<std::vector<RedisReply>, BackendFailure> RedisConnection::receive(std::size_t count) {
   std::vector<RedisReply> replies;
-  replies.reserve(commands.size());
-  for (std::size_t i = 0; i < commands.size(); ++i) {
+  replies.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
     auto r = readReply();
     if (auto* failed = std::get_if<BackendFailure>(&r)) return *failed;
     replies.push_back(std::get<RedisReply>(std::move(r)));
   }
   return replies;
+}
+
+std::variant<std::vector<RedisReply>, BackendFailure> RedisConnection::pipeline(
+    std::span<const RedisCommand> commands) {
+  if (auto failed = send(commands)) return *failed;
+  return receive(commands.size());
 }
 
 std::variant<RedisReply, BackendFailure> RedisConnection::command(const RedisCommand& c) {

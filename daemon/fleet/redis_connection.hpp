@@ -87,6 +87,11 @@ class RedisConnection {
   std::variant<std::vector<RedisReply>, BackendFailure> pipeline(
       std::span<const RedisCommand> commands);
   std::variant<RedisReply, BackendFailure> command(const RedisCommand& command);
+  // pipeline() in two halves, so one thread can have commands in flight on
+  // several connections at once: send, then (after sending elsewhere)
+  // receive the `count` replies.
+  std::optional<BackendFailure> send(std::span<const RedisCommand> commands);
+  std::variant<std::vector<RedisReply>, BackendFailure> receive(std::size_t count);
 
   const config::RedisAddress& address() const { return address_; }
   std::uint64_t roundTrips() const { return round_trips_; }

@@ -130,6 +130,35 @@ TEST(LeasePool, PrefetchesWhenTheCurrentLeaseRunsLow) {
   EXPECT_EQ(p.held(), 0u);
 }
 
+TEST(LeasePool, OnceATakeWaitedTheNextLeaseIsFetchedAsSoonAsTheCurrentIsInUse) {
+  LeasePool p(10, kTtl);
+  grant(p, 10, 1, 0);
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(p.take(1, 1).admitted);
+  ASSERT_TRUE(p.wantsFetch(1));
+  p.beginFetch(1);  // the round trip outlasts the rest of the lease
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(p.take(1, 2).admitted);
+  EXPECT_FALSE(p.take(1, 2).admitted) << "ran dry while fetching";
+  p.onGrant(10, 1, 3);
+  ASSERT_TRUE(p.take(1, 3).admitted);  // the next lease becomes current: 9 of 10 left
+  EXPECT_TRUE(p.wantsFetch(3)) << "eager: a whole lease ahead, not at half";
+  grant(p, 10, 1, 3);
+  EXPECT_FALSE(p.wantsFetch(3)) << "still at most two leases held";
+  EXPECT_EQ(p.held(), 19u);
+}
+
+TEST(LeasePool, ALeaseThatExpiresUnspentEndsEagerPrefetching) {
+  LeasePool p(10, kTtl);
+  EXPECT_FALSE(p.take(1, 0).admitted);  // waited: eager
+  grant(p, 10, 1, 0);
+  ASSERT_TRUE(p.take(1, 1).admitted);
+  ASSERT_TRUE(p.wantsFetch(1)) << "eager";
+  grant(p, 10, 2, 1);  // the next lease, expiring 1 ns after the current one
+  // Demand stops; the current lease expires with 9 left, the next one takes over.
+  ASSERT_TRUE(p.take(1, kTtl).admitted);
+  EXPECT_EQ(p.held(), 9u);
+  EXPECT_FALSE(p.wantsFetch(kTtl)) << "9 of 10 left, and no longer eager: fetch at half";
+}
+
 TEST(LeasePool, SwitchingLeasesReturnsTheRemainderToItsOwnBucket) {
   LeasePool p(10, kTtl);
   grant(p, 10, 7, 0);

@@ -61,11 +61,25 @@ TEST(StatsJson, FleetStatsGivesTheBackendTheBreakerAndTheCounters) {
   f.breaker = fleet::BreakerState::kOpen;
   f.breaker_counters.opened = 8;
   f.degraded = true;
-  const nlohmann::json j = fleetStatsJson(f, "redis://127.0.0.1:6379");
+  f.topology.mode = "cluster";
+  f.topology.nodes.push_back({"10.0.0.1:7000", {{0, 5460}, {16000, 16000}}, true});
+  f.topology.nodes.push_back({"10.0.0.2:7000", {{5461, 15999}, {16001, 16383}}, false});
+  f.topology.moved = 9;
+  f.topology.ask = 10;
+  f.topology.retried = 11;
+  f.topology.refreshes = 12;
+  f.topology.failovers = 13;
+  f.last_error = "io: 10.0.0.2:7000: no reply within 50 ms";
+  const nlohmann::json j = fleetStatsJson(f, "redis://app:***@10.0.0.1:7000");
   EXPECT_EQ(j.dump(),
-            R"({"backend":"redis://127.0.0.1:6379","backend_calls":5,"backend_failures":7,)"
+            R"({"backend":"redis://app:***@10.0.0.1:7000","backend_calls":5,"backend_failures":7,)"
             R"("breaker":"open","breaker_opened":8,"degraded":true,"degraded_admitted":3,)"
-            R"("degraded_rejected":4,"leases_held":2,"limits":1,"round_trips":6})");
+            R"("degraded_rejected":4,"failovers":13,)"
+            R"("last_error":"io: 10.0.0.2:7000: no reply within 50 ms","leases_held":2,)"
+            R"("limits":1,"master":"","nodes":[{"address":"10.0.0.1:7000","connected":true,)"
+            R"("slots":"0-5460,16000"},{"address":"10.0.0.2:7000","connected":false,)"
+            R"("slots":"5461-15999,16001-16383"}],"redirects_ask":10,"redirects_moved":9,)"
+            R"("retried":11,"round_trips":6,"topology":"cluster","topology_refreshes":12})");
 }
 
 }  // namespace
