@@ -348,3 +348,49 @@ TEST_F(FleetLimiterTest, StalledRedisDegradesAndRecovers) {
 
 }  // namespace
 }  // namespace fairsched::fleet
+
+namespace fairsched::fleet {
+namespace {
+
+// A wrong password is said at start — in the log and in the limiter's
+// last_error, which status shows — before any fleet-limited request, and
+// the limiter then serves under its policy.
+TEST(FleetLimiterAuth, AWrongPasswordIsReportedAtStartAndThePolicyServes) {
+  testing::RedisServerOptions so;
+  so.config_lines = {"requirepass right"};
+  so.admin_password = "right";
+  auto started = testing::RedisServer::start(so);
+  if (auto* why = std::get_if<std::string>(&started)) GTEST_SKIP() << "no redis-server: " << *why;
+  const auto redis = std::move(std::get<std::unique_ptr<testing::RedisServer>>(started));
+
+  RedisBackendOptions bo =
+      RedisBackendOptions::from(RedisEndpoint{"127.0.0.1", redis->port(), "", 200ms, 200ms});
+  bo.data.auth.password = "wrong";
+  FleetOptions o;
+  o.key_prefix = "test";
+  o.lease = 10;
+  o.on_backend_error = FleetErrorPolicy::kFailOpen;
+  FleetLimiter l(o, std::make_unique<RedisBackend>(bo));
+  l.start();
+  ASSERT_TRUE(
+      waitUntil([&] { return !l.stats().last_error.empty(); }, 60s, "the failed start recorded"));
+  const std::string error = l.stats().last_error;
+  EXPECT_NE(error.find("auth: "), std::string::npos) << error;
+  EXPECT_NE(error.find("WRONGPASS"), std::string::npos) << error;
+  EXPECT_EQ(error.find(" wrong"), std::string::npos) << "the password leaked: " << error;
+
+  // Requests go on: fail_open admits once the breaker has opened.
+  auto account = l.open("acme", "chat", requestsPer(5, kMinute));
+  std::uint64_t admitted = 0;
+  for (int i = 0; i < 20'000 && admitted < 20; ++i) {
+    if (account->take(1, now()).admitted) ++admitted;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  EXPECT_EQ(admitted, 20u) << "fail_open serves past the (unreachable) fleet limit";
+  EXPECT_TRUE(l.degraded());
+  account.reset();
+  l.stop();
+}
+
+}  // namespace
+}  // namespace fairsched::fleet
