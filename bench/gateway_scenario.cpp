@@ -24,10 +24,17 @@
 // the gateway's requests/s >= 0.25x direct; at 16 the added time to the
 // first streamed token <= 0.5 ms; upstream connections <= 2x concurrency.
 //
+// Where nginx is installed, each cell also runs through nginx as a plain
+// keep-alive reverse proxy to the same upstream (bench/nginx_proxy.hpp): the
+// ceiling any gateway can reach here, with aims against it: at 16 and 64
+// requests/s >= 0.5x nginx's, gateway + daemon CPU per request <= 2.5x
+// nginx's, added p50 at 1 <= nginx's + 0.05 ms, streamed requests/s at 16
+// >= 0.7x nginx's with the first chunk no later.
+//
 // JSON: {"scenario":"gateway","seconds_per_cell":S,"cells":[{"busy_poll_us":B,
 // "gateway_threads":T,"concurrency":C,"stream":bool,"requests":M,"direct":{"req_per_s","p50_ms",
-// "p99_ms","first_chunk_p50_ms"?},"gateway":{...},"upstream_connections":N,
-// "gateway_cpu_ms_per_request","daemon_cpu_ms_per_request","errors"}],
+// "p99_ms","first_chunk_p50_ms"?},"gateway":{...},"nginx":{...,"cpu_ms_per_request"}?,
+// "upstream_connections":N,"gateway_cpu_ms_per_request","daemon_cpu_ms_per_request","errors"}],
 // "aims":{name:{"value","aim","met"}}}.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -54,6 +61,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/nginx_proxy.hpp"
 #include "bench/process_run.hpp"
 #include "bench/property_scenarios.hpp"
 #include "bench/scenario.hpp"
@@ -501,12 +509,29 @@ std::optional<std::string> runGrid(std::uint64_t busy_poll_us, unsigned threads,
   const std::string gw_config = dir.path() + "/gateway.toml";
   std::ofstream(gw_config) << gatewayConfigText(cfg.daemon.socket, port, upstream.port(), threads);
   if (auto err = gateway.start(gw_config, dir.path() + "/gateway.log", port)) return err;
+  // The ceiling: nginx as a plain keep-alive proxy to the same upstream.
+  NginxProxy nginx;
+  const std::uint16_t nginx_port = NginxProxy::available() ? freePort() : 0;
+  if (nginx_port != 0) {
+    if (auto err = nginx.start(dir.path(), nginx_port, upstream.port())) return "nginx: " + *err;
+  }
 
   for (const Cell& c : kCells) {
     // Warm both paths (connections, the pool, caches), then measure.
     runLoad(upstream.port(), false, c.concurrency, c.stream, per_cell / 5);
     runLoad(port, true, c.concurrency, c.stream, per_cell / 5);
     const LoadResult direct = runLoad(upstream.port(), false, c.concurrency, c.stream, per_cell);
+    std::optional<json> via_nginx;
+    if (nginx_port != 0) {
+      runLoad(nginx_port, false, c.concurrency, c.stream, per_cell / 5);
+      const std::uint64_t ng_cpu = nginx.cpuNs();
+      const LoadResult proxied = runLoad(nginx_port, false, c.concurrency, c.stream, per_cell);
+      via_nginx = loadJson(proxied);
+      (*via_nginx)["cpu_ms_per_request"] =
+          static_cast<double>(nginx.cpuNs() - ng_cpu) / 1e6 /
+          std::max<double>(1, static_cast<double>(proxied.ms.size()));
+      if (proxied.errors > 0) (*via_nginx)["errors"] = proxied.errors;
+    }
     const std::uint64_t conns = upstream.connections();
     const auto gw_cpu = cpuTimeNs(gateway.pid()).value_or(0);
     const auto dm_cpu = cpuTimeNs(daemon.value().pid()).value_or(0);
@@ -527,15 +552,19 @@ std::optional<std::string> runGrid(std::uint64_t busy_poll_us, unsigned threads,
                  {"gateway_cpu_ms_per_request", gw_ms},
                  {"daemon_cpu_ms_per_request", dm_ms},
                  {"errors", direct.errors + through.errors}};
+    if (via_nginx) cell["nginx"] = std::move(*via_nginx);
+    const double nginx_rps = cell.contains("nginx") ? cell["nginx"]["req_per_s"].get<double>() : 0;
     char line[320];
     std::snprintf(
         line, sizeof line,
-        "%6llu %3u %4d %-6s %9.0f %9.0f %6.2f %8.3f %8.3f %8.3f %8.3f %7.3f %7.3f %5llu\n",
+        "%6llu %3u %4d %-6s %9.0f %9.0f %9.0f %6.2f %6.2f %8.3f %8.3f %8.3f %8.3f %7.3f %7.3f "
+        "%5llu\n",
         static_cast<unsigned long long>(busy_poll_us), threads, c.concurrency,
-        c.stream ? "sse" : "json", cell["direct"]["req_per_s"].get<double>(),
+        c.stream ? "sse" : "json", cell["direct"]["req_per_s"].get<double>(), nginx_rps,
         cell["gateway"]["req_per_s"].get<double>(),
         cell["gateway"]["req_per_s"].get<double>() /
             std::max(1.0, cell["direct"]["req_per_s"].get<double>()),
+        nginx_rps > 0 ? cell["gateway"]["req_per_s"].get<double>() / nginx_rps : 0.0,
         cell["direct"]["p50_ms"].get<double>(), cell["gateway"]["p50_ms"].get<double>(),
         cell["direct"]["p99_ms"].get<double>(), cell["gateway"]["p99_ms"].get<double>(), gw_ms,
         dm_ms, static_cast<unsigned long long>(cell["upstream_connections"]));
@@ -565,8 +594,8 @@ ScenarioResult runGatewayScenario(const ScenarioOptions& opts) {
   const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
   json cells = json::array();
   std::string table =
-      "  poll thr conc  kind   direct/s  gateway/s  ratio  d p50ms  g p50ms  d p99ms  g p99ms "
-      "gw cpu  dm cpu conns\n";
+      "  poll thr conc  kind   direct/s   nginx/s gateway/s   g/d    g/n  d p50ms  g p50ms  d "
+      "p99ms  g p99ms  gw cpu  dm cpu conns\n";
   // One thread (the baseline), then the default threads with the daemon's
   // busy polling on and off.
   const std::pair<std::uint64_t, unsigned> grids[] = {
@@ -615,6 +644,28 @@ ScenarioResult runGatewayScenario(const ScenarioOptions& opts) {
           std::max(worst, c["upstream_connections"].get<double>() / c["concurrency"].get<double>());
     }
     aim("upstream connections / concurrency (worst)", worst, 2.0, true);
+  }
+  // Against the ceiling measured beside it: nginx as a plain proxy.
+  const json* c16 = findCell(cells, default_poll, threads, 16, false);
+  if (c1 && c16 && c64 && s16 && idle16 && c16->contains("nginx")) {
+    const auto ratio = [](const json& c, const char* what) {
+      return c["gateway"][what].get<double>() / std::max(1e-9, c["nginx"][what].get<double>());
+    };
+    aim("gateway / nginx requests/s at 16", ratio(*c16, "req_per_s"), 0.5, false);
+    aim("gateway / nginx requests/s at 64", ratio(*c64, "req_per_s"), 0.5, false);
+    aim("(gateway+daemon) / nginx CPU per request at 16",
+        ((*c16)["gateway_cpu_ms_per_request"].get<double>() +
+         (*c16)["daemon_cpu_ms_per_request"].get<double>()) /
+            std::max(1e-9, (*c16)["nginx"]["cpu_ms_per_request"].get<double>()),
+        2.5, true);
+    aim("added p50 at 1 minus nginx's added p50 (ms)",
+        (*c1)["gateway"]["p50_ms"].get<double>() - (*c1)["nginx"]["p50_ms"].get<double>(), 0.05,
+        true);
+    aim("gateway / nginx streamed requests/s at 16", ratio(*s16, "req_per_s"), 0.7, false);
+    aim("first chunk at 16: gateway minus nginx (ms)",
+        (*s16)["gateway"]["first_chunk_p50_ms"].get<double>() -
+            (*s16)["nginx"]["first_chunk_p50_ms"].get<double>(),
+        0.0, true);
   }
   std::uint64_t errors = 0;
   for (const json& c : cells) errors += c["errors"].get<std::uint64_t>();
