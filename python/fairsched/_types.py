@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Optional
 
+from . import _httpcodes
+
 _NS = 1e-9
 
 
@@ -111,15 +113,11 @@ class Completion:
 
     def http_status(self) -> int:
         """The OpenAI-style HTTP status of this completion (fairsched_http_status)."""
-        from .http import http_status
-
-        return http_status(self)
+        return _httpcodes.http_status(self)
 
     def http_headers(self) -> list[tuple[str, str]]:
         """retry-after-ms and retry-after, where the HTTP mapping sends them."""
-        from .http import http_headers
-
-        return http_headers(self)
+        return _httpcodes.http_headers(self)
 
 
 class WorkKind(enum.IntEnum):

@@ -4,47 +4,18 @@ A completion's status code and its retry-after-ms value come from the
 library (fairsched_http_status, fairsched_retry_after_ms: the table in
 docs/client.md). The C ABI has no mapping for submit errors, so
 ``http_status_for_error`` is that table (include/fairsched/http.hpp,
-``httpStatus(ErrorCode)``) written out here.
+``httpStatus(ErrorCode)``) written out here. The completion mapping itself
+is in _httpcodes.py, which Completion's http_status() and http_headers()
+use too.
 """
 
 from __future__ import annotations
 
-from . import _ffi
-from ._types import Completion
+from ._httpcodes import http_headers as http_headers
+from ._httpcodes import http_status as http_status
+from ._httpcodes import retry_after_ms as retry_after_ms
+from ._types import Completion as Completion  # what these functions take, importable here too
 from .errors import ErrorCode, FairschedError
-
-
-def _c_completion(c: Completion) -> _ffi.CCompletion:
-    out = _ffi.CCompletion()
-    out.request_id = c.request_id
-    out.tag = c.tag
-    out.status = int(c.status)
-    out.output_tokens = c.output_tokens
-    out.retry_after_ns = c.retry_after_ns
-    return out
-
-
-def http_status(completion: Completion) -> int:
-    """200, 429, 503, 504, 400, 403, 499 or 500 for a completion's status."""
-    return int(_ffi.load().fairsched_http_status(_c_completion(completion)))
-
-
-def retry_after_ms(completion: Completion) -> int:
-    """The retry-after-ms header's value, or -1 when none is sent."""
-    return int(_ffi.load().fairsched_retry_after_ms(_c_completion(completion)))
-
-
-def http_headers(completion: Completion) -> list[tuple[str, str]]:
-    """The headers of the answer: ``retry-after-ms`` (whole milliseconds, rounded
-    up) and ``retry-after`` (whole seconds, rounded up) on a 429 always and on a
-    503 when retry_after is known; otherwise none. Names are lower case."""
-    ms = retry_after_ms(completion)
-    if ms < 0:
-        return []
-    ns = max(0, completion.retry_after_ns)
-    seconds = -(-ns // 1_000_000_000)
-    return [("retry-after-ms", str(ms)), ("retry-after", str(seconds))]
-
 
 _ERROR_STATUS = {
     ErrorCode.RING_FULL: 503,
