@@ -13,12 +13,15 @@ has max_tokens tokens. The model name picks a behaviour:
   "fail"        HTTP 500 with an OpenAI error body
   "bad-request" HTTP 400 with an OpenAI error body
   "hang"        never answers (until the connection closes)
+  "held"        streams its first token, then holds the rest until GET /release
   "drop"        streams 2 tokens, then closes the connection without [DONE]
   "short-usage" reports a usage of 1 prompt token whatever the prompt
 
 GET /stats: {"requests", "running", "max_running", "disconnects", "connections",
-"health_checks", "prompts": [...]} ("connections": those that carried an API
-call). GET /health: 200, or 503 while --unhealthy-file exists.
+"closed", "health_checks", "prompts": [...]} ("connections": those that carried
+an API call; "closed": how many of them this server has closed). GET
+/release: lets every "held" stream, now and later, go on. GET /health: 200,
+or 503 while --unhealthy-file exists.
 --keep-alive-s closes a connection idle that long (as uvicorn does after 5 s).
 --engine-slots N runs at most N calls at once, the rest waiting in a FIFO,
 as an engine's scheduler does; GET /metrics then says so as vLLM does
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -44,7 +48,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
 STATS = {"requests": 0, "running": 0, "max_running": 0, "disconnects": 0, "connections": 0,
-         "health_checks": 0, "prompts": []}
+         "closed": 0, "health_checks": 0, "prompts": []}
+RELEASED = threading.Event()  # GET /release: "held" streams go on
 ARGS = argparse.Namespace(token_ms=1.0, slow_ms=200.0, unhealthy_file=None)
 
 
@@ -140,6 +145,20 @@ class Handler(BaseHTTPRequestHandler):
         super().setup()
         self._counted = False
 
+    def handle(self):
+        try:
+            super().handle()
+        finally:
+            if self._counted:
+                # Closed (FIN sent) before it is counted: a client that saw
+                # the count finds the connection closed.
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                with LOCK:
+                    STATS["closed"] += 1
+
     def _count_connection(self) -> None:
         if not self._counted:
             self._counted = True
@@ -170,6 +189,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/stats/reset" and ENGINE is not None:
             ENGINE.reset()
             self.path = "/stats"
+        if self.path == "/release":
+            RELEASED.set()
+            self._json(200, {"released": True})
+            return
         if self.path not in ("/stats", "/health", "/metrics"):
             self._count_connection()
         if self.path == "/metrics" and ENGINE is not None:
@@ -230,6 +253,16 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             self._release()
 
+    def _raise_if_peer_closed(self) -> None:
+        self.connection.settimeout(0.0)
+        try:
+            if self.connection.recv(1) == b"":
+                raise BrokenPipeError()
+        except BlockingIOError:
+            pass
+        finally:
+            self.connection.settimeout(None)
+
     def _embeddings(self, body) -> None:
         """One 4-dimensional vector per input; usage counts a token per 4 bytes
         of each string (at least 1), or the ids given."""
@@ -256,14 +289,7 @@ class Handler(BaseHTTPRequestHandler):
         if model == "hang":
             while True:  # until the peer closes
                 time.sleep(0.05)
-                self.connection.settimeout(0.0)
-                try:
-                    if self.connection.recv(1) == b"":
-                        raise BrokenPipeError()
-                except BlockingIOError:
-                    pass
-                finally:
-                    self.connection.settimeout(None)
+                self._raise_if_peer_closed()
         delay = (ARGS.slow_ms if model == "slow" else ARGS.token_ms) / 1000.0
         prompt_tokens = 1 if model == "short-usage" else max(1, len(prompt) // 4)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
@@ -290,6 +316,8 @@ class Handler(BaseHTTPRequestHandler):
                       else {"index": 0, "text": piece, "finish_reason": None})
             chunk = {"id": "cmpl-1", "object": obj + ".chunk", "model": model, "choices": [choice]}
             self._chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            while model == "held" and not RELEASED.wait(0.05):
+                self._raise_if_peer_closed()
             if model == "drop" and i == 1:
                 self.wfile.flush()
                 self.close_connection = True
@@ -300,8 +328,12 @@ class Handler(BaseHTTPRequestHandler):
                                                 "model": model, "choices": [],
                                                 "usage": usage}).encode() + b"\n\n")
         self._release()
-        self._chunk(b"data: [DONE]\n\n")
-        self._chunk(b"")
+        # [DONE] and the last chunk in one write: a client that has read
+        # [DONE] has the end of the body too (a connection it pools then is
+        # ready for the next call, whatever the scheduling of this thread).
+        done = b"data: [DONE]\n\n"
+        self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+        self.wfile.flush()
 
 
 def main() -> None:

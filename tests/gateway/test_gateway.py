@@ -205,19 +205,26 @@ def test_queue_full_is_503_and_a_passed_deadline_is_504(stack: Stack):
 
 
 def test_a_caller_that_hangs_up_cancels_its_running_request(stack: Stack):
-    stack.start(upstream_args=("--slow-ms", "50"), upstream_max_sequences=1)
-    c, r = slow_stream(stack, "alice", tokens=400)
+    # Alice's stream (4000 tokens at 50 ms: 200 s) holds the upstream's only
+    # sequence: it cannot end by itself within the test, so Bob is served
+    # only if her hang-up freed it.
+    stack.start(upstream_args=("--slow-ms", "50"), upstream_max_sequences=1,
+                request_timeout_ms=600000)
+    c, r = slow_stream(stack, "alice", tokens=4000)
     wait_until(lambda: stack.upstream_stats()["running"] == 1, 10, "the upstream to run it")
     c.sock.shutdown(socket.SHUT_RDWR)
     c.close()
     # The gateway closes its upstream call, the daemon frees the sequence...
-    wait_until(lambda: stack.upstream_stats()["running"] == 0, 5, "the upstream call to end")
-    # ...and the next request gets it at once, not after 400 × 50 ms.
-    t0 = time.monotonic()
+    wait_until(lambda: stack.upstream_stats()["running"] == 0, 10, "the upstream call to end")
+    assert stack.upstream_stats()["disconnects"] == 1  # cut off, not run to its end
+    # ...and the next request gets it, not after Alice's 4000 tokens.
     s, _, b = stack.request("POST", "/v1/completions",
-                            {"model": "m", "prompt": "hi", "max_tokens": 2}, key="bob")
+                            {"model": "m", "prompt": "hi", "max_tokens": 2}, key="bob",
+                            timeout=60)
     assert s == 200, b
-    assert time.monotonic() - t0 < 5 * SLOW
+    alice = stack.tenant_counts("alice")
+    assert (alice["cancelled"], alice["completed"]) == (1, 0), alice
+    assert stack.upstream_stats()["prompts"] == ["p", "hi"]
 
 
 def test_a_caller_that_hangs_up_while_queued_cancels_it(stack: Stack):
@@ -254,14 +261,18 @@ def test_a_caller_that_hangs_up_while_queued_cancels_it(stack: Stack):
 
 
 def test_upstream_down_is_502(stack: Stack):
-    stack.start(upstream=False)
-    t0 = time.monotonic()
+    # One sequence: a second request is served only if the first gave it back.
+    stack.start(upstream=False, upstream_max_sequences=1)
     s, _, b = stack.request("POST", "/v1/chat/completions", CHAT)
     assert s == 502, b
+    # Refused, said at once: not a timeout (upstream_timeout) nor the
+    # request's deadline passing while it waited (deadline_exceeded).
     assert json.loads(b)["error"]["code"] == "upstream_unavailable"
-    assert time.monotonic() - t0 < 5 * SLOW
     # The sequence was given back: the next one fails the same way, not by waiting.
-    assert stack.request("POST", "/v1/chat/completions", CHAT)[0] == 502
+    s, _, b = stack.request("POST", "/v1/chat/completions", CHAT)
+    assert s == 502 and json.loads(b)["error"]["code"] == "upstream_unavailable", b
+    wait_until(lambda: [w["free_sequences"] for w in stack.status()["workers"]] == [1], 10,
+               "the gateway's sequence to come back")
 
 
 def test_upstream_errors_are_passed_on_and_a_hang_times_out(stack: Stack):
@@ -270,10 +281,10 @@ def test_upstream_errors_are_passed_on_and_a_hang_times_out(stack: Stack):
     assert s == 500 and json.loads(b)["error"]["message"] == "engine failure"
     s, _, b = stack.request("POST", "/v1/chat/completions", {**CHAT, "model": "bad-request"})
     assert s == 400
-    t0 = time.monotonic()
-    s, _, b = stack.request("POST", "/v1/chat/completions", {**CHAT, "model": "hang"}, timeout=20)
-    assert s == 504 and json.loads(b)["error"]["code"] == "upstream_timeout"
-    assert time.monotonic() - t0 < 10 * SLOW
+    # The upstream's response_timeout_ms (1.5 s) ends it: upstream_timeout, not the
+    # request's own deadline (request_timeout_ms, 30 s: deadline_exceeded).
+    s, _, b = stack.request("POST", "/v1/chat/completions", {**CHAT, "model": "hang"}, timeout=60)
+    assert s == 504 and json.loads(b)["error"]["code"] == "upstream_timeout", b
     # A stream cut short ends with an explicit error event.
     s, _, b = stack.request("POST", "/v1/chat/completions",
                             {**CHAT, "model": "drop", "stream": True, "max_tokens": 10})
@@ -318,12 +329,13 @@ def test_keep_alive_serves_many_requests_on_one_connection(stack: Stack):
 
 
 def test_a_slow_header_is_cut_off(stack: Stack):
-    stack.start(header_timeout_ms=300)
-    s = socket.create_connection(("127.0.0.1", stack.port), timeout=5 * SLOW)
+    # Every other timer of the connection is 10 minutes: only the header
+    # timeout can close it before the test's own bound (60 s, against a hang).
+    stack.start(header_timeout_ms=300, idle_timeout_ms=600000, body_timeout_ms=600000,
+                write_timeout_ms=600000, request_timeout_ms=600000)
+    s = socket.create_connection(("127.0.0.1", stack.port), timeout=60 * SLOW)
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # never finishes
-    t0 = time.monotonic()
     assert s.recv(100) == b""  # closed by the gateway
-    assert time.monotonic() - t0 < 3 * SLOW
     s.close()
 
 
@@ -391,11 +403,11 @@ def test_sigterm_drains_and_exits_cleanly(stack: Stack):
     assert stack.gateway.proc.wait(10 * SLOW) == 0
 
 
-def ttft(stack: Stack, key: str) -> float:
+def ttft(stack: Stack, key: str, prompt: str = "light") -> float:
     c = stack.conn(60)
     t0 = time.monotonic()
     c.request("POST", "/v1/completions",
-              body=json.dumps({"model": "m", "prompt": "light", "stream": True,
+              body=json.dumps({"model": "m", "prompt": prompt, "stream": True,
                                "max_tokens": 4}),
               headers={"Authorization": f"Bearer {KEYS[key][0]}",
                        "Content-Type": "application/json"})
@@ -409,37 +421,99 @@ def ttft(stack: Stack, key: str) -> float:
     return first
 
 
+def open_calls(stack: Stack, key: str, n: int, model: str = "hang", prefix: str = "f",
+               pad: int = 0) -> dict[str, http.client.HTTPConnection]:
+    """`n` calls of `key` sent at once, each on its own connection and not
+    read (prompts prefix0, prefix1, ..., each followed by `pad` bytes: about
+    pad/4 tokens of cost; the model "hang" never answers): their connections
+    by prompt as the upstream records it (its first 64 bytes), for the test
+    to hang up."""
+    calls = {}
+    for i in range(n):
+        prompt = f"{prefix}{i}" + (" " + "x" * pad if pad else "")
+        c = stack.conn(60)
+        c.request("POST", "/v1/completions",
+                  body=json.dumps({"model": model, "prompt": prompt, "max_tokens": 4}),
+                  headers={"Authorization": f"Bearer {KEYS[key][0]}",
+                           "Content-Type": "application/json"})
+        calls[prompt[:64]] = c
+    return calls
+
+
+def hang_up(c: http.client.HTTPConnection) -> None:
+    if c.sock is not None:  # not hung up before
+        c.sock.shutdown(socket.SHUT_RDWR)
+        c.close()
+
+
+def hang_up_all(stack: Stack, tenant: str, calls: dict[str, http.client.HTTPConnection],
+                port: int = 0) -> None:
+    """Hangs up every call of `calls` (all of `tenant`'s, settled where they
+    are): first those that never reached the upstream (on `port`), and once
+    none of them waits in the daemon, the rest. So no sequence a hang-up
+    frees is assigned to a call whose caller has just hung up too: a cancel
+    that crosses its request's assignment is not what these tests are about
+    (the upstream call may then run on until it ends by itself)."""
+    reached = set(stack.upstream_stats(port or None)["prompts"])
+    for prompt, c in calls.items():
+        if prompt not in reached:
+            hang_up(c)
+    wait_until(lambda: stack.queued(tenant) == 0, 30, f"{tenant}'s waiting calls to be cancelled")
+    for c in calls.values():
+        hang_up(c)
+
+
+# Nothing may end a call that hangs at the upstream but the test's hang-up.
+NO_TIMEOUTS = dict(request_timeout_ms=600000, upstream_response_timeout_ms=600000,
+                   upstream_idle_timeout_ms=600000)
+
+
 def test_a_flooding_tenant_does_not_delay_a_light_tenants_first_token(stack: Stack):
-    # The upstream runs 4 sequences of 40 tokens at 5 ms: 200 ms each.
-    # Alice floods with 40 requests (10 rounds of the upstream's capacity);
-    # Bob's time to first token must stay within 2x of alone, plus slack for
-    # this machine (one sequence's length: fair order gives Bob the next free
-    # sequence, not an immediate one).
-    stack.start(upstream_args=("--token-ms", "5"), upstream_max_sequences=4)
-    alone = sorted(ttft(stack, "bob") for _ in range(3))[1]
-    flood_done = []
+    # The upstream runs 4 sequences; Alice floods with 40 calls of about 40
+    # tokens each (more than a turn's quantum of 16, as a 40-token answer
+    # would cost) that never end by themselves: 4 run, 36 wait in the daemon.
+    # Each time Bob asks, one of Alice's running calls is hung up: the
+    # sequence it frees goes to Bob, ahead of every call Alice has waiting
+    # (fair order gives Bob the next free sequence, not an immediate one:
+    # the headroom test below). Without fair scheduling he would wait behind
+    # the whole flood. How soon his first token comes against alone is a
+    # benchmark (docs/benchmarks.md, "A light tenant during a flood, through
+    # the gateway").
+    stack.start(upstream_max_sequences=4, **NO_TIMEOUTS)
+    flood = open_calls(stack, "alice", 40, pad=160)
+    wait_until(lambda: stack.upstream_stats()["running"] == 4 and stack.queued("alice") == 36, 30,
+               "the flood to fill the upstream and queue the rest")
+    hung: set[str] = set()
+    for k in range(3):
+        # Alice's 4 run again (the sequence Bob used went back to her).
+        wait_until(lambda: stack.upstream_stats()["running"] == 4, 30, "Alice's 4 calls to run")
+        waiting = stack.queued("alice")
+        assert waiting == 36 - k, waiting
+        firsts: list = []
+        bob = threading.Thread(target=lambda k=k: firsts.append(ttft(stack, "bob", f"light{k}")))
+        bob.start()
+        wait_until(lambda: stack.queued("bob") == 1, 30, "Bob's request to wait in the daemon")
+        prompts = stack.upstream_stats()["prompts"]
+        victim = next(p for p in prompts if p in flood and p not in hung)
+        hang_up(flood[victim])
+        hung.add(victim)
+        bob.join(60 * SLOW)
+        assert not bob.is_alive() and len(firsts) == 1, "Bob's request was not answered"
+        # The sequence went to Bob: his call reached the upstream next.
+        after = stack.upstream_stats()["prompts"][len(prompts):]
+        assert after and after[0] == f"light{k}", (after, prompts)
+        print(f"Bob's first token with {waiting} of Alice's waiting: {firsts[0] * 1000:.1f} ms")
+    wait_until(lambda: stack.upstream_stats()["running"] == 4, 30, "Alice's 4 calls to run")
+    hang_up_all(stack, "alice", flood)
 
-    def flood(i):
-        flood_done.append(stack.request("POST", "/v1/completions",
-                                        {"model": "m", "prompt": f"f{i}", "max_tokens": 40},
-                                        key="alice", timeout=120)[0])
+    def settled() -> bool:
+        st = stack.status()
+        return st["queued"] == 0 and st["in_flight"] == 0
 
-    threads = [threading.Thread(target=flood, args=(i,)) for i in range(40)]
-    for t in threads:
-        t.start()
-    wait_until(lambda: stack.upstream_stats()["running"] == 4, 10, "the flood to fill the upstream")
-    loaded = []
-    for _ in range(3):
-        loaded.append(ttft(stack, "bob"))
-        time.sleep(0.05)
-    for t in threads:
-        t.join(120 * SLOW)
-    assert flood_done == [200] * 40
-    one_sequence = 40 * 0.005
-    median = sorted(loaded)[1]
-    assert median <= 2 * alone + one_sequence * 1.5 * SLOW, (alone, loaded)
-    # Without fair scheduling Bob would wait behind the whole flood (~2 s).
-    assert median < 10 * one_sequence
+    wait_until(settled, 30, "every call of the flood to end")
+    assert stack.tenant_counts("bob")["completed"] == 3
+    alice = stack.tenant_counts("alice")
+    assert (alice["cancelled"], alice["completed"]) == (40, 0), alice
 
 
 # --- what a new user hit -------------------------------------------------------
@@ -467,10 +541,10 @@ def test_callers_hanging_up_mid_stream_are_counted_cancelled_not_failed(stack: S
 
 
 def test_a_caller_that_stops_reading_is_dropped_and_its_request_cancelled(stack: Stack):
-    # 4000 tokens at 2 ms: 8 s of stream, far more than the bounded send
+    # 4000 tokens at 5 ms: 20 s of stream, far more than the bounded send
     # buffer; the caller reads the header and stops.
-    stack.start(upstream_args=("--token-ms", "2"), write_timeout_ms=1000,
-                send_buffer_bytes=4096)
+    stack.start(upstream_args=("--token-ms", "5"), write_timeout_ms=1000,
+                send_buffer_bytes=4096, request_timeout_ms=600000)
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.connect(("127.0.0.1", stack.port))
@@ -479,12 +553,12 @@ def test_a_caller_that_stops_reading_is_dropped_and_its_request_cancelled(stack:
               b"Authorization: Bearer " + KEYS["bob"][0].encode() + b"\r\n"
               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     assert s.recv(64).startswith(b"HTTP/1.1 200")
-    t0 = time.monotonic()
     # Dropped after write_timeout_ms of a full buffer: the upstream call is
-    # closed long before the 8 s stream would have ended.
-    wait_until(lambda: stack.upstream_stats()["disconnects"] == 1, 6, "the upstream call to close")
-    assert time.monotonic() - t0 < 6 * SLOW
-    wait_until(lambda: stack.tenant_counts("bob")["cancelled"] == 1, 5, "bob's request cancelled")
+    # closed before the stream ended ("disconnects" counts a call the
+    # upstream could not finish writing; one run to its end is not one).
+    wait_until(lambda: stack.upstream_stats()["disconnects"] == 1, 60,
+               "the upstream call to close")
+    wait_until(lambda: stack.tenant_counts("bob")["cancelled"] == 1, 10, "bob's request cancelled")
     assert stack.tenant_counts("bob")["completed"] == 0
     s.close()
 
@@ -544,11 +618,13 @@ def test_an_upstream_answering_something_not_http_is_a_bad_response(stack: Stack
 
 
 def test_a_deadline_passing_mid_stream_says_it_was_running(stack: Stack):
-    # 4000 tokens (400 s): the stream cannot end before the deadline does.
-    stack.start(upstream_args=("--slow-ms", "100"))
-    c = stack.conn(30)
+    # A "held" stream: its first token at once (1 ms), then nothing more
+    # until released, which it never is: the stream cannot end before the
+    # deadline does, and no other timeout may end it first.
+    stack.start(**NO_TIMEOUTS)
+    c = stack.conn(60)
     c.request("POST", "/v1/completions",
-              body=json.dumps({"model": "slow", "prompt": "p", "stream": True,
+              body=json.dumps({"model": "held", "prompt": "p", "stream": True,
                                "max_tokens": 4000}),
               headers={"Authorization": f"Bearer {KEYS['alice'][0]}",
                        "Content-Type": "application/json",
@@ -592,8 +668,9 @@ def test_upstream_connections_are_kept_alive_and_reused(stack: Stack):
         if stream:
             assert sse_events(b)[-1] == "[DONE]"
     assert stack.request("GET", "/v1/models")[0] == 200
-    # One after the other: one connection serves them all (a stream's last
-    # chunk is read after [DONE] before its connection is reused).
+    # One after the other: one connection serves them all (the fake sends a
+    # stream's last chunk with its [DONE], so the gateway has read the whole
+    # body, and pooled the connection, when the stream ends).
     assert stack.upstream_stats()["connections"] == 1
 
 
@@ -607,13 +684,15 @@ def test_without_a_pool_each_call_has_its_own_connection(stack: Stack):
 
 def test_a_pooled_connection_the_upstream_closed_is_not_used(stack: Stack):
     # The upstream closes idle connections after 0.2 s; the pool keeps them
-    # 4 s: every call after a pause must notice and connect again.
+    # 4 s: every call after the upstream closed the last one's connection
+    # must notice and connect again.
     stack.start(upstream_args=("--keep-alive-s", "0.2"))
     for i in range(4):
         s, _, b = stack.request("POST", "/v1/completions",
                                 {"model": "m", "prompt": "p", "max_tokens": 2, "stream": i % 2 == 1})
         assert s == 200, b
-        time.sleep(0.4)
+        wait_until(lambda: stack.upstream_stats()["closed"] == i + 1, 10,
+                   "the upstream to close the idle connection")
     assert stack.upstream_stats()["connections"] == 4
 
 
@@ -784,11 +863,19 @@ def test_a_failing_health_check_ejects_a_replica_until_it_passes(stack: Stack):
 
 
 def test_removing_a_replica_by_sighup_drains_it_without_cutting_its_stream(stack: Stack):
-    # 5 s of stream (15 s sanitized), read to its end below: it must outlast
-    # the reload, the drain's start and the 4 calls after it, or the replica
-    # goes before it was seen draining.
-    stack.start(replicas=2, upstream_args=("--slow-ms", "50"))
-    c, r = slow_stream(stack, "alice", tokens=int(100 * SLOW))
+    # A "held" stream: its first token, then nothing until the test releases
+    # it, so it outlasts the reload, the drain's start and the 4 calls after
+    # it however long they take (no timeout may end it meanwhile); then it
+    # is read to its end.
+    stack.start(replicas=2, **NO_TIMEOUTS)
+    c = stack.conn(60)
+    c.request("POST", "/v1/completions",
+              body=json.dumps({"model": "held", "prompt": "p", "stream": True, "max_tokens": 20}),
+              headers={"Authorization": f"Bearer {KEYS['alice'][0]}",
+                       "Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    assert r.readline().startswith(b"data: ")
     busy = next(i for i, (_, port) in enumerate(stack.replicas)
                 if stack.upstream_stats(port)["running"] == 1)
     keep = 1 - busy
@@ -801,9 +888,15 @@ def test_removing_a_replica_by_sighup_drains_it_without_cutting_its_stream(stack
     # New work goes to the one that stays; the draining one finishes its stream.
     assert [complete(stack, i) for i in range(4)] == [200] * 4
     assert stack.upstream_stats(stack.replicas[keep][1])["requests"] == 4
+    assert readyz_upstreams(stack)[f"r{busy}"]["state"] == "draining"  # the stream holds it
+    release = http.client.HTTPConnection("127.0.0.1", stack.replicas[busy][1], timeout=10)
+    release.request("GET", "/release")
+    assert release.getresponse().status == 200
+    release.close()
     rest = r.read()
     c.close()
     assert rest.rstrip().endswith(b"data: [DONE]")
+    assert sse_events(rest).count("[DONE]") == 1 and len(sse_events(rest)) == 20  # 19 tokens
     assert b'"error"' not in rest
     wait_until(lambda: list(readyz_upstreams(stack)) == [f"r{keep}"], 5, "the drained worker to go")
     assert [w["name"] for w in stack.status()["workers"]] == [f"gateway/r{keep}"]
@@ -820,42 +913,38 @@ def gateway_toml_without(stack: Stack, index: int) -> str:
 
 def test_with_headroom_a_light_tenants_first_token_does_not_wait_for_a_sequence(stack: Stack):
     # As the flood test above, with one of the upstream's 4 sequences kept for
-    # tenants with nothing running: Bob's first token comes at once, not after
-    # the next of Alice's 200 ms sequences ends.
+    # tenants with nothing running: Alice's flood never ends by itself and
+    # fills 3, and Bob is served on the fourth at once, each time, with none
+    # of Alice's calls ending (nothing else could make room). How soon, against
+    # alone, is a benchmark (docs/benchmarks.md, "A light tenant during a
+    # flood, through the gateway", headroom 1).
     from conftest import daemon_toml
     stack.daemon_config.write_text(
         daemon_toml(stack.socket).replace("max_sequences = 256\n",
                                           "max_sequences = 256\nheadroom = 1\n"))
-    stack.start(upstream_args=("--token-ms", "5"), upstream_max_sequences=4)
-    alone = sorted(ttft(stack, "bob") for _ in range(3))[1]
-    flood_done = []
+    stack.start(upstream_max_sequences=4, **NO_TIMEOUTS)
+    flood = open_calls(stack, "alice", 40)
+    wait_until(lambda: stack.upstream_stats()["running"] == 3 and stack.queued("alice") == 37, 30,
+               "the flood to fill 3 sequences and queue the rest")
+    for k in range(5):
+        first = ttft(stack, "bob", f"light{k}")
+        print(f"Bob's first token with 37 of Alice's waiting: {first * 1000:.1f} ms")
+    st = stack.upstream_stats()
+    # Alice never had the fourth: her 3 calls are the only ones of hers that
+    # reached the upstream, and Bob's 5 came on the sequence kept beside them.
+    assert sorted(p for p in st["prompts"] if p in flood) == sorted(st["prompts"][:3]), st
+    assert st["prompts"][3:] == [f"light{k}" for k in range(5)], st
+    assert st["max_running"] == 4 and st["running"] == 3, st
+    assert stack.queued("alice") == 37
+    hang_up_all(stack, "alice", flood)
 
-    def flood(i):
-        flood_done.append(stack.request("POST", "/v1/completions",
-                                        {"model": "m", "prompt": f"f{i}", "max_tokens": 40},
-                                        key="alice", timeout=120)[0])
+    def settled() -> bool:
+        s = stack.status()
+        return s["queued"] == 0 and s["in_flight"] == 0
 
-    threads = [threading.Thread(target=flood, args=(i,)) for i in range(40)]
-    for t in threads:
-        t.start()
-    wait_until(lambda: stack.upstream_stats()["running"] == 3, 10, "the flood to fill 3 sequences")
-    time.sleep(0.1)  # time for a fourth of the flood's to start, were it not kept
-    # The fourth is kept: the flood never ran more than 3 at once (the peak;
-    # "running" now may be 2 as one of the flood's ends and the next starts).
-    assert stack.upstream_stats()["max_running"] == 3
-    loaded = []
-    for _ in range(5):
-        loaded.append(ttft(stack, "bob"))
-        time.sleep(0.05)
-    for t in threads:
-        t.join(120 * SLOW)
-    assert flood_done == [200] * 40
-    median = sorted(loaded)[2]
-    one_sequence = 40 * 0.005
-    # Within 2x of alone (plus 20 ms for two shared cores), far from the
-    # next-free-sequence wait (up to one sequence, 200 ms) without headroom.
-    assert median <= 2 * alone + 0.02 * SLOW, (alone, loaded)
-    assert median < one_sequence / 2, (alone, loaded)
+    wait_until(settled, 30, "every call of the flood to end")
+    assert stack.tenant_counts("bob")["completed"] == 5
+    assert stack.tenant_counts("alice")["cancelled"] == 40
 
 
 # --- capacity that follows the engine ---------------------------------------------
@@ -880,49 +969,77 @@ def flood(stack: Stack, n: int, tokens: int, samples: list) -> list:
 def test_capacity_auto_sends_what_the_engine_runs_and_keeps_its_queue_near_empty(stack: Stack):
     # An engine that runs 3 calls at once and queues the rest; the gateway
     # may send 16 (fixed), then follows its metrics (auto, after a reload).
-    # A call waits in the engine's queue behind up to 13 others: no response
-    # timeout may end it there, however slowly the engine gets through them.
+    # Each way, first 20 calls that never end by themselves, which settle
+    # where the limit leaves them whatever the speed of the machine; then a
+    # flood of 32 short calls, all served. A call waits in the engine's
+    # queue behind up to 13 others: no timeout may end it there.
     stack.start(replicas=1, upstream_args=("--engine-slots", "3", "--token-ms", "12"),
-                upstream_max_sequences=16, upstream_metrics_interval_ms=50,
-                upstream_response_timeout_ms=600000)
+                upstream_max_sequences=16, upstream_metrics_interval_ms=50, **NO_TIMEOUTS)
     port = stack.replicas[0][1]
+
+    def engine() -> dict:
+        return stack.upstream_stats(port)["engine"]
+
+    def idle() -> bool:
+        st, e = stack.status(), engine()
+        return (st["queued"], st["in_flight"], e["running"], e["waiting"]) == (0, 0, 0, 0)
+
+    # Fixed: all 16 sent at once, 13 of them wait in the engine's FIFO, where
+    # fairsched cannot order them.
+    held = open_calls(stack, "alice", 20, prefix="h")
+    wait_until(lambda: (engine()["running"], engine()["waiting"], stack.queued("alice")) ==
+               (3, 13, 4), 30, "16 calls sent, 3 run, 13 wait in the engine")
+    assert engine()["max_waiting"] == 13
+    hang_up_all(stack, "alice", held, port)
+    wait_until(idle, 30, "the held calls to end")
+    stack_reset(port)
     fixed: list = []
     t0 = time.monotonic()
     assert flood(stack, 32, 8, fixed) == [200] * 32
     fixed_s = time.monotonic() - t0
-    engine = stack.upstream_stats(port)["engine"]
-    assert engine["max_running"] == 3
-    assert engine["max_waiting"] >= 10  # fixed: the engine's FIFO holds what fairsched sent
+    fixed_engine = engine()
+    assert fixed_engine["max_running"] == 3
     assert set(fixed) == {16}
-    fixed_waiting_s = engine["waiting_s"]
-    fixed_engine = engine
 
     text = stack.gateway_config.read_text()
     stack.gateway_config.write_text(text.replace("max_sequences = 16\n",
                                                  'max_sequences = 16\ncapacity = "auto"\n'))
     stack.gateway.send(signal.SIGHUP)
-    wait_until(lambda: readyz_upstreams(stack)["r0"]["capacity"] == "auto", 5, "the reload")
-    wait_until(lambda: readyz_upstreams(stack)["r0"]["engine"].get("kind") == "vllm", 5,
+    wait_until(lambda: readyz_upstreams(stack)["r0"]["capacity"] == "auto", 10, "the reload")
+    wait_until(lambda: readyz_upstreams(stack)["r0"]["engine"].get("kind") == "vllm", 10,
                "a first scrape")
+    # Auto: the limit starts at 4; the one call the engine cannot run waits
+    # there, the next read says so, and the limit drops to the 3 it runs.
+    # Nothing more is sent while those 4 are out: 16 calls stay in fairsched.
+    stack_reset(port)
+    held = open_calls(stack, "alice", 20, prefix="a")
+    wait_until(lambda: (readyz_upstreams(stack)["r0"]["max_sequences"], engine()["running"],
+                        engine()["waiting"], stack.queued("alice")) == (3, 3, 1, 16), 30,
+               "the limit at what the engine runs, one call waiting there")
+    assert engine()["max_waiting"] == 1  # against 13 fixed
+    hang_up_all(stack, "alice", held, port)
+    wait_until(idle, 30, "the held calls to end")
     stack_reset(port)
     auto: list = []
     t0 = time.monotonic()
     assert flood(stack, 32, 8, auto) == [200] * 32
     auto_s = time.monotonic() - t0
-    engine = stack.upstream_stats(port)["engine"]
+    auto_engine = engine()
     up = readyz_upstreams(stack)["r0"]
-    assert engine["max_running"] == 3, engine  # the engine stayed busy
+    assert auto_engine["max_running"] == 3, auto_engine  # the engine stayed busy
     # At most what the engine runs, and the one more that probes for room
     # (a call on its way to the engine may look like room for a scrape).
-    assert engine["max_waiting"] <= 3, (engine, auto)
+    assert auto_engine["max_waiting"] <= 3, (auto_engine, auto)
     assert max(auto) <= 8 and min(auto) >= 1, auto
     assert 1 <= up["max_sequences"] <= 4, up
     assert not up["engine"]["slow_start"]
     assert up["engine"]["scrape_error"] == ""
-    assert engine["waiting_s"] < fixed_waiting_s / 3, (engine, fixed_waiting_s)
-    print(f"engine queue: fixed max {fixed_engine['max_waiting']} waiting {fixed_waiting_s:.2f} "
-          f"call-s; auto max {engine['max_waiting']} waiting {engine['waiting_s']:.2f} call-s, "
-          f"running {engine['running_s']:.2f} call-s; limits {sorted(set(auto))}; "
+    # How long calls waited in the engine each way (call-seconds) is measured,
+    # not asserted: docs/benchmarks.md, "Capacity that follows the engine".
+    print(f"engine queue: fixed max {fixed_engine['max_waiting']} waiting "
+          f"{fixed_engine['waiting_s']:.2f} call-s; auto max {auto_engine['max_waiting']} "
+          f"waiting {auto_engine['waiting_s']:.2f} call-s, running "
+          f"{auto_engine['running_s']:.2f} call-s; limits {sorted(set(auto))}; "
           f"flood {fixed_s:.2f} s fixed, {auto_s:.2f} s auto")
 
 
@@ -955,49 +1072,72 @@ def test_engine_priority_puts_a_light_tenants_call_before_a_floods_waiting_calls
         stack: Stack, mode: str):
     # An engine that runs 2 at once and orders its waiting calls by their
     # "priority" as vLLM (lower_first) or SGLang (higher_first) do; the
-    # gateway sends it 10 (more than it runs, so some wait in it). Each of
-    # the flood's calls runs 400 ms: bob's call, let in as the first two end,
-    # has a round of 400 ms (not 100) to reach the engine before its queue
-    # drops below 6, two to find 4 there. The flood's calls wait in the
-    # engine's queue up to 1.6 s: no response timeout may end them.
+    # gateway sends it 10 of a flood that never ends by itself (2 run, 8 wait
+    # in the engine). Bob's call waits in the daemon until the test hangs up
+    # one of the flood's running calls (its sequence goes to Bob), and then
+    # one more each time the engine has refilled its freed slot, until Bob's
+    # call is admitted: the order the engine admitted them in is the outcome,
+    # whatever the speed of the machine.
     stack.start(replicas=1, upstream_max_sequences=10, upstream_engine_priority=f'"{mode}"',
-                upstream_response_timeout_ms=600000,
                 upstream_args=("--engine-slots", "2", "--token-ms", "10",
-                               "--engine-priority", "lower_first" if mode == "off" else mode))
+                               "--engine-priority", "lower_first" if mode == "off" else mode),
+                **NO_TIMEOUTS)
     port = stack.replicas[0][1]
+
+    def engine() -> dict:
+        return stack.upstream_stats(port)["engine"]
+
+    def admitted() -> list:
+        return [e[1] for e in engine()["log"] if e[0] == "admit"]
+
+    flood = open_calls(stack, "alice", 10, prefix="r")
+    wait_until(lambda: (engine()["running"], engine()["waiting"]) == (2, 8), 30,
+               "the flood to run 2 and wait 8 in the engine")
     results: list = []
-    threads = [threading.Thread(
-        target=lambda i=i: results.append(complete(stack, i, key="alice", tokens=40)))
-        for i in range(10)]
-    for t in threads:
-        t.start()
-    wait_until(lambda: stack.upstream_stats(port)["engine"]["waiting"] >= 6, 10 * SLOW,
-               "the flood to wait in the engine")
-    t0 = time.monotonic()
-    assert complete(stack, 1000, key="bob", tokens=2) == 200
-    bob_s = time.monotonic() - t0
-    for t in threads:
-        t.join(60 * SLOW)
-    assert results == [200] * 10
-    log = stack.upstream_stats(port)["engine"]["log"]
+    bob = threading.Thread(target=lambda: results.append(complete(stack, 1000, key="bob",
+                                                                  tokens=2)))
+    bob.start()
+    wait_until(lambda: stack.queued("bob") == 1, 30, "Bob's call to wait in the daemon")
+    hung: set[str] = set()
+    while "r1000" not in (done := admitted()):
+        victim = next(p for p in done if p in flood and p not in hung)
+        hang_up(flood[victim])
+        hung.add(victim)
+        # The slot it frees is taken at once: something always waits there.
+        wait_until(lambda: len(admitted()) > len(done), 30, "the engine to refill its slot")
+    bob.join(60 * SLOW)
+    assert results == [200]
+    log = engine()["log"]
+    for c in flood.values():
+        hang_up(c)
+    wait_until(lambda: stack.status()["queued"] == 0 and stack.status()["in_flight"] == 0, 30,
+               "every call of the flood to end")
     arrived = next(i for i, e in enumerate(log) if e[:2] == ["arrive", "r1000"])
     bob_priority = log[arrived][2]
     waiting = {e[1] for e in log[:arrived] if e[0] == "arrive"} - {
         e[1] for e in log[:arrived] if e[0] == "admit"}
     admitted_after = [e[1] for e in log[arrived:] if e[0] == "admit"]
-    alice_priorities = sorted(e[2] for e in log if e[0] == "arrive" and e[1] != "r1000")
-    print(f"{mode}: bob's call {bob_s * 1000:.0f} ms, {len(waiting)} of the flood waiting when it "
-          f"arrived, admitted {admitted_after.index('r1000') + 1}th after")
-    assert len(waiting) >= 4, log
+    priority = {e[1]: e[2] for e in log if e[0] == "arrive"}
+    alice_priorities = sorted(v for k, v in priority.items() if k != "r1000")
+    ahead = admitted_after[:admitted_after.index("r1000")]
+    print(f"{mode}: {len(waiting)} of the flood waiting when bob's call arrived, {len(ahead)} "
+          f"admitted before it ({len(hung)} of the flood's calls hung up)")
+    # Bob's call was sent when the first hang-up freed a sequence: all the
+    # flood but the 2 running (and the one admitted in its place) waited.
+    assert len(waiting) >= 7, log
     if mode == "off":
         # The caller sent none: none reaches the engine, which serves first come.
         assert bob_priority == 0 and set(alice_priorities) == {0}
-        assert admitted_after.index("r1000") == len(waiting), log
+        assert len(ahead) == len(waiting), log
     else:
-        # Bob has nothing running there: the engine's first choice.
+        # Bob has nothing running there: the engine's first choice among what
+        # waits, ahead of every call of the flood's ranked below his (only a
+        # call of the flood sent while it had none running ranks with his;
+        # it arrived first, so it goes first).
         assert bob_priority == 0
-        assert admitted_after[0] == "r1000", log
         sign = 1 if mode == "lower_first" else -1
+        assert all(sign * priority[p] <= 0 for p in ahead), (ahead, log)
+        assert len(ahead) <= 1, log
         assert sign * alice_priorities[-1 if sign > 0 else 0] >= 5, alice_priorities
 
 
