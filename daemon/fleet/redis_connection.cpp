@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace fairsched::fleet {
@@ -129,7 +130,75 @@ std::variant<int, std::string> connectSocket(const config::RedisAddress& a,
   return result;
 }
 
+// The reply object functions of newReplyReader(): hiredis's own, but for
+// the bound on arrays. The objects are hiredis's (calloc/malloc), so
+// freeReplyObject frees them.
+redisReply* newReply(const redisReadTask* task, int type) {
+  auto* r = static_cast<redisReply*>(std::calloc(1, sizeof(redisReply)));
+  if (r == nullptr) return nullptr;
+  r->type = type;
+  if (task->parent != nullptr) {
+    auto* parent = static_cast<redisReply*>(task->parent->obj);
+    parent->element[task->idx] = r;
+  }
+  return r;
+}
+
+void* createString(const redisReadTask* task, char* str, std::size_t len) {
+  char* copy = static_cast<char*>(std::malloc(len + 1));
+  if (copy == nullptr) return nullptr;
+  std::memcpy(copy, str, len);
+  copy[len] = '\0';
+  redisReply* r = newReply(task, task->type);
+  if (r == nullptr) {
+    std::free(copy);
+    return nullptr;
+  }
+  r->str = copy;
+  r->len = len;
+  return r;
+}
+
+void* createArray(const redisReadTask* task, int elements) {
+  if (elements < 0 || elements > kMaxReplyElements) return nullptr;  // the reader reports it
+  redisReply** slots = nullptr;
+  if (elements > 0) {
+    slots = static_cast<redisReply**>(
+        std::calloc(static_cast<std::size_t>(elements), sizeof(redisReply*)));
+    if (slots == nullptr) return nullptr;
+  }
+  redisReply* r = newReply(task, REDIS_REPLY_ARRAY);
+  if (r == nullptr) {
+    std::free(slots);
+    return nullptr;
+  }
+  r->element = slots;
+  r->elements = static_cast<std::size_t>(elements);
+  return r;
+}
+
+void* createInteger(const redisReadTask* task, long long value) {
+  redisReply* r = newReply(task, REDIS_REPLY_INTEGER);
+  if (r != nullptr) r->integer = value;
+  return r;
+}
+
+void* createNil(const redisReadTask* task) {
+  return newReply(task, REDIS_REPLY_NIL);
+}
+
+void freeObject(void* reply) {
+  freeReplyObject(reply);
+}
+
+redisReplyObjectFunctions kBoundedReplies = {createString, createArray, createInteger, createNil,
+                                             freeObject};
+
 }  // namespace
+
+redisReader* newReplyReader() {
+  return redisReaderCreateWithFunctions(&kBoundedReplies);
+}
 
 void RedisReplyDeleter::operator()(redisReply* r) const {
   if (r != nullptr) freeReplyObject(r);
@@ -186,7 +255,7 @@ TlsContext::~TlsContext() {
 
 RedisConnection::RedisConnection(config::RedisAddress address, int fd,
                                  std::chrono::milliseconds timeout)
-    : address_(std::move(address)), fd_(fd), reader_(redisReaderCreate()), timeout_(timeout) {
+    : address_(std::move(address)), fd_(fd), reader_(newReplyReader()), timeout_(timeout) {
   setTimeout(timeout);
 }
 
@@ -319,6 +388,10 @@ std::variant<RedisReply, BackendFailure> RedisConnection::readReply() {
                             address_.str() + ": protocol error: " + std::string(reader_->errstr)};
     }
     if (reply != nullptr) return RedisReply(static_cast<redisReply*>(reply));
+    if (reader_->len - reader_->pos > kMaxReplyBytes) {
+      return BackendFailure{BackendError::kIo, address_.str() + ": a reply over " +
+                                                   std::to_string(kMaxReplyBytes >> 20) + " MiB"};
+    }
     errno = 0;
     ssize_t n;
     if (ssl_ != nullptr) {

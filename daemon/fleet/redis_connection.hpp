@@ -113,6 +113,16 @@ class RedisConnection {
   std::uint64_t round_trips_ = 0;
 };
 
+// A RESP reader (hiredis's parser) that builds redisReply objects as hiredis
+// does but refuses an array of more than kMaxReplyElements: hiredis 0.14
+// allocates a declared array whole before its elements arrive, so one
+// "*400000000" from a broken server would cost gigabytes. Free with
+// redisReaderFree; replies with freeReplyObject (RedisReply).
+inline constexpr int kMaxReplyElements = 1 << 20;
+redisReader* newReplyReader();
+// The most a reply may fill the reader's buffer with before it is complete.
+inline constexpr std::size_t kMaxReplyBytes = std::size_t{64} << 20;
+
 // The error reply's text ("" for a reply that is not an error).
 std::string_view errorText(const redisReply& r);
 // AUTH and ACL refusals (WRONGPASS, NOAUTH, NOPERM): a setting to fix, not an outage.

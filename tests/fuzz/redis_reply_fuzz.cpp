@@ -1,7 +1,7 @@
 // libFuzzer target for what a Redis server (or a config file) hands the
-// fleet backend: whatever the bytes, as RESP (hiredis's reader, as replies
-// arrive) a CLUSTER SLOTS reply becomes a slot map whose every served slot
-// names one of its nodes and whose ranges agree with it, an error reply
+// fleet backend: whatever the bytes, as RESP (the backend's bounded reader:
+// no declared array allocates more than kMaxReplyElements) a CLUSTER SLOTS reply becomes a slot map
+// whose every served slot names one of its nodes and whose ranges agree with it, an error reply
 // parses as a redirection only with a slot below 16384 and a port; as a
 // [fleet] url, parseRedisUrl never crashes and a parsed password never
 // survives redaction; keySlot is always below 16384.
@@ -27,7 +27,7 @@ void check(bool ok) {
 }
 
 void reply(std::string_view bytes) {
-  redisReader* reader = redisReaderCreate();
+  redisReader* reader = fleet::newReplyReader();
   redisReaderFeed(reader, bytes.data(), bytes.size());
   config::RedisAddress from;
   from.host = "10.0.0.1";

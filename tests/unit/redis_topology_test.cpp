@@ -15,7 +15,7 @@ namespace fairsched::fleet {
 namespace {
 
 RedisReply parse(const std::string& resp) {
-  redisReader* reader = redisReaderCreate();
+  redisReader* reader = newReplyReader();
   redisReaderFeed(reader, resp.data(), resp.size());
   void* reply = nullptr;
   EXPECT_EQ(redisReaderGetReply(reader, &reply), REDIS_OK);
@@ -115,6 +115,22 @@ TEST(SlotMap, PartialCoverageAndBadRepliesAreSeen) {
   EXPECT_FALSE(
       SlotMap::fromClusterSlots(*parse("*1\r\n*3\r\n:5\r\n:1\r\n*2\r\n" + bulk("h") + ":1\r\n"),
                                 at("h", 1)));  // first > last
+}
+
+TEST(ReplyReader, AnArrayDeclaredHugeIsAnErrorNotAnAllocation) {
+  redisReader* reader = newReplyReader();
+  const std::string huge = "*400000000\r\n:1\r\n";
+  redisReaderFeed(reader, huge.data(), huge.size());
+  void* reply = nullptr;
+  EXPECT_EQ(redisReaderGetReply(reader, &reply), REDIS_ERR);
+  EXPECT_EQ(reply, nullptr);
+  redisReaderFree(reader);
+  // The bound itself is still read, nested.
+  const RedisReply nested = parse("*2\r\n*1\r\n$3\r\nabc\r\n:-7\r\n");
+  ASSERT_EQ(nested->type, REDIS_REPLY_ARRAY);
+  ASSERT_EQ(nested->elements, 2u);
+  EXPECT_EQ(std::string(nested->element[0]->element[0]->str), "abc");
+  EXPECT_EQ(nested->element[1]->integer, -7);
 }
 
 TEST(NodeOfKey, FollowsTheTopology) {
