@@ -137,6 +137,13 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
     if (!next) break;
   }
   UpstreamCall& up = *call;
+  // Gone while connecting (its close may have come before there was a socket
+  // to close): nothing is sent, the assignment ends now.
+  if (ex.caller_gone || ex.aborted) {
+    up.close();
+    c.timing.upstream = std::chrono::steady_clock::now() - called_at;
+    co_return co_await endBeforeResponse(c, ex);
+  }
   const UpstreamConfig& via = ex.via->pools[thread_]->config();  // this thread's copy
   // The tenant's calls open on this upstream, this one included, while it is.
   struct TenantCall {

@@ -203,6 +203,10 @@ awaitable<std::optional<UpstreamError>> UpstreamCall::Impl::connectNew() {
     co_return e;
   }
   ++pool->opened;
+  if (failed) {  // close() came while connecting: the socket it closed was not open yet
+    conn->stream.close();
+    co_return UpstreamError{false, false, "closed while connecting"};
+  }
   conn->stream.socket().set_option(tcp::no_delay(true), ec);
   co_return std::nullopt;
 }

@@ -1229,6 +1229,33 @@ def test_an_assignment_the_gateway_ends_at_once_gives_its_sequence_back(stack: S
     assert complete(stack, 1) == 200
 
 
+def test_callers_who_all_hang_up_at_once_leave_no_call_running(stack: Stack):
+    # 20 callers of the never-answering model, 8 of them running on the
+    # upstream, all hang up at once, in no particular order: a sequence one
+    # cancel frees may be assigned to a call whose caller is gone too, even
+    # while its upstream call is being connected. Every upstream call must
+    # still be closed and every assignment ended, by the hang-ups alone
+    # (no timeout of the stack can end them). Five rounds.
+    stack.start(**NO_TIMEOUTS)
+    for round_ in range(5):
+        calls = open_calls(stack, "alice", 20, prefix=f"r{round_}-")
+        wait_until(lambda: stack.upstream_stats()["running"] == 8
+                   and stack.tenant_counts("alice")["queued"] == 12, 30,
+                   "8 calls running on the upstream and 12 queued")
+        for c in calls.values():
+            hang_up(c)
+
+        def settled() -> bool:
+            counts = stack.tenant_counts("alice")
+            return (stack.upstream_stats()["running"] == 0 and counts["queued"] == 0
+                    and counts["in_flight"] == 0)
+
+        wait_until(settled, 30, "every call ended upstream and in the daemon")
+        counts = stack.tenant_counts("alice")
+        assert counts["completed"] == 0, counts
+        assert counts["cancelled"] == 20 * (round_ + 1), counts
+
+
 def test_a_burst_of_hang_ups_cancels_every_queued_request(stack: Stack):
     # 10,000 callers each wait on a streamed request (64 run on an upstream
     # that never answers, the rest queue in the daemon), then all hang up at
