@@ -254,7 +254,7 @@ std::vector<LeaseResult> RedisBackend::callBatch(std::span<const LeaseCall> call
   };
   std::vector<Group> groups;
   for (std::size_t i = 0; i < calls.size(); ++i) {
-    Target target = route(keySlot(calls[i].key));
+    Target target = route(keySlot(calls[i].key), /*may_ask=*/i == 0);
     if (auto* failed = std::get_if<BackendFailure>(&target)) {
       out[i] = *failed;
       continue;

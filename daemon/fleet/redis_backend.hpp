@@ -104,7 +104,9 @@ class RedisBackend final : public LeaseBackend {
   };
   using Target = std::variant<config::RedisAddress, BackendFailure>;
 
-  Target route(std::uint16_t slot);
+  // The server for `slot`; asks the cluster (the sentinels) again when the
+  // map (master) is stale and `may_ask`: a batch asks once, not per call.
+  Target route(std::uint16_t slot, bool may_ask = true);
   std::variant<Conn*, BackendFailure> connection(const config::RedisAddress& at);
   void lost(const config::RedisAddress& at);
   std::optional<BackendFailure> refreshSlots();

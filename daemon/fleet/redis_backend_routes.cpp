@@ -196,9 +196,9 @@ std::optional<BackendFailure> RedisBackend::discoverMaster() {
   return last;
 }
 
-RedisBackend::Target RedisBackend::route(std::uint16_t slot) {
+RedisBackend::Target RedisBackend::route(std::uint16_t slot, bool may_ask) {
   if (mode_ == config::FleetMode::kCluster) {
-    if (slots_stale_ || slots_.empty()) {
+    if ((slots_stale_ || slots_.empty()) && may_ask) {
       if (auto failed = refreshSlots(); failed && slots_.empty()) return *failed;
     }
     if (const config::RedisAddress* node = slots_.nodeFor(slot)) return *node;
@@ -206,10 +206,10 @@ RedisBackend::Target RedisBackend::route(std::uint16_t slot) {
     return BackendFailure{BackendError::kReply,
                           "no node serves slot " + std::to_string(slot) + " (cluster down?)"};
   }
-  if (mode_ == config::FleetMode::kSentinel && (master_stale_ || !master_)) {
+  if (mode_ == config::FleetMode::kSentinel && (master_stale_ || !master_) && may_ask) {
     if (auto failed = discoverMaster()) return *failed;
   }
-  if (!master_) return BackendFailure{BackendError::kConnect, "no server configured"};
+  if (!master_) return BackendFailure{BackendError::kConnect, "no master known"};
   return *master_;
 }
 
