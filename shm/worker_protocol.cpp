@@ -14,6 +14,8 @@ namespace fairsched::shm {
 //   deadline_ns       kTokens, kStep: emit time
 //   prompt_tokens     kTokens: token ids in the arena; kStep: its words in the arena
 //   params_bytes      kFinish: message bytes in the arena
+//   tag               kCache: the operation (CacheOp)
+//   prompt_tokens     kCache: its words in the arena (kCacheWordsPerBlock per hash)
 // flags (but kSlotInline, which the ring sets for a short payload) and tenant stay 0.
 
 std::string_view toString(EventCheck check) {
@@ -32,6 +34,8 @@ std::string_view toString(EventCheck check) {
       return "a FINISH status a worker may not report";
     case EventCheck::kNegativeTime:
       return "a negative emit time";
+    case EventCheck::kBadCache:
+      return "a KV cache event with an unknown operation, or without whole block hashes";
   }
   return "unknown";
 }
@@ -61,6 +65,9 @@ SubmissionSlot encodeWorkerEvent(const WorkerEvent& e) {
     case WorkerEventKind::kPreempted:
       s.request_id = e.assignment;
       s.max_output_tokens = e.output_tokens;
+      break;
+    case WorkerEventKind::kCache:
+      s.tag = static_cast<std::uint64_t>(e.cache_op);
       break;
   }
   return s;
@@ -125,6 +132,25 @@ EventCheck decodeWorkerEvent(const SubmissionSlot& s, WorkerEvent& out) {
       out.assignment = s.request_id;
       out.output_tokens = s.max_output_tokens;
       return EventCheck::kValid;
+    case static_cast<std::uint16_t>(WorkerEventKind::kCache): {
+      if (s.params_bytes != 0 || s.request_id != 0 || s.max_output_tokens != 0 || s.priority != 0 ||
+          s.deadline_ns != 0) {
+        return EventCheck::kBadFlags;
+      }
+      const bool cleared = s.tag == static_cast<std::uint64_t>(CacheOp::kCleared);
+      if (s.tag != static_cast<std::uint64_t>(CacheOp::kStored) &&
+          s.tag != static_cast<std::uint64_t>(CacheOp::kRemoved) && !cleared) {
+        return EventCheck::kBadCache;
+      }
+      if (cleared ? s.prompt_tokens != 0
+                  : s.prompt_tokens == 0 || s.prompt_tokens > kWorkerTokensPerEvent ||
+                        s.prompt_tokens % kCacheWordsPerBlock != 0) {
+        return EventCheck::kBadCache;
+      }
+      out.kind = WorkerEventKind::kCache;
+      out.cache_op = static_cast<CacheOp>(s.tag);
+      return EventCheck::kValid;
+    }
     default:
       return EventCheck::kUnknownKind;
   }

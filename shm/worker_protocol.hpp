@@ -57,7 +57,12 @@ enum class WorkerEventKind : std::uint16_t {
   kFinish = 3,
   kPreempted = 4,  // a sequence given back on PREEMPT, after emitting what it generated
   kStep = 5,       // one token of each of several assignments (an engine step), in one record
+  kCache = 6,      // KV blocks stored in / removed from the engine's prefix cache, or all cleared
 };
+
+// What a kCache event says of the engine's prefix cache (the shape of vLLM's
+// KV events: BlockStored, BlockRemoved, AllBlocksCleared).
+enum class CacheOp : std::uint8_t { kStored = 1, kRemoved = 2, kCleared = 3 };
 
 struct WorkerEvent {
   WorkerEventKind kind = WorkerEventKind::kCapacity;
@@ -75,6 +80,10 @@ struct WorkerEvent {
   std::uint32_t output_tokens = 0;  // kFinish, kPreempted: generated in all
   std::uint32_t input_tokens = 0;   // kFinish: the prompt as the engine counted it; 0 = as assigned
   std::uint32_t message_bytes = 0;  // an error message in the arena words (escaped when shown)
+  // kCache: the operation; the arena holds kCacheWordsPerBlock words per
+  // block hash (low, then high 32 bits; decodeCacheBlock), none for kCleared.
+  // kStored names a run of a prefix chain, leading block first.
+  CacheOp cache_op = CacheOp::kStored;
 };
 
 // Most token ids one TOKENS record carries (the event ring's arena words per slot).
@@ -83,6 +92,16 @@ inline constexpr std::uint32_t kWorkerTokensPerEvent = 256;
 inline constexpr std::uint32_t kStepWordsPerToken = 3;
 inline constexpr std::uint32_t kWorkerStepTokensPerEvent =
     kWorkerTokensPerEvent / kStepWordsPerToken;
+
+// A kCache record's words per block hash, and the most hashes it carries.
+inline constexpr std::uint32_t kCacheWordsPerBlock = 2;
+inline constexpr std::uint32_t kWorkerCacheBlocksPerEvent =
+    kWorkerTokensPerEvent / kCacheWordsPerBlock;
+// Hash i of a kCache record's words (REQUIRES: i < words.size() / kCacheWordsPerBlock).
+inline std::uint64_t decodeCacheBlock(std::span<const std::uint32_t> words, std::size_t i) {
+  const std::size_t at = i * kCacheWordsPerBlock;
+  return std::uint64_t{words[at]} | (std::uint64_t{words[at + 1]} << 32);
+}
 
 struct StepWord {
   std::uint64_t assignment = 0;
@@ -103,6 +122,7 @@ enum class EventCheck : std::uint8_t {
   kStrayTokens,   // token ids on a record that carries none
   kBadStatus,     // kFinish with a status a worker may not report
   kNegativeTime,  // kTokens with emit_ns < 0
+  kBadCache,      // kCache with an unknown operation, or hashes it does not carry as said
 };
 std::string_view toString(EventCheck check);
 

@@ -68,6 +68,9 @@ int main(int argc, char** argv) {
     const config::EngineConfig& e = ep->engine;
     model = {e.max_sequences,    e.kv_tokens,       e.step_us,
              e.prefill_token_us, e.decode_token_us, e.chunked_prefill_tokens};
+    model.cache_blocks = e.prefix_cache_blocks;
+    model.block_tokens = ep->worker.prefix_block_tokens;
+    model.kv_events = e.kv_events;
   }
 
   struct sigaction sa {};
@@ -111,10 +114,14 @@ int main(int argc, char** argv) {
   }
   Result<void> r = engine.run(g_stop);
   const reference::EngineStats& s = engine.stats();
-  std::fprintf(stderr, "fairsched-worker: %llu steps, %llu tokens, %llu finished, %llu aborted\n",
+  std::fprintf(stderr,
+               "fairsched-worker: %llu steps, %llu tokens, %llu finished, %llu aborted, %llu of "
+               "%llu prompt tokens found in the prefix cache\n",
                static_cast<unsigned long long>(s.steps), static_cast<unsigned long long>(s.tokens),
                static_cast<unsigned long long>(s.finished),
-               static_cast<unsigned long long>(s.aborted));
+               static_cast<unsigned long long>(s.aborted),
+               static_cast<unsigned long long>(s.cached_tokens),
+               static_cast<unsigned long long>(s.prompt_tokens));
   if (!r) {
     std::fprintf(stderr, "fairsched-worker: %s\n", r.error().message.c_str());
     return r.error().code == ErrorCode::kDaemonLost ? 3 : 1;

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <string_view>
 
+#include "fairsched/prefix_hash.hpp"
+
 namespace fairsched::reference {
 
 std::uint32_t outputTokensParam(std::span<const std::byte> params) {
@@ -27,7 +29,39 @@ std::uint32_t outputTokensParam(std::span<const std::byte> params) {
 }
 
 ReferenceEngine::ReferenceEngine(Worker& worker, EngineModel model)
-    : worker_(worker), model_(model) {}
+    : worker_(worker), model_(model), cache_(model.cache_blocks) {}
+
+void ReferenceEngine::lookUpPrefix(Sequence& s) {
+  if (model_.cache_blocks == 0 || s.prompt.empty() || model_.block_tokens == 0) return;
+  stats_.prompt_tokens += s.prompt.size();
+  s.chain = prefixBlockHashes(s.prompt, model_.block_tokens);
+  s.cached_blocks = cache_.touch(s.chain);
+  // The last prompt token is computed whatever is cached: it makes the first output.
+  const std::uint64_t skip = std::min<std::uint64_t>(
+      std::uint64_t{s.cached_blocks} * model_.block_tokens, s.prompt.size() - 1);
+  s.prefilled = static_cast<std::uint32_t>(skip);
+  stats_.cached_tokens += skip;
+}
+
+Result<void> ReferenceEngine::keepPrefix(Sequence& s) {
+  if (s.chain.empty()) return {};
+  evicted_.clear();
+  cache_.insert(s.chain, &evicted_);
+  if (model_.kv_events) {
+    // What it holds of the chain: its leading blocks, as many as fit.
+    const std::size_t kept = std::min<std::size_t>(s.chain.size(), model_.cache_blocks);
+    if (s.cached_blocks < kept) {
+      const auto stored =
+          std::span<const std::uint64_t>(s.chain).first(kept).subspan(s.cached_blocks);
+      if (Result<void> r = worker_.blocksStored(stored); !r) return r;
+    }
+    if (!evicted_.empty()) {
+      if (Result<void> r = worker_.blocksRemoved(evicted_); !r) return r;
+    }
+  }
+  s.chain.clear();
+  return {};
+}
 
 Result<void> ReferenceEngine::stateCapacity() {
   const auto free_seqs = static_cast<std::uint32_t>(
@@ -99,6 +133,7 @@ Result<void> ReferenceEngine::step(std::chrono::nanoseconds idle_wait) {
     // A resumed sequence recomputes prompt + what it generated, then goes on.
     s.generated = static_cast<std::uint32_t>(a.resumed.size());
     s.prompt_tokens += s.generated;
+    lookUpPrefix(s);
     kv_used_ += s.reserved;
     if (s.generated >= s.target) {  // nothing (more) to generate
       kv_used_ -= s.reserved;
@@ -134,6 +169,7 @@ Result<void> ReferenceEngine::step(std::chrono::nanoseconds idle_wait) {
       budget -= n;
       prefilled += n;
       if (s.prefilled < s.prompt_tokens) continue;
+      if (Result<void> r = keepPrefix(s); !r) return r;
     }
     if (step_work_) {  // decodes from its newest token
       step_lengths_.push_back(1);

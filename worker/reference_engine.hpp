@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "daemon/core/prefix_cache.hpp"
 #include "fairsched/worker.hpp"
 #include "shm/worker_protocol.hpp"
 
@@ -45,6 +46,15 @@ struct EngineModel {
   // A step's tokens go out as one STEP record (Worker::emitStep); false: a
   // TOKENS record per sequence (Worker::emit), as per-sequence engines do.
   bool step_records = true;
+  // A prefix cache (vLLM's automatic prefix caching): the KV of whole
+  // prompt blocks of `block_tokens` tokens, keyed by their hash chain
+  // (fairsched/prefix_hash.hpp), kept after a prefill, least recently
+  // used evicted first; a prompt's cached leading blocks skip their prefill
+  // (all but its last token). 0 = no cache. With kv_events, every block
+  // stored and evicted is reported (Worker::blocksStored/blocksRemoved).
+  std::uint64_t cache_blocks = 0;
+  std::uint32_t block_tokens = 16;
+  bool kv_events = true;
 };
 
 using shm::referenceToken;
@@ -57,7 +67,9 @@ struct EngineStats {
   std::uint64_t tokens = 0;
   std::uint64_t finished = 0;
   std::uint64_t aborted = 0;
-  std::uint64_t preempted = 0;  // sequences given back on PREEMPT
+  std::uint64_t preempted = 0;      // sequences given back on PREEMPT
+  std::uint64_t prompt_tokens = 0;  // of the prompts it took (ids given)
+  std::uint64_t cached_tokens = 0;  // of those, found in its prefix cache: not prefilled
 };
 
 class ReferenceEngine {
@@ -90,10 +102,16 @@ class ReferenceEngine {
     std::uint32_t prefilled = 0;
     std::uint32_t target = 0;  // true output length
     std::uint32_t generated = 0;
-    std::uint64_t reserved = 0;  // KV tokens
+    std::uint64_t reserved = 0;        // KV tokens
+    std::vector<std::uint64_t> chain;  // its prompt's block hashes (with a prefix cache)
+    std::size_t cached_blocks = 0;     // leading blocks of it found cached
   };
 
   Result<void> stateCapacity();
+  // Looks `s`'s prompt up in the prefix cache: its cached blocks skip prefill.
+  void lookUpPrefix(Sequence& s);
+  // `s` has prefilled: its blocks are cached (and reported).
+  Result<void> keepPrefix(Sequence& s);
   void spend(double micros);
 
   Worker& worker_;
@@ -107,6 +125,8 @@ class ReferenceEngine {
   std::vector<std::uint32_t> step_lengths_, step_tokens_;
   std::vector<StepToken> step_out_;  // the step's output, one token per decoding sequence
   EngineStats stats_;
+  core::BlockLru cache_;
+  std::vector<std::uint64_t> evicted_;
 };
 
 }  // namespace fairsched::reference

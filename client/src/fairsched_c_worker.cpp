@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fairsched/prefix_hash.hpp"
 #include "fairsched/worker.hpp"
 #include "fairsched_c_errors.hpp"
 
@@ -181,6 +182,36 @@ fairsched_error fairsched_worker_preempted(fairsched_worker* worker, uint64_t id
   fairsched::Result<void> r = worker->worker.preempted(id, output_tokens);
   if (!r) return fail(r.error());
   return FAIRSCHED_OK;
+}
+
+fairsched_error fairsched_worker_cache_event(fairsched_worker* worker, int32_t op,
+                                             const uint64_t* hashes, size_t n) {
+  if (worker == nullptr) return invalid("worker is NULL");
+  if (n > 0 && hashes == nullptr) return invalid("hashes is NULL");
+  const std::span<const std::uint64_t> h(hashes, n);
+  fairsched::Result<void> r;
+  switch (op) {
+    case FAIRSCHED_CACHE_STORED:
+      r = worker->worker.blocksStored(h);
+      break;
+    case FAIRSCHED_CACHE_REMOVED:
+      r = worker->worker.blocksRemoved(h);
+      break;
+    case FAIRSCHED_CACHE_CLEARED:
+      r = worker->worker.cacheCleared();
+      break;
+    default:
+      return invalid("op is not a fairsched_cache_op");
+  }
+  if (!r) return fail(r.error());
+  return FAIRSCHED_OK;
+}
+
+size_t fairsched_prefix_block_hashes(const uint32_t* tokens, size_t n_tokens, uint32_t block_tokens,
+                                     uint64_t* out, size_t max_out) {
+  if (tokens == nullptr || out == nullptr || block_tokens == 0) return 0;
+  return fairsched::prefixBlockHashes(std::span<const std::uint32_t>(tokens, n_tokens),
+                                      block_tokens, std::span<std::uint64_t>(out, max_out));
 }
 
 int fairsched_worker_connected(const fairsched_worker* worker) {

@@ -250,6 +250,28 @@ class WorkerCore {
     return r;
   }
 
+  Result<void> cacheEvent(shm::CacheOp op, std::span<const std::uint64_t> hashes) {
+    if (std::optional<Error> e = unusable()) return *e;
+    shm::WorkerEvent ev;
+    ev.kind = shm::WorkerEventKind::kCache;
+    ev.cache_op = op;
+    const shm::SubmissionSlot slot = shm::encodeWorkerEvent(ev);
+    if (op == shm::CacheOp::kCleared) return push(slot, {}, {});
+    if (hashes.empty()) return Error{ErrorCode::kInvalidArgument, 0, "no block hashes"};
+    std::array<std::uint32_t, shm::kWorkerCacheBlocksPerEvent * shm::kCacheWordsPerBlock> words{};
+    for (std::size_t i = 0; i < hashes.size(); i += shm::kWorkerCacheBlocksPerEvent) {
+      const std::size_t n =
+          std::min<std::size_t>(shm::kWorkerCacheBlocksPerEvent, hashes.size() - i);
+      for (std::size_t k = 0; k < n; ++k) {
+        words[k * 2] = static_cast<std::uint32_t>(hashes[i + k]);
+        words[k * 2 + 1] = static_cast<std::uint32_t>(hashes[i + k] >> 32);
+      }
+      const auto used = std::span<const std::uint32_t>(words.data(), n * shm::kCacheWordsPerBlock);
+      if (Result<void> r = push(slot, used, {}); !r) return r;
+    }
+    return {};
+  }
+
   Result<void> preempted(std::uint64_t id, std::uint32_t output_tokens) {
     if (std::optional<Error> e = unusable()) return *e;
     shm::WorkerEvent ev;
@@ -377,6 +399,16 @@ Result<void> Worker::emitStep(std::span<const StepToken> tokens) {
 }
 Result<void> Worker::preempted(std::uint64_t id, std::uint32_t output_tokens) {
   return impl_->preempted(id, output_tokens);
+}
+
+Result<void> Worker::blocksStored(std::span<const std::uint64_t> hashes) {
+  return impl_->cacheEvent(shm::CacheOp::kStored, hashes);
+}
+Result<void> Worker::blocksRemoved(std::span<const std::uint64_t> hashes) {
+  return impl_->cacheEvent(shm::CacheOp::kRemoved, hashes);
+}
+Result<void> Worker::cacheCleared() {
+  return impl_->cacheEvent(shm::CacheOp::kCleared, {});
 }
 
 Result<void> Worker::finish(std::uint64_t id, Status status, std::uint32_t output_tokens,

@@ -15,6 +15,7 @@
 
 #include "daemon/config/redis_url.hpp"
 #include "daemon/core/limit_spec.hpp"
+#include "daemon/core/prefix_router.hpp"
 #include "daemon/core/scheduler_spec.hpp"
 #include "daemon/core/types.hpp"
 
@@ -54,6 +55,23 @@ struct WorkerEndpointConfig {
   // tenant's first request starts at once instead of after the next
   // sequence frees (Scheduler::takeHeadroom). 0 = off.
   std::uint32_t headroom = 0;
+  // Which worker takes a request (docs/worker.md "Prefix routing"):
+  // kRoomiest, or kPrefix — the one holding most of its prompt's leading
+  // blocks while its load stays within (1 + load_slack) × the endpoint's
+  // mean (core::chooseWorker), and, when one worker has room, a request
+  // whose prefix it holds may go before the fair choice within fairness
+  // (core::Scheduler::take with a probe; locality_slack across tenants).
+  core::Routing routing = core::Routing::kRoomiest;
+  std::uint32_t prefix_block_tokens = 16;  // tokens per block hash (vLLM's default)
+  std::uint32_t max_prefix_blocks = 512;   // blocks hashed per request, at most
+  double load_slack = 0.25;
+  double locality_slack = 0;  // core::EndpointSpec::locality_slack
+  // What the daemon remembers of each worker's prefix cache, in blocks, for
+  // a worker that reports no KV events (it records the blocks it sent
+  // there, least recently used forgotten first); 0 = the KV tokens the
+  // worker first stated ÷ prefix_block_tokens. A worker that reports KV
+  // events is tracked from them instead, up to this bound as well.
+  std::uint64_t cache_blocks = 0;
 };
 
 // [endpoints.NAME.engine]: the engine model of the reference worker
@@ -65,6 +83,10 @@ struct EngineConfig {
   double prefill_token_us = 0.02;    // per prompt token processed
   double decode_token_us = 2.0;      // per sequence decoding one token in the step
   std::uint32_t chunked_prefill_tokens = 2048;  // prompt tokens processed per step, all sequences
+  // Its prefix cache, in blocks of the endpoint's worker.prefix_block_tokens
+  // (reference::EngineModel::cache_blocks); 0 = none.
+  std::uint64_t prefix_cache_blocks = 0;
+  bool kv_events = true;  // it reports what it caches (Worker::blocksStored/blocksRemoved)
 };
 
 struct CpuExecutorConfig {

@@ -23,6 +23,8 @@ constexpr EnumName<core::Fairness> kFairness[] = {{"drr", core::Fairness::kDrr},
                                                   {"vtc", core::Fairness::kVtc}};
 constexpr EnumName<ExecutorKind> kExecutors[] = {
     {"cpu", ExecutorKind::kCpu}, {"cuda", ExecutorKind::kCuda}, {"worker", ExecutorKind::kWorker}};
+constexpr EnumName<core::Routing> kRoutings[] = {{"roomiest", core::Routing::kRoomiest},
+                                                 {"prefix", core::Routing::kPrefix}};
 // What a cuda endpoint may fall back to.
 constexpr EnumName<ExecutorKind> kFallbackExecutors[] = {{"cpu", ExecutorKind::kCpu}};
 
@@ -66,6 +68,12 @@ constexpr KeyRule<WorkerEndpointConfig> kWorkerKeys[] = {
     {"preemption", boolKey<&WorkerEndpointConfig::preemption>},
     {"max_preemptions_per_s", positiveDoubleKey<&WorkerEndpointConfig::max_preemptions_per_s>},
     {"min_progress_tokens", intKey<&WorkerEndpointConfig::min_progress_tokens, 1, 1U << 20>},
+    {"routing", enumKey<&WorkerEndpointConfig::routing, kRoutings>},
+    {"prefix_block_tokens", intKey<&WorkerEndpointConfig::prefix_block_tokens, 1, 4096>},
+    {"max_prefix_blocks", intKey<&WorkerEndpointConfig::max_prefix_blocks, 1, 65536>},
+    {"load_slack", nonNegativeDoubleKey<&WorkerEndpointConfig::load_slack>},
+    {"locality_slack", nonNegativeDoubleKey<&WorkerEndpointConfig::locality_slack>},
+    {"cache_blocks", intKey<&WorkerEndpointConfig::cache_blocks, 0, 1ULL << 32>},
     {kTableCheck, checkWorkerSegment},
 };
 
@@ -76,6 +84,8 @@ constexpr KeyRule<EngineConfig> kEngineKeys[] = {
     {"prefill_token_us", nonNegativeDoubleKey<&EngineConfig::prefill_token_us>},
     {"decode_token_us", nonNegativeDoubleKey<&EngineConfig::decode_token_us>},
     {"chunked_prefill_tokens", intKey<&EngineConfig::chunked_prefill_tokens, 1>},
+    {"prefix_cache_blocks", intKey<&EngineConfig::prefix_cache_blocks, 0, 1ULL << 32>},
+    {"kv_events", boolKey<&EngineConfig::kv_events>},
 };
 
 // The endpoint's defaults for every tenant; nothing less specific to inherit.

@@ -55,6 +55,9 @@ core::SchedulerSpec buildSchedulerSpec(const Config& cfg) {
     es.preemption.enabled = es.per_token && ec.worker.preemption;
     es.preemption.max_per_s = ec.worker.max_preemptions_per_s;
     es.preemption.min_progress_tokens = ec.worker.min_progress_tokens;
+    if (es.per_token && ec.worker.routing == core::Routing::kPrefix) {
+      es.locality_slack = ec.worker.locality_slack;
+    }
     spec.endpoints.push_back(std::move(es));
     endpoint_defaults.push_back(ec.limits);
   }

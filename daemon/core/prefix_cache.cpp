@@ -29,8 +29,9 @@ void BlockLru::pushFront(std::uint32_t n) {
   if (tail_ == kNil) tail_ = n;
 }
 
-void BlockLru::evictOne() {
+void BlockLru::evictOne(std::vector<std::uint64_t>* evicted) {
   const std::uint32_t n = tail_;
+  if (evicted != nullptr) evicted->push_back(nodes_[n].hash);
   unlink(n);
   index_.erase(nodes_[n].hash);
   free_.push_back(n);
@@ -56,12 +57,12 @@ void BlockLru::touchOne(std::uint64_t hash) {
   pushFront(n);
 }
 
-void BlockLru::insert(std::span<const std::uint64_t> chain) {
+void BlockLru::insert(std::span<const std::uint64_t> chain, std::vector<std::uint64_t>* evicted) {
   if (capacity_ == 0) return;
   // Last block first: the leading blocks end up the most recent.
   const std::size_t keep = chain.size() < capacity_ ? chain.size() : capacity_;
   for (std::size_t i = keep; i-- > 0;) touchOne(chain[i]);
-  while (index_.size() > capacity_) evictOne();
+  while (index_.size() > capacity_) evictOne(evicted);
 }
 
 std::size_t BlockLru::touch(std::span<const std::uint64_t> chain) {

@@ -36,8 +36,9 @@ class BlockLru {
   // How many leading blocks of `chain` are held (0 .. chain.size()).
   std::size_t matched(std::span<const std::uint64_t> chain) const;
   // Holds every block of `chain` (touching those already held), evicting
-  // the least recently used beyond the capacity.
-  void insert(std::span<const std::uint64_t> chain);
+  // the least recently used beyond the capacity (appended to `evicted`
+  // when given: an engine reports them as removed).
+  void insert(std::span<const std::uint64_t> chain, std::vector<std::uint64_t>* evicted = nullptr);
   // Touches the leading blocks of `chain` it holds (a cache hit refreshes
   // them); returns how many.
   std::size_t touch(std::span<const std::uint64_t> chain);
@@ -57,7 +58,7 @@ class BlockLru {
   void unlink(std::uint32_t n);
   void pushFront(std::uint32_t n);
   void touchOne(std::uint64_t hash);
-  void evictOne();
+  void evictOne(std::vector<std::uint64_t>* evicted = nullptr);
 
   std::size_t capacity_;
   std::vector<Node> nodes_;

@@ -148,13 +148,22 @@ void printStatus(const json& s) {
                 e.value("tokens_last_10s", 0ull));
   }
   if (s.contains("workers") && !s["workers"].empty()) {
-    std::printf("\n%-8s %-16s %-20s %8s %8s %10s %14s %12s\n", "WORKER", "ENDPOINT", "NAME", "PID",
-                "RUNNING", "FREE_SEQS", "FREE_KV", "TOKENS");
+    std::printf("\n%-8s %-16s %-20s %8s %8s %10s %14s %12s %9s\n", "WORKER", "ENDPOINT", "NAME",
+                "PID", "RUNNING", "FREE_SEQS", "FREE_KV", "TOKENS", "PREFIX_HIT");
     for (const json& w : s["workers"]) {
-      std::printf("%-8llu %-16s %-20s %8llu %8llu %10llu %14llu %12llu\n", w.value("id", 0ull),
+      // Of the prompt blocks it was assigned, the share it held then.
+      const json pc = w.value("prefix_cache", json::object());
+      const auto blocks = pc.value("assigned_blocks", 0ull);
+      char hit[16] = "-";
+      if (blocks > 0) {
+        std::snprintf(hit, sizeof hit, "%.0f%%",
+                      100.0 * static_cast<double>(pc.value("hit_blocks", 0ull)) /
+                          static_cast<double>(blocks));
+      }
+      std::printf("%-8llu %-16s %-20s %8llu %8llu %10llu %14llu %12llu %9s\n", w.value("id", 0ull),
                   text(w, "endpoint").c_str(), text(w, "name").c_str(), w.value("pid", 0ull),
                   w.value("running", 0ull), w.value("free_sequences", 0ull),
-                  w.value("free_kv_tokens", 0ull), w.value("tokens", 0ull));
+                  w.value("free_kv_tokens", 0ull), w.value("tokens", 0ull), hit);
     }
   }
   if (s.contains("fleet")) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "daemon/config/config.hpp"
+#include "daemon/core/prefix_cache.hpp"
 #include "daemon/core/types.hpp"
 #include "daemon/loop/event_loop.hpp"
 #include "daemon/server/reject_budget.hpp"
@@ -50,6 +51,15 @@ struct WorkerState {
   std::uint64_t finished = 0;              // requests it finished
   std::deque<shm::CompletionSlot> aborts;  // ABORT and PREEMPT records not yet in its ring
   bool ignores_preempt = false;            // left a PREEMPT unanswered: not asked again
+  // Prefix routing: what its engine holds, as the daemon knows it — the
+  // blocks it was sent (approximate), or from the KV events it reports
+  // (exact, from its first one on). Gone with the worker.
+  core::BlockLru cache;
+  bool cache_events = false;        // it reports KV events
+  bool cache_sized = false;         // sized by its first CAPACITY
+  std::uint64_t cache_reports = 0;  // KV events it sent
+  std::uint64_t prefix_blocks = 0;  // blocks of the chains it was assigned
+  std::uint64_t prefix_hits = 0;    // of those, held there when assigned
   // What the daemon may still assign: its statement less what it was given since.
   std::uint32_t freeSequences() const {
     const std::uint64_t since = assigned - seen;

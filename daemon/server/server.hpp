@@ -230,6 +230,20 @@ class Server {
   std::string onTokens(Connection& c, std::uint64_t assignment,
                        std::span<const std::uint32_t> tokens, std::int64_t emit_ns, TimeNs now);
   bool assignToWorkers(TimeNs now);
+  // routing = "prefix" (server_assign.cpp): one request at a time, each to
+  // the worker core::chooseWorker names.
+  bool assignByPrefix(EndpointId e, TimeNs now);
+  // Writes the assignment of `d` to worker `wc`'s ring (unpublished).
+  void assignOne(Connection& wc, const core::Dispatched& d, TimeNs now);
+  void publishAssignments(Connection& wc);
+  // At admission, under routing = "prefix": the block hashes of the
+  // request's prompt ids, kept by the core (Scheduler::setPrefix).
+  void notePrefix(const Pending& p, std::span<const std::uint32_t> prompt);
+  // A worker's KV event (kCache): its prefix cache as it reports it.
+  void onCacheEvent(WorkerState& w, shm::CacheOp op, std::span<const std::uint32_t> words);
+  std::vector<std::uint64_t> cache_chain_;
+  std::vector<Connection*> route_workers_;
+  std::vector<core::RouteCandidate> route_;
   // Ends request `key` on its worker now with `why` (its completion goes
   // out at once with the tokens streamed so far) and tells the worker to
   // abort; the entry lives on until the worker acknowledges.

@@ -258,7 +258,18 @@ std::string Server::statusJson() const {
                        {"stated_free_kv_tokens", w.free_kv_tokens},
                        {"assigned", w.assigned},
                        {"finished", w.finished},
-                       {"tokens", w.tokens}});
+                       {"tokens", w.tokens},
+                       // Prefix routing: what the daemon knows the engine
+                       // holds (from its KV events: "events", or from what it
+                       // was sent: "sent"), and of the prompt blocks it was
+                       // assigned, how many it held then.
+                       {"prefix_cache",
+                        {{"source", w.cache_events ? "events" : "sent"},
+                         {"blocks", w.cache.size()},
+                         {"capacity_blocks", w.cache.capacity()},
+                         {"kv_events", w.cache_reports},
+                         {"assigned_blocks", w.prefix_blocks},
+                         {"hit_blocks", w.prefix_hits}}}});
   }
   j["workers"] = std::move(workers);
   j["running_on_workers"] = workers_.running();

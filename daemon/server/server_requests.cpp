@@ -182,6 +182,8 @@ void Server::admit(Connection& c, const shm::SubmissionSlot& slot,
   p.max_output_tokens = slot.max_output_tokens;
   p.priority = slot.priority;
   p.deadline = r.deadline;
+  if (worker_endpoint)
+    notePrefix(p, prompt.first(std::min<std::size_t>(prompt.size(), p.prompt_tokens)));
   ++c.outstanding;
 }
 

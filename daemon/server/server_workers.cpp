@@ -27,6 +27,9 @@ constexpr std::size_t kEventBudget = 256;  // events taken from one worker per p
 // how long a worker has to answer a PREEMPT before it is not asked again.
 constexpr TimeNs kPreemptCheckInterval = kNsPerMs;
 constexpr TimeNs kPreemptAnswerTimeout = kNsPerSec;
+// What is kept of a worker's KV events before its first CAPACITY says how
+// large its cache is (about 4 MiB of blocks at most).
+constexpr std::size_t kUnsizedCacheBlocks = 65536;
 
 }  // namespace
 
@@ -187,8 +190,17 @@ std::string Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
       }
       w.free_sequences = ev.free_sequences;
       w.free_kv_tokens = ev.free_kv_tokens;
+      if (!w.cache_sized) {  // its first statement: its whole KV cache
+        const config::WorkerEndpointConfig& wc = cfg_.endpoints[w.endpoint].worker;
+        w.cache.setCapacity(wc.cache_blocks != 0 ? wc.cache_blocks
+                                                 : ev.free_kv_tokens / wc.prefix_block_tokens);
+        w.cache_sized = true;
+      }
       return {};
     }
+    case shm::WorkerEventKind::kCache:
+      onCacheEvent(w, ev.cache_op, words);
+      return {};
     case shm::WorkerEventKind::kTokens:
       return onTokens(c, ev.assignment, words, ev.emit_ns, now);
     case shm::WorkerEventKind::kStep: {
@@ -245,6 +257,36 @@ std::string Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
       return onPreempted(c, ev, now);
   }
   return "an event of unknown kind";
+}
+
+void Server::onCacheEvent(WorkerState& w, shm::CacheOp op, std::span<const std::uint32_t> words) {
+  // From its first event on, what it reports is what it holds: the blocks
+  // the daemon sent it before are forgotten.
+  if (!w.cache_events) {
+    w.cache_events = true;
+    w.cache.clear();
+    // Reported before its first statement: held up to the configured bound
+    // until the statement sizes it.
+    if (!w.cache_sized) {
+      const std::uint64_t bound = cfg_.endpoints[w.endpoint].worker.cache_blocks;
+      w.cache.setCapacity(bound != 0 ? bound : kUnsizedCacheBlocks);
+    }
+  }
+  ++w.cache_reports;
+  const std::size_t n = words.size() / shm::kCacheWordsPerBlock;
+  switch (op) {
+    case shm::CacheOp::kStored:
+      cache_chain_.resize(n);
+      for (std::size_t i = 0; i < n; ++i) cache_chain_[i] = shm::decodeCacheBlock(words, i);
+      w.cache.insert(cache_chain_);
+      break;
+    case shm::CacheOp::kRemoved:
+      for (std::size_t i = 0; i < n; ++i) w.cache.erase(shm::decodeCacheBlock(words, i));
+      break;
+    case shm::CacheOp::kCleared:
+      w.cache.clear();
+      break;
+  }
 }
 
 std::string Server::onPreempted(Connection& c, const shm::WorkerEvent& ev, TimeNs now) {
@@ -410,75 +452,6 @@ void Server::abortRunning(std::uint64_t key, Status why, TimeNs now) {
   a.assignment = pending_.assignmentId(key);
   holder->worker->aborts.push_back(shm::encodeAssignment(a));
   markDirty(*holder);
-}
-
-bool Server::assignToWorkers(TimeNs now) {
-  bool worked = false;
-  for (std::size_t e = 0; e < cfg_.endpoints.size(); ++e) {
-    if (!isWorkerEndpoint(e)) continue;
-    const auto ep = static_cast<EndpointId>(e);
-    // Headroom: while no more than `headroom` sequences are free across the
-    // endpoint, only tenants with nothing running take them.
-    const std::uint32_t headroom = cfg_.endpoints[e].worker.headroom;
-    std::uint32_t free_total = headroom > 0 ? workers_.freeSequences(ep) : 0;
-    while (sched_.queued(ep) > 0) {
-      Connection* wc = workers_.roomiest(ep);
-      if (!wc) break;
-      WorkerState& w = *wc->worker;
-      const std::uint32_t seqs = workers_.sequencesFor(*wc);
-      const std::uint32_t open =
-          headroom == 0 ? seqs : std::min(seqs, free_total > headroom ? free_total - headroom : 0);
-      const bool took =
-          (open > 0 && sched_.take(ep, now, open, w.freeKvTokens(), batch_, done_)) ||
-          (headroom > 0 && sched_.takeHeadroom(ep, now, seqs, w.freeKvTokens(), batch_, done_));
-      if (!took) break;
-      free_total -=
-          std::min<std::uint32_t>(free_total, static_cast<std::uint32_t>(batch_.requests.size()));
-      for (const core::Dispatched& d : batch_.requests) {
-        Pending& p = pending_[d.id];
-        if (d.resumed_tokens == 0) p.dispatched = now;  // a resumed one keeps its first
-        p.worker = wc->id;
-        workers_.started(ep);
-        shm::AssignmentRecord a;
-        a.assignment = pending_.assignmentId(d.id);
-        a.tenant = p.tenant;
-        a.priority = p.priority;
-        a.deadline_ns = p.deadline == kNever ? 0 : p.deadline;
-        a.prompt_tokens = p.prompt_tokens;
-        a.max_output_tokens = p.max_output_tokens;
-        a.params_bytes = p.params_bytes;
-        a.counts_only = p.counts_only;
-        if (d.resumed_tokens == 0) {
-          wc->producer->write(shm::encodeAssignment(a), p.prompt);
-        } else {  // resumed: prompt ids, the ids generated so far, parameters
-          a.resume_tokens = static_cast<std::uint32_t>(p.generated.size());
-          const std::size_t prompt_words = p.counts_only ? 0 : p.prompt_tokens;
-          resume_payload_.assign(p.prompt.begin(),
-                                 p.prompt.begin() + static_cast<std::ptrdiff_t>(prompt_words));
-          resume_payload_.insert(resume_payload_.end(), p.generated.begin(), p.generated.end());
-          resume_payload_.insert(resume_payload_.end(),
-                                 p.prompt.begin() + static_cast<std::ptrdiff_t>(prompt_words),
-                                 p.prompt.end());
-          wc->producer->write(shm::encodeAssignment(a), resume_payload_);
-        }
-        p.streamed_at_dispatch = p.streamed;
-        const std::uint64_t tokens = std::uint64_t{d.input_tokens} + d.max_output_tokens;
-        ++w.assigned;
-        w.unseen_tokens.push_back(tokens);
-        w.unseen_token_sum += tokens;
-        ++w.running;
-      }
-      wc->producer->publish();
-      stats_.batches += 1;
-      worked = true;
-      if (wc->segment->peerSleepFlag().sleeping()) {
-        loop_->write(wc->completion_bell->fd(), &bell_value_, sizeof bell_value_, nullptr);
-      }
-    }
-    maybePreempt(ep, now);
-    finishDone(done_);
-  }
-  return worked;
 }
 
 void Server::cancelRequest(Connection& c, std::uint64_t request_id, TimeNs now) {

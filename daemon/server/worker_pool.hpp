@@ -42,6 +42,8 @@ class WorkerPool {
   // request (most free KV tokens, then sequences): if the next fair choice
   // does not fit there, it fits nowhere now. Null when none can.
   Connection* roomiest(EndpointId e) const;
+  // Endpoint `e`'s workers, in attach order (closing ones included).
+  const std::vector<Connection*>& of(EndpointId e) const { return by_endpoint_[e]; }
   // Sequences the endpoint's workers may still be given, all together
   // (sequencesFor each, those with no free KV tokens counted as none).
   std::uint32_t freeSequences(EndpointId e) const;

@@ -382,6 +382,26 @@ fairsched_worker_finish_counted(fairsched_worker* worker, uint64_t id, fairsched
  * every one emitted. _DAEMON_LOST, _RING_FULL. */
 FAIRSCHED_C_API fairsched_error fairsched_worker_preempted(fairsched_worker* worker, uint64_t id,
                                                            uint32_t output_tokens);
+/* KV events, for an endpoint with routing = "prefix" (fairsched/worker.hpp,
+ * Worker::blocksStored): the engine's prefix cache stored blocks (hashes: a
+ * run of one prompt's block hash chain, leading block first), removed them,
+ * or was cleared (hashes NULL, n 0). From a worker's first KV event on, the
+ * daemon routes by what it reports. _INVALID_ARGUMENT (an unknown op, or no
+ * hashes for STORED/REMOVED), _DAEMON_LOST, _RING_FULL. */
+typedef enum fairsched_cache_op {
+  FAIRSCHED_CACHE_STORED = 1,
+  FAIRSCHED_CACHE_REMOVED = 2,
+  FAIRSCHED_CACHE_CLEARED = 3
+} fairsched_cache_op;
+FAIRSCHED_C_API fairsched_error fairsched_worker_cache_event(fairsched_worker* worker, int32_t op,
+                                                             const uint64_t* hashes, size_t n);
+/* A prompt's prefix identity (fairsched/prefix_hash.hpp): writes the hashes
+ * of its first min(max_out, n_tokens / block_tokens) whole blocks to out,
+ * hash i covering tokens [0, (i + 1) x block_tokens); returns how many (0
+ * when block_tokens is 0 or tokens/out is NULL). */
+FAIRSCHED_C_API size_t fairsched_prefix_block_hashes(const uint32_t* tokens, size_t n_tokens,
+                                                     uint32_t block_tokens, uint64_t* out,
+                                                     size_t max_out);
 /* Nonzero while attached. */
 FAIRSCHED_C_API int fairsched_worker_connected(const fairsched_worker* worker);
 /* The name of the endpoint served, as the daemon described it; valid until

@@ -171,6 +171,19 @@ class FAIRSCHED_API Worker {
   // the answer and nothing more is needed.) Errors: kDaemonLost, kRingFull.
   Result<void> preempted(std::uint64_t id, std::uint32_t output_tokens);
 
+  // KV events: what the engine's prefix cache holds, for an endpoint with
+  // routing = "prefix" (docs/worker.md "Prefix routing"), in the shape of
+  // vLLM's KV events. `hashes` are block hashes as prefixBlockHashes()
+  // computes them (fairsched/prefix_hash.hpp, the endpoint's
+  // prefix_block_tokens); blocksStored() takes a run of one prompt's chain,
+  // leading block first. From a worker's first KV event on, the daemon
+  // routes by what it reports instead of by what it sent it. Sent in
+  // records of up to 128 hashes. Errors: kDaemonLost, kRingFull,
+  // kInvalidArgument (no hashes).
+  Result<void> blocksStored(std::span<const std::uint64_t> hashes);
+  Result<void> blocksRemoved(std::span<const std::uint64_t> hashes);
+  Result<void> cacheCleared();
+
   // Detaches for good, as shutdown(2) before close(2): the daemon treats the
   // worker as gone (above), a wait() or an event push waiting for room
   // returns at once, and every later call fails with kNotConnected ("the

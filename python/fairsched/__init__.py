@@ -41,7 +41,7 @@ from .retry import (
     is_retryable,
     retry_delay,
 )
-from .worker import Worker
+from .worker import Worker, prefix_block_hashes
 
 __version__ = "0.1.0"
 
@@ -86,6 +86,7 @@ __all__ = [
     "WorkKind",
     "backoff_window",
     "http_headers",
+    "prefix_block_hashes",
     "http_status",
     "http_status_for_error",
     "is_retryable",

@@ -18,7 +18,8 @@ class AsyncWorker:
     """A Worker whose waits suspend the task instead of the thread: the
     worker's event descriptor is watched by the event loop while waiting.
 
-    set_capacity(), emit(), emit_step(), finish() and preempted() are the
+    set_capacity(), emit(), emit_step(), finish(), preempted() and the KV
+    events (blocks_stored(), blocks_removed(), cache_cleared()) are the
     Worker's, synchronous: they wait at most ``event_timeout`` when the event
     ring is full (the daemon drains it continuously). Use one task to poll
     and wait.
@@ -36,6 +37,9 @@ class AsyncWorker:
         self.emit_step = worker.emit_step
         self.finish = worker.finish
         self.preempted = worker.preempted
+        self.blocks_stored = worker.blocks_stored
+        self.blocks_removed = worker.blocks_removed
+        self.cache_cleared = worker.cache_cleared
         self.poll = worker.poll
 
     @classmethod

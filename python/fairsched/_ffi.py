@@ -205,6 +205,12 @@ _PROTOTYPES = [
         [c_void_p, c_uint64, c_int, c_uint32, c_uint32, c_char_p],
     ),
     ("fairsched_worker_preempted", c_int, [c_void_p, c_uint64, c_uint32]),
+    ("fairsched_worker_cache_event", c_int, [c_void_p, c_int32, POINTER(c_uint64), c_size_t]),
+    (
+        "fairsched_prefix_block_hashes",
+        c_size_t,
+        [POINTER(c_uint32), c_size_t, c_uint32, POINTER(c_uint64), c_size_t],
+    ),
     ("fairsched_worker_connected", c_int, [c_void_p]),
     ("fairsched_worker_endpoint_name", c_char_p, [c_void_p]),
     ("fairsched_worker_id", c_uint64, [c_void_p]),

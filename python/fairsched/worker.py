@@ -39,6 +39,39 @@ from .errors import InvalidArgument
 
 Tokens = Union[Iterable[int], "array.array[int]"]
 
+# fairsched_cache_op
+_CACHE_STORED = 1
+_CACHE_REMOVED = 2
+_CACHE_CLEARED = 3
+DEFAULT_PREFIX_BLOCK_TOKENS = 16
+
+
+def prefix_block_hashes(
+    tokens: Tokens, block_tokens: int = DEFAULT_PREFIX_BLOCK_TOKENS, max_blocks: Optional[int] = None
+) -> list[int]:
+    """A prompt's prefix identity (docs/worker.md "Prefix routing"): the
+    hashes of its whole blocks of ``block_tokens`` token ids, hash i
+    covering the prompt up to the end of block i — what the daemon computes
+    for routing = "prefix" and what blocks_stored() reports."""
+    check_int("block_tokens", block_tokens, 1, U32)
+    try:
+        arr = tokens if isinstance(tokens, array.array) else array.array("I", tokens)
+    except (OverflowError, TypeError) as e:
+        raise InvalidArgument("tokens: every token id must be in [0, 2**32)") from e
+    if arr.typecode != "I":
+        arr = array.array("I", arr)
+    blocks = len(arr) // block_tokens
+    if max_blocks is not None:
+        blocks = min(blocks, check_int("max_blocks", max_blocks, 0, U64))
+    if blocks == 0:
+        return []
+    out = (c_uint64 * blocks)()
+    addr, _ = arr.buffer_info()
+    n = _ffi.load().fairsched_prefix_block_hashes(
+        cast(c_void_p(addr), POINTER(c_uint32)), len(arr), block_tokens, out, blocks
+    )
+    return list(out[:n])
+
 
 def _item_from_c(c: _ffi.CWorkItem) -> WorkItem:
     if c.kind != WorkKind.ASSIGN:
@@ -250,6 +283,39 @@ class Worker(Handle):
             self._lib.fairsched_worker_preempted,
             check_int("request_id", request_id, 0, U64),
             check_int("output_tokens", output_tokens, 0, U32),
+        )
+
+    def blocks_stored(self, hashes: Iterable[int]) -> None:
+        """KV event, for an endpoint with ``routing = "prefix"``: the
+        engine's prefix cache stored these blocks — a run of one prompt's
+        block hash chain (prefix_block_hashes()), leading block first. From
+        a worker's first KV event on, the daemon routes by what it reports.
+        Raises InvalidArgument (none, or not 64-bit), DaemonLost, RingFull."""
+        self._cache_event(_CACHE_STORED, hashes)
+
+    def blocks_removed(self, hashes: Iterable[int]) -> None:
+        """KV event: the engine evicted these blocks. Raises as
+        blocks_stored()."""
+        self._cache_event(_CACHE_REMOVED, hashes)
+
+    def cache_cleared(self) -> None:
+        """KV event: the engine dropped its whole prefix cache. Raises
+        DaemonLost, RingFull."""
+        self._call(self._lib.fairsched_worker_cache_event, _CACHE_CLEARED, None, 0)
+
+    def _cache_event(self, op: int, hashes: Iterable[int]) -> None:
+        try:
+            arr = array.array("Q", (check_int("hash", h, 0, U64) for h in hashes))
+        except (OverflowError, TypeError) as e:
+            raise InvalidArgument("hashes: every hash must be in [0, 2**64)") from e
+        if len(arr) == 0:
+            raise InvalidArgument("a KV event needs at least one block hash")
+        addr, _ = arr.buffer_info()
+        self._call(
+            self._lib.fairsched_worker_cache_event,
+            op,
+            cast(c_void_p(addr), POINTER(c_uint64)),
+            len(arr),
         )
 
     def stats(self) -> WorkerStats:

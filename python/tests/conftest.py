@@ -163,8 +163,12 @@ def daemon(tmpdir_short: Path, request: pytest.FixtureRequest) -> Iterator[Daemo
     for binary in ("fairschedd", "fairsched-worker"):
         if not (BIN / binary).exists():
             pytest.fail(f"{BIN / binary} is not built (cmake --build build --target {binary})")
-    # A test marked @pytest.mark.preempting gets an endpoint that preempts.
-    d = Daemon(tmpdir_short, **(PREEMPTING if request.node.get_closest_marker("preempting") else {}))
+    # A test marked @pytest.mark.preempting gets an endpoint that preempts;
+    # one marked @pytest.mark.prefix_routing, one that routes by prefix.
+    keys = PREEMPTING if request.node.get_closest_marker("preempting") else {}
+    if request.node.get_closest_marker("prefix_routing"):
+        keys = {"chat_worker": 'routing = "prefix"\n'}
+    d = Daemon(tmpdir_short, **keys)
     d.start()
     yield d
     for child in d.children:
@@ -187,3 +191,4 @@ def run(coro, timeout: float):  # type: ignore[no-untyped-def]
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "preempting: the daemon's chat endpoint preempts")
+    config.addinivalue_line("markers", "prefix_routing: the daemon's chat endpoint routes by prefix")

@@ -29,6 +29,7 @@ from fairsched import (
     Worker,
     WorkItem,
     WorkKind,
+    prefix_block_hashes,
 )
 
 
@@ -314,3 +315,68 @@ def test_connecting_a_worker_during_a_drain_raises_shutting_down(daemon: Daemon)
     assert out.returncode == 0, out.stderr
     with Worker.connect(daemon.socket, "chat") as w:
         assert w.endpoint == "chat"
+
+
+def _fnv_chain(tokens: list[int], block: int) -> list[int]:
+    """prefix_hash.hpp's chain, written out again: FNV-1a over the ids,
+    chained across blocks, each block's value finalised."""
+    m = (1 << 64) - 1
+
+    def fin(x: int) -> int:
+        x ^= x >> 33
+        x = (x * 0xFF51AFD7ED558CCD) & m
+        x ^= x >> 33
+        x = (x * 0xC4CEB9FE1A85EC53) & m
+        return x ^ (x >> 33)
+
+    h, out = 0xCBF29CE484222325, []
+    for b in range(len(tokens) // block):
+        for t in tokens[b * block:(b + 1) * block]:
+            h = ((h ^ t) * 0x100000001B3) & m
+        out.append(fin(h))
+    return out
+
+
+@pytest.mark.prefix_routing
+def test_kv_events_from_python_reach_the_daemon_and_its_hashes_are_the_documented_ones(
+    daemon: Daemon,
+) -> None:
+    prompt = list(range(1000, 1064)) + [7] * 20  # five whole blocks of 16
+    hashes = prefix_block_hashes(prompt)
+    assert hashes == _fnv_chain(prompt, 16) and len(hashes) == 5
+    assert prefix_block_hashes(prompt, 32) == hashes[1::2]  # a hash names a token boundary
+    assert prefix_block_hashes(prompt, max_blocks=2) == hashes[:2]
+    assert prefix_block_hashes(prompt[:15]) == []
+
+    def row() -> dict:
+        return [w for w in daemon.status()["workers"] if w["name"] == "py-kv"][0]["prefix_cache"]
+
+    with Worker.connect(daemon.socket, "chat", name="py-kv") as worker:
+        with pytest.raises(InvalidArgument):
+            worker.blocks_stored([])
+        with pytest.raises(InvalidArgument):
+            worker.blocks_stored([1 << 64])
+        worker.blocks_stored(hashes)
+        worker.set_capacity(4, 1 << 20)
+        with Client.connect(daemon.socket) as client:
+            t = client.open_tenant("acme")
+            client.submit(t, "chat", prompt, max_output_tokens=2)
+            deadline = time.monotonic() + 30
+            items: list[WorkItem] = []
+            while not items and time.monotonic() < deadline:
+                worker.wait(0.1)
+                items = worker.poll()
+            assert [i.kind for i in items] == [WorkKind.ASSIGN]
+            got = row()
+            assert got["source"] == "events" and got["blocks"] == 5
+            assert got["assigned_blocks"] == 5 and got["hit_blocks"] == 5  # all of it held
+            worker.finish(items[0].id, Status.OK, 0)
+            worker.blocks_removed(hashes[:1])
+            deadline = time.monotonic() + 30
+            while row()["blocks"] != 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert row()["blocks"] == 4
+            worker.cache_cleared()
+            while row()["blocks"] != 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert row()["blocks"] == 0 and row()["kv_events"] == 3

@@ -27,7 +27,8 @@ bool sameEvent(const WorkerEvent& a, const WorkerEvent& b) {
   return a.kind == b.kind && a.assignment == b.assignment && a.free_sequences == b.free_sequences &&
          a.free_kv_tokens == b.free_kv_tokens && a.assignments_seen == b.assignments_seen &&
          a.emit_ns == b.emit_ns && a.status == b.status && a.output_tokens == b.output_tokens &&
-         a.input_tokens == b.input_tokens && a.message_bytes == b.message_bytes;
+         a.input_tokens == b.input_tokens && a.message_bytes == b.message_bytes &&
+         a.cache_op == b.cache_op;
 }
 
 bool sameAssignment(const AssignmentRecord& a, const AssignmentRecord& b) {
@@ -93,6 +94,19 @@ void fuzzEvent(Bytes& in) {
       require(e.emit_ns >= 0 && e.emit_ns == slot.deadline_ns);
       if (slot_check == SlotCheck::kValid) require(slot.arenaWords() == slot.prompt_tokens);
       break;
+    case WorkerEventKind::kCache:
+      // A known operation; whole hashes (none when cleared), at most the
+      // record's arena; nothing else set.
+      require(e.cache_op == CacheOp::kStored || e.cache_op == CacheOp::kRemoved ||
+              e.cache_op == CacheOp::kCleared);
+      require(static_cast<std::uint64_t>(e.cache_op) == slot.tag);
+      require(slot.prompt_tokens % kCacheWordsPerBlock == 0 &&
+              slot.prompt_tokens <= kWorkerTokensPerEvent);
+      require((e.cache_op == CacheOp::kCleared) == (slot.prompt_tokens == 0));
+      require(slot.params_bytes == 0 && slot.request_id == 0 && slot.max_output_tokens == 0 &&
+              slot.priority == 0 && slot.deadline_ns == 0);
+      if (slot_check == SlotCheck::kValid) require(slot.arenaWords() == slot.prompt_tokens);
+      break;
     case WorkerEventKind::kPreempted:
       require(slot.prompt_tokens == 0 && slot.params_bytes == 0 && slot.priority == 0 &&
               slot.tag == 0);
@@ -105,7 +119,8 @@ void fuzzEvent(Bytes& in) {
   // Encode it again as a worker would (the ring fills in the arena counts)
   // and decode: the same event.
   SubmissionSlot again = encodeWorkerEvent(e);
-  if (e.kind == WorkerEventKind::kTokens || e.kind == WorkerEventKind::kStep) {
+  if (e.kind == WorkerEventKind::kTokens || e.kind == WorkerEventKind::kStep ||
+      e.kind == WorkerEventKind::kCache) {
     again.prompt_tokens = slot.prompt_tokens;
   }
   if (e.kind == WorkerEventKind::kFinish) again.params_bytes = e.message_bytes;

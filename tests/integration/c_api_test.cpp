@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include "daemon/config/config.hpp"
 #include "fairsched/fairsched.h"
+#include "fairsched/prefix_hash.hpp"
 #include "shm/worker_protocol.hpp"
 #include "tests/support/daemon_config.hpp"
 #include "tests/support/forked_daemon.hpp"
@@ -479,7 +480,30 @@ TEST_F(CApiWithDaemon, WorkerCallsMapTheirErrorsToCodes) {
   EXPECT_EQ(fairsched_worker_emit(w, 1, nullptr, 0), FAIRSCHED_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(fairsched_worker_finish(w, 1, static_cast<fairsched_status>(99), 0, nullptr),
             FAIRSCHED_ERR_INVALID_ARGUMENT);
+  const std::uint64_t hash = 42;
+  EXPECT_EQ(fairsched_worker_cache_event(w, 9, &hash, 1), FAIRSCHED_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(fairsched_worker_cache_event(w, FAIRSCHED_CACHE_STORED, nullptr, 1),
+            FAIRSCHED_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(fairsched_worker_cache_event(w, FAIRSCHED_CACHE_STORED, &hash, 0),
+            FAIRSCHED_ERR_INVALID_ARGUMENT)
+      << "no hashes";
+  EXPECT_EQ(fairsched_worker_cache_event(w, FAIRSCHED_CACHE_STORED, &hash, 1), FAIRSCHED_OK);
+  EXPECT_EQ(fairsched_worker_cache_event(w, FAIRSCHED_CACHE_CLEARED, nullptr, 0), FAIRSCHED_OK);
   fairsched_worker_close(w);
+}
+
+// The C form of prefixBlockHashes: the same chain, bounded by the room given.
+TEST(CApi, PrefixBlockHashesAreTheHeadersChain) {
+  std::vector<std::uint32_t> tokens(50);
+  for (std::uint32_t i = 0; i < tokens.size(); ++i) tokens[i] = i * 7 + 1;
+  const std::vector<std::uint64_t> want = fairsched::prefixBlockHashes(tokens);
+  ASSERT_EQ(want.size(), 3u);
+  std::uint64_t out[8] = {};
+  EXPECT_EQ(fairsched_prefix_block_hashes(tokens.data(), tokens.size(), 16, out, 8), 3u);
+  EXPECT_EQ(std::vector<std::uint64_t>(out, out + 3), want);
+  EXPECT_EQ(fairsched_prefix_block_hashes(tokens.data(), tokens.size(), 16, out, 2), 2u);
+  EXPECT_EQ(fairsched_prefix_block_hashes(tokens.data(), tokens.size(), 0, out, 8), 0u);
+  EXPECT_EQ(fairsched_prefix_block_hashes(nullptr, 5, 16, out, 8), 0u);
 }
 
 // What worker.hpp has beside the loop, in C: finish with the prompt count

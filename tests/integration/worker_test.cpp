@@ -1284,15 +1284,17 @@ TEST_F(Workers, StatusShowsTheRoomTheDaemonUsesNotAWorkersInflatedStatement) {
     EXPECT_EQ(row["stated_free_sequences"].get<std::uint64_t>(), UINT32_MAX) << row.dump();
     std::string out;
     ASSERT_EQ(testing::runFairschedctl("--socket " + socket() + " status", &out), 0) << out;
-    // Its WORKER row: id, endpoint, name, pid, running, free sequences, free KV, tokens.
+    // Its WORKER row: id, endpoint, name, pid, running, free sequences, free KV, tokens,
+    // prefix hits ("-": no prompt blocks assigned under routing = "prefix").
     std::vector<std::string> cols;
     std::istringstream lines(out);
     for (std::string line; std::getline(lines, line);) {
       std::istringstream words(line);
       std::vector<std::string> c{std::istream_iterator<std::string>(words), {}};
-      if (c.size() == 8 && c[2] == "boastful") cols = c;
+      if (c.size() == 9 && c[2] == "boastful") cols = c;
     }
-    ASSERT_EQ(cols.size(), 8u) << out;
+    ASSERT_EQ(cols.size(), 9u) << out;
+    EXPECT_EQ(cols[8], "-") << out;
     EXPECT_EQ(cols[4], "3") << out;
     EXPECT_EQ(cols[5], "5") << out;
     EXPECT_EQ(out.find("4294967"), std::string::npos) << out;

@@ -1811,6 +1811,58 @@ min_progress_tokens = 40
       0u);
 }
 
+TEST(ConfigWorker, PrefixRoutingKeysAreReadAndReachTheSchedulerSpec) {
+  const Config plain = parsedOk(withWorker(""));
+  const WorkerEndpointConfig& d = plain.findEndpoint("gen")->worker;
+  EXPECT_EQ(d.routing, core::Routing::kRoomiest);
+  EXPECT_EQ(d.prefix_block_tokens, 16u);
+  EXPECT_EQ(d.cache_blocks, 0u);
+  const Config cfg = parsedOk(withWorker(R"(fairness = "vtc"
+[endpoints.gen.worker]
+routing = "prefix"
+prefix_block_tokens = 32
+max_prefix_blocks = 100
+load_slack = 0.5
+locality_slack = 200.0
+cache_blocks = 5000
+[endpoints.gen.engine]
+prefix_cache_blocks = 800
+kv_events = false
+)"));
+  const EndpointConfig& ep = *cfg.findEndpoint("gen");
+  EXPECT_EQ(ep.worker.routing, core::Routing::kPrefix);
+  EXPECT_EQ(ep.worker.prefix_block_tokens, 32u);
+  EXPECT_EQ(ep.worker.max_prefix_blocks, 100u);
+  EXPECT_EQ(ep.worker.load_slack, 0.5);
+  EXPECT_EQ(ep.worker.cache_blocks, 5000u);
+  EXPECT_EQ(ep.engine.prefix_cache_blocks, 800u);
+  EXPECT_FALSE(ep.engine.kv_events);
+  const core::SchedulerSpec spec = buildSchedulerSpec(cfg);
+  double slack = -1;
+  for (const auto& e : spec.endpoints) {
+    if (e.name == "gen") slack = e.locality_slack;
+  }
+  EXPECT_EQ(slack, 200.0);
+  // Without prefix routing nothing is passed over for locality.
+  const core::SchedulerSpec roomiest =
+      buildSchedulerSpec(parsedOk(withWorker("[endpoints.gen.worker]\nlocality_slack = 200.0\n")));
+  for (const auto& e : roomiest.endpoints) EXPECT_EQ(e.locality_slack, 0.0) << e.name;
+
+  const std::pair<std::string, std::string> cases[] = {
+      {"routing = \"cache\"", "routing: expected one of"},
+      {"prefix_block_tokens = 0", "prefix_block_tokens: must be at least 1, got 0"},
+      {"max_prefix_blocks = 0", "max_prefix_blocks: must be at least 1, got 0"},
+      {"load_slack = -0.1", "load_slack: must be non-negative and finite, got -0.1"},
+      {"cache_blocks = -1", "cache_blocks: must not be negative, got -1"},
+  };
+  for (const auto& [line, error] : cases) {
+    EXPECT_EQ(errorOf(withWorker("[endpoints.gen.worker]\n" + line + "\n"))
+                  .rfind("cfg.toml:14: endpoints.gen.worker." + error, 0),
+              0u)
+        << line << ": " << errorOf(withWorker("[endpoints.gen.worker]\n" + line + "\n"));
+  }
+}
+
 TEST(ConfigWorker, EngineKeysOutOfRangeAreRejected) {
   const std::pair<std::string, std::string> cases[] = {
       {"max_sequences = 0", "max_sequences: must be at least 1, got 0"},

@@ -80,6 +80,16 @@ TEST(BlockLru, EvictsTheLeastRecentAndAChainsTailBeforeItsHead) {
   EXPECT_EQ(lru.matched(b), 2u) << "b's tail went first";
   lru.setCapacity(1);
   EXPECT_EQ(lru.size(), 1u);
+  // What an insert evicts is named, least recent first (an engine reports
+  // it); a chain longer than the cache keeps its leading blocks only.
+  std::vector<std::uint64_t> evicted;
+  BlockLru two(2);
+  two.insert(a, &evicted);
+  EXPECT_TRUE(evicted.empty());
+  EXPECT_EQ(two.matched(a), 2u);
+  two.insert(b, &evicted);
+  EXPECT_EQ(evicted, (std::vector<std::uint64_t>{a[1], a[0]}));
+  EXPECT_EQ(two.matched(b), 2u);
   BlockLru none(0);
   none.insert(a);
   EXPECT_EQ(none.matched(a), 0u) << "no capacity, nothing held";

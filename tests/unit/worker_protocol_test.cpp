@@ -202,6 +202,62 @@ TEST(WorkerEvent, StepWithoutWholeEntriesOrWithOtherFieldsIsRefused) {
   EXPECT_EQ(decodeWorkerEvent(before, out), EventCheck::kNegativeTime);
 }
 
+TEST(WorkerEvent, CacheEventsCarryTheirBlockHashesAndOperation) {
+  const std::vector<std::uint64_t> hashes = {0xfeedface00000007ULL, 0, 0xffffffffffffffffULL};
+  std::vector<std::uint32_t> words;
+  for (const std::uint64_t h : hashes) {
+    words.push_back(static_cast<std::uint32_t>(h));
+    words.push_back(static_cast<std::uint32_t>(h >> 32));
+  }
+  for (const CacheOp op : {CacheOp::kStored, CacheOp::kRemoved}) {
+    WorkerEvent e;
+    e.kind = WorkerEventKind::kCache;
+    e.cache_op = op;
+    const Received r = throughRing(e, words);
+    ASSERT_EQ(r.check, EventCheck::kValid);
+    EXPECT_EQ(r.event.kind, WorkerEventKind::kCache);
+    EXPECT_EQ(r.event.cache_op, op);
+    ASSERT_EQ(r.words.size(), 6u);
+    for (std::size_t i = 0; i < hashes.size(); ++i)
+      EXPECT_EQ(decodeCacheBlock(r.words, i), hashes[i]);
+    std::vector<std::uint32_t> most(kWorkerCacheBlocksPerEvent * kCacheWordsPerBlock, 1);
+    EXPECT_EQ(throughRing(e, most).check, EventCheck::kValid);
+  }
+  WorkerEvent cleared;
+  cleared.kind = WorkerEventKind::kCache;
+  cleared.cache_op = CacheOp::kCleared;
+  const Received r = throughRing(cleared, {});
+  ASSERT_EQ(r.check, EventCheck::kValid);
+  EXPECT_EQ(r.event.cache_op, CacheOp::kCleared);
+}
+
+TEST(WorkerEventRefused, CacheEventsWithAnUnknownOperationPartialHashesOrOtherFields) {
+  WorkerEvent e;
+  e.kind = WorkerEventKind::kCache;
+  SubmissionSlot s = encodeWorkerEvent(e);
+  WorkerEvent out;
+  for (const std::uint32_t words : {0u, 1u, 3u, 257u, 258u}) {
+    s.prompt_tokens = words;
+    EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kBadCache) << words;
+  }
+  s.prompt_tokens = 2;
+  EXPECT_EQ(decodeWorkerEvent(s, out), EventCheck::kValid);
+  for (const std::uint64_t op : {0ULL, 4ULL, 0x100000001ULL}) {
+    SubmissionSlot bad = s;
+    bad.tag = op;
+    EXPECT_EQ(decodeWorkerEvent(bad, out), EventCheck::kBadCache) << op;
+  }
+  SubmissionSlot cleared_with_words = s;
+  cleared_with_words.tag = static_cast<std::uint64_t>(CacheOp::kCleared);
+  EXPECT_EQ(decodeWorkerEvent(cleared_with_words, out), EventCheck::kBadCache);
+  SubmissionSlot named = s;
+  named.request_id = 5;
+  EXPECT_EQ(decodeWorkerEvent(named, out), EventCheck::kBadFlags);
+  SubmissionSlot timed = s;
+  timed.deadline_ns = 1;
+  EXPECT_EQ(decodeWorkerEvent(timed, out), EventCheck::kBadFlags);
+}
+
 TEST(WorkerEvent, FinishRoundTripsForEveryStatusAWorkerMayReport) {
   for (const Status st :
        {Status::kOk, Status::kCancelled, Status::kExecutorFailed, Status::kInvalid}) {
@@ -287,7 +343,7 @@ constexpr WorkerEventKind kAllKinds[] = {WorkerEventKind::kCapacity, WorkerEvent
                                          WorkerEventKind::kStep};
 
 TEST(WorkerEventRefused, UnknownKind) {
-  for (const std::uint16_t kind : {0, 6, 7, 0x100, 0xffff}) {
+  for (const std::uint16_t kind : {0, 7, 8, 0x100, 0xffff}) {
     EXPECT_EQ(
         decodeChanged(WorkerEventKind::kCapacity, [&](SubmissionSlot& s) { s.endpoint = kind; }),
         EventCheck::kUnknownKind)
@@ -373,10 +429,10 @@ TEST(WorkerEventRefused, TokensWithANegativeEmitTime) {
 }
 
 TEST(WorkerEventRefused, EveryCheckHasItsOwnDescription) {
-  const EventCheck all[] = {EventCheck::kValid,       EventCheck::kUnknownKind,
-                            EventCheck::kBadFlags,    EventCheck::kBadTokens,
-                            EventCheck::kStrayTokens, EventCheck::kBadStatus,
-                            EventCheck::kNegativeTime};
+  const EventCheck all[] = {EventCheck::kValid,        EventCheck::kUnknownKind,
+                            EventCheck::kBadFlags,     EventCheck::kBadTokens,
+                            EventCheck::kStrayTokens,  EventCheck::kBadStatus,
+                            EventCheck::kNegativeTime, EventCheck::kBadCache};
   for (std::size_t i = 0; i < std::size(all); ++i) {
     EXPECT_NE(toString(all[i]), "unknown");
     for (std::size_t j = i + 1; j < std::size(all); ++j)
