@@ -98,8 +98,17 @@ inline constexpr std::uint16_t kSlotCancel = 4;
 // line (SubmissionCell::inline_words), not in the arena: prompt_offset is 0
 // and arenaWords() is at most kInlineWords.
 inline constexpr std::uint16_t kSlotInline = 8;
+// The request's prefix identity travels with it (routing = "prefix",
+// include/fairsched/prefix_hash.hpp): prefixBlocks() block hashes, two words
+// each (low, then high 32 bits), after the prompt's ids and before the
+// parameters. Their count is the high 16 bits of params_bytes, the
+// parameters' bytes its low 16 (a slot without the flag reads params_bytes
+// whole, so older clients are unchanged).
+inline constexpr std::uint16_t kSlotPrefix = 16;
 inline constexpr std::uint16_t kKnownSlotFlags =
-    kSlotStream | kSlotCountsOnly | kSlotCancel | kSlotInline;
+    kSlotStream | kSlotCountsOnly | kSlotCancel | kSlotInline | kSlotPrefix;
+// Most block hashes one submission carries (with kSlotPrefix, at least one).
+inline constexpr std::uint32_t kMaxSlotPrefixBlocks = 1024;
 // Words a submission cell carries inline.
 inline constexpr std::uint32_t kInlineWords = 16;
 
@@ -109,9 +118,9 @@ inline constexpr std::uint32_t kInlineWords = 16;
 // up in its own table for the connection.
 //
 // The arena words at prompt_offset hold the prompt's token ids (none with
-// kSlotCountsOnly), then params_bytes bytes of opaque parameters padded to a
-// whole word: arenaWords() in all. With kSlotInline the same words are in the
-// cell itself.
+// kSlotCountsOnly), then its prefix hashes (kSlotPrefix), then paramsBytes()
+// bytes of opaque parameters padded to a whole word: arenaWords() in all. With kSlotInline the same
+// words are in the cell itself.
 struct SubmissionSlot {
   std::uint64_t request_id = 0;     // the client's id, echoed in the completion
   std::uint64_t tag = 0;            // opaque to the daemon, echoed in the completion
@@ -122,12 +131,19 @@ struct SubmissionSlot {
   std::int32_t priority = 0;       // higher first, within the tenant
   std::uint16_t endpoint = 0;      // the daemon's endpoint id
   std::uint16_t flags = 0;         // kSlot* bits; others must be 0
-  std::uint32_t params_bytes = 0;  // at most kMaxParamsBytes
+  std::uint32_t params_bytes = 0;  // at most kMaxParamsBytes (see kSlotPrefix)
   std::uint32_t tenant = 0;        // the tenant's handle on this connection; 0 in worker events
 
-  // Arena words the slot uses at prompt_offset (no overflow: both are 32-bit).
+  std::uint32_t paramsBytes() const {
+    return (flags & kSlotPrefix) != 0 ? params_bytes & 0xffffu : params_bytes;
+  }
+  std::uint32_t prefixBlocks() const { return (flags & kSlotPrefix) != 0 ? params_bytes >> 16 : 0; }
+  // Arena words the slot uses at prompt_offset (no overflow: all are 32-bit).
   std::uint64_t promptWords() const { return (flags & kSlotCountsOnly) ? 0 : prompt_tokens; }
-  std::uint64_t arenaWords() const { return promptWords() + (std::uint64_t{params_bytes} + 3) / 4; }
+  std::uint64_t prefixWords() const { return 2 * std::uint64_t{prefixBlocks()}; }
+  std::uint64_t arenaWords() const {
+    return promptWords() + prefixWords() + (std::uint64_t{paramsBytes()} + 3) / 4;
+  }
   bool inlined() const { return (flags & kSlotInline) != 0; }
 
   friend bool operator==(const SubmissionSlot&, const SubmissionSlot&) = default;

@@ -37,13 +37,19 @@ std::string_view toString(SlotCheck check) {
       return "parameters over kMaxParamsBytes";
     case SlotCheck::kInlineOutOfCell:
       return "inline words beyond the cell, or an inline slot with a prompt offset";
+    case SlotCheck::kBadPrefix:
+      return "a prefix of no block hashes or of more than kMaxSlotPrefixBlocks";
   }
   return "unknown";
 }
 
 SlotCheck checkSlot(const SubmissionSlot& slot, std::uint64_t arena_tokens) {
   if ((slot.flags & ~kKnownSlotFlags) != 0) return SlotCheck::kFlagsSet;
-  if (slot.params_bytes > kMaxParamsBytes) return SlotCheck::kParamsTooLarge;
+  if (slot.paramsBytes() > kMaxParamsBytes) return SlotCheck::kParamsTooLarge;
+  if ((slot.flags & kSlotPrefix) != 0 &&
+      (slot.prefixBlocks() == 0 || slot.prefixBlocks() > kMaxSlotPrefixBlocks)) {
+    return SlotCheck::kBadPrefix;
+  }
   if (slot.inlined()) {
     if (slot.prompt_offset != 0 || slot.arenaWords() > kInlineWords)
       return SlotCheck::kInlineOutOfCell;
@@ -117,20 +123,23 @@ bool SubmissionProducer::tryPush(const SubmissionSlot& slot) {
 
 PushResult SubmissionProducer::check(const SubmissionSlot& slot,
                                      std::span<const std::uint32_t> prompt,
+                                     std::span<const std::uint64_t> prefix,
                                      std::span<const std::byte> params) const {
-  if ((slot.flags & ~kKnownSlotFlags) != 0 || params.size() > kMaxParamsBytes) {
+  if ((slot.flags & ~kKnownSlotFlags) != 0 || params.size() > kMaxParamsBytes ||
+      prefix.size() > kMaxSlotPrefixBlocks) {
     return PushResult::kInvalidSlot;
   }
   if ((slot.flags & kSlotCountsOnly) != 0 && !prompt.empty()) return PushResult::kInvalidSlot;
-  const std::uint64_t words = prompt.size() + (params.size() + 3) / 4;
+  const std::uint64_t words = prompt.size() + 2 * prefix.size() + (params.size() + 3) / 4;
   if (words > ring_.tokens_per_slot) return PushResult::kPromptTooLarge;
   return PushResult::kOk;
 }
 
 void SubmissionProducer::fill(std::uint64_t pos, SubmissionCell* cell, SubmissionSlot& slot,
                               std::span<const std::uint32_t> prompt,
+                              std::span<const std::uint64_t> prefix,
                               std::span<const std::byte> params) {
-  const std::uint64_t words = prompt.size() + (params.size() + 3) / 4;
+  const std::uint64_t words = prompt.size() + 2 * prefix.size() + (params.size() + 3) / 4;
   // A short request's words go in the cell's second line: no arena page to
   // touch on either side.
   const bool in_cell = words > 0 && words <= kInlineWords;
@@ -139,8 +148,13 @@ void SubmissionProducer::fill(std::uint64_t pos, SubmissionCell* cell, Submissio
   slot.flags = static_cast<std::uint16_t>(in_cell ? (slot.flags | kSlotInline)
                                                   : (slot.flags & ~kSlotInline));
   if (!prompt.empty()) std::memcpy(at, prompt.data(), prompt.size_bytes());
+  std::uint32_t* hashes = at + prompt.size();
+  for (std::size_t i = 0; i < prefix.size(); ++i) {
+    hashes[2 * i] = static_cast<std::uint32_t>(prefix[i]);
+    hashes[2 * i + 1] = static_cast<std::uint32_t>(prefix[i] >> 32);
+  }
   if (!params.empty()) {
-    std::byte* p = reinterpret_cast<std::byte*>(at + prompt.size());
+    std::byte* p = reinterpret_cast<std::byte*>(hashes + 2 * prefix.size());
     std::memcpy(p, params.data(), params.size());
     // Zero the pad of the last word: nothing stale crosses to the daemon.
     std::memset(p + params.size(), 0, (4 - params.size() % 4) % 4);
@@ -149,6 +163,9 @@ void SubmissionProducer::fill(std::uint64_t pos, SubmissionCell* cell, Submissio
   if ((slot.flags & kSlotCountsOnly) == 0)
     slot.prompt_tokens = static_cast<std::uint32_t>(prompt.size());
   slot.params_bytes = static_cast<std::uint32_t>(params.size());
+  slot.flags = static_cast<std::uint16_t>(prefix.empty() ? (slot.flags & ~kSlotPrefix)
+                                                         : (slot.flags | kSlotPrefix));
+  if (!prefix.empty()) slot.params_bytes |= static_cast<std::uint32_t>(prefix.size()) << 16;
 }
 
 std::uint64_t SubmissionProducer::sizeApprox() const {

@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shm/layout.hpp"
@@ -84,6 +85,7 @@ enum class SlotCheck : std::uint8_t {
   kFlagsSet,          // a flag outside kKnownSlotFlags
   kParamsTooLarge,    // params_bytes over kMaxParamsBytes
   kInlineOutOfCell,   // kSlotInline with arenaWords() over kInlineWords or a prompt_offset
+  kBadPrefix,         // kSlotPrefix with no block hashes or more than kMaxSlotPrefixBlocks
 };
 std::string_view toString(SlotCheck check);
 
@@ -137,7 +139,19 @@ class SubmissionProducer {
   template <class F>
   PushResult tryPushPrompt(const SubmissionSlot& request, std::span<const std::uint32_t> prompt,
                            std::span<const std::byte> params, F&& before_publish) {
-    if (const PushResult r = check(request, prompt, params); r != PushResult::kOk) return r;
+    return tryPushPrompt(request, prompt, {}, params, std::forward<F>(before_publish));
+  }
+
+  // The same with the request's prefix identity (kSlotPrefix, at most
+  // kMaxSlotPrefixBlocks hashes; none: the flag is cleared), written after
+  // the prompt's ids.
+  template <class F>
+  PushResult tryPushPrompt(const SubmissionSlot& request, std::span<const std::uint32_t> prompt,
+                           std::span<const std::uint64_t> prefix, std::span<const std::byte> params,
+                           F&& before_publish) {
+    if (const PushResult r = check(request, prompt, prefix, params); r != PushResult::kOk) {
+      return r;
+    }
     std::uint64_t pos = 0;
     SubmissionCell* cell = nullptr;
     if (!claim(pos, cell)) return PushResult::kFull;
@@ -146,7 +160,7 @@ class SubmissionProducer {
     // copy's wide loads do not wait on narrow stores.
     SubmissionSlot slot = request;
     before_publish(slot);
-    fill(pos, cell, slot, prompt, params);
+    fill(pos, cell, slot, prompt, prefix, params);
     publish(cell, pos, slot);
     return PushResult::kOk;
   }
@@ -158,13 +172,14 @@ class SubmissionProducer {
 
  private:
   PushResult check(const SubmissionSlot& slot, std::span<const std::uint32_t> prompt,
-                   std::span<const std::byte> params) const;
+                   std::span<const std::uint64_t> prefix, std::span<const std::byte> params) const;
   bool claim(std::uint64_t& pos, SubmissionCell*& cell);
-  // Copies prompt and params into the cell (kInlineWords at most) or pos's
-  // arena region and sets the slot's kSlotInline flag, prompt_offset,
-  // prompt_tokens (unless counts-only) and params_bytes.
+  // Copies prompt, prefix and params into the cell (kInlineWords at most)
+  // or pos's arena region and sets the slot's kSlotInline and kSlotPrefix
+  // flags, prompt_offset, prompt_tokens (unless counts-only) and params_bytes.
   void fill(std::uint64_t pos, SubmissionCell* cell, SubmissionSlot& slot,
-            std::span<const std::uint32_t> prompt, std::span<const std::byte> params);
+            std::span<const std::uint32_t> prompt, std::span<const std::uint64_t> prefix,
+            std::span<const std::byte> params);
   void publish(SubmissionCell* cell, std::uint64_t pos, const SubmissionSlot& slot);
 
   SubmissionRingMemory ring_;

@@ -34,6 +34,8 @@ static_assert(FAIRSCHED_MAX_PARAMS_BYTES == fairsched::kMaxParamsBytes);
 // fairsched_submit_request as it was before the worker fields: a caller
 // built then passes this struct_size and gets their defaults.
 constexpr std::size_t kSubmitRequestV1Size = offsetof(fairsched_submit_request, stream);
+// Up to reserved2: streaming, counts-only and parameters.
+constexpr std::size_t kSubmitRequestV2Size = offsetof(fairsched_submit_request, prefix);
 static_assert(kSubmitRequestV1Size == offsetof(fairsched_submit_request, tag) + sizeof(uint64_t),
               "the worker fields start right after tag");
 
@@ -49,13 +51,16 @@ fairsched::SubmitRequest toRequest(const fairsched_submit_request& r) {
   }
   if (r.timeout_ns != 0) req.timeout = nanoseconds(r.timeout_ns);
   req.tag = r.tag;
-  if (r.struct_size >= sizeof(fairsched_submit_request)) {
+  if (r.struct_size >= kSubmitRequestV2Size) {
     req.stream = r.stream != 0;
     if (r.params != nullptr) {
       req.params =
           std::span<const std::byte>(static_cast<const std::byte*>(r.params), r.params_bytes);
     }
     if (r.counts_only != 0) req.prompt_token_count = r.prompt_token_count;
+  }
+  if (r.struct_size >= sizeof(fairsched_submit_request) && r.prefix != nullptr) {
+    req.prefix = std::span<const std::uint64_t>(r.prefix, r.prefix_blocks);
   }
   return req;
 }
@@ -91,8 +96,12 @@ fairsched_completion toC(const fairsched::Completion& c) {
 bool validRequest(const fairsched_submit_request* request) {
   if (request == nullptr || request->struct_size < kSubmitRequestV1Size) return false;
   if (request->prompt == nullptr && request->prompt_tokens != 0) return false;
-  return request->struct_size < sizeof(fairsched_submit_request) || request->params != nullptr ||
-         request->params_bytes == 0;
+  if (request->struct_size >= kSubmitRequestV2Size && request->params == nullptr &&
+      request->params_bytes != 0) {
+    return false;
+  }
+  return request->struct_size < sizeof(fairsched_submit_request) || request->prefix != nullptr ||
+         request->prefix_blocks == 0;
 }
 
 }  // namespace

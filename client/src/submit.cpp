@@ -38,16 +38,23 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
                  std::to_string(req.params.size()) + " bytes of params; at most " +
                      std::to_string(kMaxParamsBytes)};
   }
+  if (req.prefix.size() > kMaxPrefixBlocks) {
+    return Error{ErrorCode::kInvalidArgument, 0,
+                 std::to_string(req.prefix.size()) + " prefix block hashes; at most " +
+                     std::to_string(kMaxPrefixBlocks)};
+  }
   if (req.prompt_token_count && !req.prompt.empty()) {
     return Error{ErrorCode::kInvalidArgument, 0,
                  "prompt_token_count (counts only) is set and prompt is not empty"};
   }
   const std::uint64_t prompt_tokens =
       req.prompt_token_count ? *req.prompt_token_count : req.prompt.size();
-  const std::uint64_t words = req.prompt.size() + (req.params.size() + 3) / 4;
+  const std::uint64_t words =
+      req.prompt.size() + 2 * req.prefix.size() + (req.params.size() + 3) / 4;
   if (words > s->promptTokensPerSlot()) {
     return Error{ErrorCode::kPromptTooLarge, 0,
-                 std::to_string(req.prompt.size()) + " prompt tokens and " +
+                 std::to_string(req.prompt.size()) + " prompt tokens, " +
+                     std::to_string(req.prefix.size()) + " prefix hashes and " +
                      std::to_string(req.params.size()) + " bytes of params; a slot holds " +
                      std::to_string(s->promptTokensPerSlot()) + " words"};
   }
@@ -99,7 +106,7 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
   for (std::size_t tried = 0; tried < lanes && pushed == shm::PushResult::kFull; ++tried) {
     if (tried > 0) lane = static_cast<std::uint16_t>((lane + 1) % lanes);
     pushed = s->producers[lane].tryPushPrompt(
-        slot, req.prompt, req.params, [&](shm::SubmissionSlot& claimed) {
+        slot, req.prompt, req.prefix, req.params, [&](shm::SubmissionSlot& claimed) {
           id = next_id_.fetch_add(1, std::memory_order_relaxed);
           if (await_efd != nullptr) router_.openMailbox(id, await_efd->fd());
           pending_.insert(id, Pending{req.tag, s->generation, await_efd != nullptr, lane, handle});

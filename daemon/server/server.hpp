@@ -236,9 +236,11 @@ class Server {
   // Writes the assignment of `d` to worker `wc`'s ring (unpublished).
   void assignOne(Connection& wc, const core::Dispatched& d, TimeNs now);
   void publishAssignments(Connection& wc);
-  // At admission, under routing = "prefix": the block hashes of the
-  // request's prompt ids, kept by the core (Scheduler::setPrefix).
-  void notePrefix(const Pending& p, std::span<const std::uint32_t> prompt);
+  // At admission, under routing = "prefix": the request's block hashes —
+  // those it carries (kSlotPrefix), or those of its prompt ids — kept by
+  // the core (Scheduler::setPrefix). `words`: the slot's arena words.
+  void notePrefix(const Pending& p, const shm::SubmissionSlot& slot,
+                  std::span<const std::uint32_t> words);
   // A worker's KV event (kCache): its prefix cache as it reports it.
   void onCacheEvent(WorkerState& w, shm::CacheOp op, std::span<const std::uint32_t> words);
   std::vector<std::uint64_t> cache_chain_;

@@ -30,14 +30,23 @@ class WorkerCacheProbe final : public core::Scheduler::LocalityProbe {
 
 }  // namespace
 
-void Server::notePrefix(const Pending& p, std::span<const std::uint32_t> prompt) {
+void Server::notePrefix(const Pending& p, const shm::SubmissionSlot& slot,
+                        std::span<const std::uint32_t> words) {
   const config::WorkerEndpointConfig& wc = cfg_.endpoints[p.endpoint].worker;
-  if (wc.routing != core::Routing::kPrefix || p.counts_only ||
-      prompt.size() < wc.prefix_block_tokens) {
-    return;
+  if (wc.routing != core::Routing::kPrefix) return;
+  std::vector<std::uint64_t> chain;
+  if (slot.prefixBlocks() > 0) {  // the submitter's own, after the prompt's ids
+    const std::size_t n = std::min<std::size_t>(slot.prefixBlocks(), wc.max_prefix_blocks);
+    const auto hashes = words.subspan(static_cast<std::size_t>(slot.promptWords()), 2 * n);
+    chain.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      chain[i] = std::uint64_t{hashes[2 * i]} | (std::uint64_t{hashes[2 * i + 1]} << 32);
+    }
+  } else if (!p.counts_only && p.prompt_tokens >= wc.prefix_block_tokens) {
+    chain = prefixBlockHashes(words.first(p.prompt_tokens), wc.prefix_block_tokens,
+                              wc.max_prefix_blocks);
   }
-  sched_.setPrefix(p.handle,
-                   prefixBlockHashes(prompt, wc.prefix_block_tokens, wc.max_prefix_blocks));
+  if (!chain.empty()) sched_.setPrefix(p.handle, std::move(chain));
 }
 
 void Server::assignOne(Connection& wc, const core::Dispatched& d, TimeNs now) {

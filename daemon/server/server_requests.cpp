@@ -147,7 +147,7 @@ void Server::admit(Connection& c, const shm::SubmissionSlot& slot,
     if (slot.promptWords() > cfg_.endpoints[slot.endpoint].worker.max_prompt_tokens)
       return reject(Status::kInvalid);
   } else if ((slot.flags & (shm::kSlotCountsOnly | shm::kSlotStream)) != 0 ||
-             slot.params_bytes != 0) {
+             slot.paramsBytes() != 0) {
     return reject(Status::kInvalid);  // in-daemon executors run token ids, nothing else
   }
   const std::uint64_t id = pending_.reserve();
@@ -174,16 +174,22 @@ void Server::admit(Connection& c, const shm::SubmissionSlot& slot,
   p.endpoint = slot.endpoint;
   p.tenant = r.tenant;
   p.admitted = now;
-  p.prompt.assign(prompt.begin(), prompt.end());
+  // The words kept for the worker: the prompt's ids and the parameters;
+  // the prefix hashes between them are the daemon's alone.
+  const auto prompt_words = static_cast<std::size_t>(slot.promptWords());
+  const auto prefix_words = static_cast<std::size_t>(slot.prefixWords());
+  p.prompt.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(prompt_words));
+  p.prompt.insert(p.prompt.end(),
+                  prompt.begin() + static_cast<std::ptrdiff_t>(prompt_words + prefix_words),
+                  prompt.end());
   p.prompt_tokens = slot.prompt_tokens;
-  p.params_bytes = slot.params_bytes;
+  p.params_bytes = slot.paramsBytes();
   p.counts_only = (slot.flags & shm::kSlotCountsOnly) != 0;
   p.stream = (slot.flags & shm::kSlotStream) != 0;
   p.max_output_tokens = slot.max_output_tokens;
   p.priority = slot.priority;
   p.deadline = r.deadline;
-  if (worker_endpoint)
-    notePrefix(p, prompt.first(std::min<std::size_t>(prompt.size(), p.prompt_tokens)));
+  if (worker_endpoint) notePrefix(p, slot, prompt);
   ++c.outstanding;
 }
 

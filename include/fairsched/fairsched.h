@@ -133,6 +133,14 @@ typedef struct fairsched_submit_request {
   size_t params_bytes;         /* at most FAIRSCHED_MAX_PARAMS_BYTES */
   uint32_t prompt_token_count; /* counts_only: the prompt's length in tokens */
   uint32_t reserved2;          /* 0 */
+  /* Added with prefix routing; a struct_size that ends at `reserved2` leaves
+   * them unset. The prompt's prefix identity, precomputed
+   * (fairsched_prefix_block_hashes with the endpoint's prefix_block_tokens,
+   * at most 1024 hashes): what an endpoint with routing = "prefix" places
+   * the request by. Needed for counts_only requests; copied by fairsched_submit.
+   * NULL when prefix_blocks is 0. */
+  const uint64_t* prefix;
+  size_t prefix_blocks;
 } fairsched_submit_request;
 
 typedef struct fairsched_completion {

@@ -58,7 +58,16 @@ struct SubmitRequest {
   // (`prompt` must then be empty) — a proxy that keeps the body itself and
   // names it in `params`. Limits and fair shares are charged by this count.
   std::optional<std::uint32_t> prompt_token_count;
+  // The prompt's prefix identity, precomputed (prefixBlockHashes() of
+  // fairsched/prefix_hash.hpp with the endpoint's prefix_block_tokens; at
+  // most kMaxPrefixBlocks): what an endpoint with routing = "prefix" places
+  // the request by. Needed for a counts-only request (the daemon hashes
+  // the ids it is sent otherwise); copied by submit(). Ignored elsewhere.
+  std::span<const std::uint64_t> prefix;
 };
+
+// The most block hashes SubmitRequest::prefix may hold.
+inline constexpr std::size_t kMaxPrefixBlocks = 1024;
 
 // The most bytes SubmitRequest::params may hold.
 inline constexpr std::size_t kMaxParamsBytes = 4096;

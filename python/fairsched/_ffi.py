@@ -73,6 +73,8 @@ class SubmitRequest(Structure):
         ("params_bytes", c_size_t),
         ("prompt_token_count", c_uint32),
         ("reserved2", c_uint32),
+        ("prefix", c_void_p),  # const uint64_t*
+        ("prefix_blocks", c_size_t),
     ]
 
 

@@ -48,8 +48,17 @@ void fuzzRing(Bytes& in) {
     const PopResult r = consumer.tryPop(slot, prompt);
     if (r == PopResult::kOk) {
       require(checkSlot(slot, mem.arenaTokens()) == SlotCheck::kValid);
-      // The prompt's ids (none when counts-only), then the parameters.
+      // The prompt's ids (none when counts-only), its prefix hashes, then
+      // the parameters; a prefix is 1..kMaxSlotPrefixBlocks hashes.
       require(prompt.size() == slot.arenaWords());
+      require(slot.paramsBytes() <= kMaxParamsBytes);
+      require(slot.arenaWords() == slot.promptWords() + slot.prefixWords() +
+                                       (std::uint64_t{slot.paramsBytes()} + 3) / 4);
+      if ((slot.flags & kSlotPrefix) != 0) {
+        require(slot.prefixBlocks() >= 1 && slot.prefixBlocks() <= kMaxSlotPrefixBlocks);
+      } else {
+        require(slot.prefixBlocks() == 0);
+      }
       if (slot.inlined()) {
         // Inline words come from the cell itself, never the arena.
         const SubmissionCell& cell = cells[before & (capacity - 1)];

@@ -465,6 +465,31 @@ TEST_F(CApiWithDaemon, SubmitAndWaitOnAStreamedRequestReturnsOnlyTheFinal) {
   EXPECT_EQ(fairsched_poll(client_, stray, 4), 0u) << "its chunks went nowhere";
 }
 
+// A request carrying its prefix identity is served as any other (the
+// endpoint here routes by room); a prefix without hashes, or over 1024, is
+// the caller's error.
+TEST_F(CApiWithDaemon, APrefixTravelsWithARequestAndABadOneIsRefused) {
+  const std::vector<std::uint32_t> prompt = promptFor(6);
+  const std::vector<std::uint64_t> prefix =
+      fairsched::prefixBlockHashes(prompt, fairsched::kDefaultPrefixBlockTokens);
+  fairsched_submit_request r = testing::makeCRequest(tenant_, prompt, 8);
+  const std::uint64_t one = 7;
+  r.prefix = prefix.empty() ? &one : prefix.data();
+  r.prefix_blocks = prefix.empty() ? 1 : prefix.size();
+  fairsched_completion done;
+  ASSERT_EQ(fairsched_submit_and_wait(client_, &r, 10'000 * kMs, &done), FAIRSCHED_OK)
+      << fairsched_last_error_message();
+  EXPECT_EQ(done.status, FAIRSCHED_STATUS_OK);
+  EXPECT_EQ(done.input_tokens, prompt.size()) << "the hashes are not prompt tokens";
+  std::uint64_t id = 0;
+  r.prefix = nullptr;
+  EXPECT_EQ(fairsched_submit(client_, &r, &id), FAIRSCHED_ERR_INVALID_ARGUMENT);
+  const std::vector<std::uint64_t> too_many(1025, 1);
+  r.prefix = too_many.data();
+  r.prefix_blocks = too_many.size();
+  EXPECT_EQ(fairsched_submit(client_, &r, &id), FAIRSCHED_ERR_INVALID_ARGUMENT);
+}
+
 TEST_F(CApiWithDaemon, WorkerCallsMapTheirErrorsToCodes) {
   fairsched_worker_options wo;
   fairsched_worker_options_init(&wo);

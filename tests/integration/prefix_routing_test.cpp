@@ -251,6 +251,67 @@ TEST_F(PrefixRouting, KvEventsAreWhatTheDaemonRoutesByAndANewWorkerInheritsNothi
   EXPECT_EQ(d.value().terminate(), 0);
 }
 
+// A proxy that keeps the body itself (counts only) passes the prefix it
+// computed; the worker gets the request as sent, without the hashes.
+TEST_F(PrefixRouting, ARequestCarryingItsPrefixIsPlacedByItAndItsWorkerGetsItAsSent) {
+  auto d = daemon::ForkedDaemon::start(prefixConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  Worker w[2] = {attach(socket(), "one"), attach(socket(), "two")};
+  const char* names[2] = {"one", "two"};
+  const std::vector<std::uint64_t> chain = prefixBlockHashes(promptOf(9, 0), kBlock);
+  ASSERT_TRUE(w[1].blocksStored(std::span<const std::uint64_t>(chain).first(4)));
+  ASSERT_TRUE(state(socket(), w[0], names[0], 16, 1 << 22));
+  ASSERT_TRUE(state(socket(), w[1], names[1], 4, 1 << 20));
+  auto client = connectTo(socket());
+  ASSERT_TRUE(client) << client.error().toString();
+  auto tenant = client->openTenant("acme");
+  ASSERT_TRUE(tenant);
+  const std::string params = "body=request-17";
+  SubmitRequest counted = testing::makeRequest(*tenant, {}, 8);
+  counted.prompt_token_count = 84;
+  counted.prefix = chain;
+  counted.params = std::as_bytes(std::span<const char>(params.data(), params.size()));
+  ASSERT_TRUE(client->submit(counted));
+  std::vector<WorkItem> items;
+  ASSERT_TRUE(testing::waitUntil(
+      [&] {
+        w[1].poll(items);
+        return !items.empty();
+      },
+      20s, "the counted request on the worker holding its prefix", 1ms));
+  ASSERT_EQ(items[0].kind, WorkItem::Kind::kAssign);
+  const Assignment& a = items[0].assignment;
+  EXPECT_TRUE(a.counts_only);
+  EXPECT_EQ(a.prompt_tokens, 84u);
+  EXPECT_TRUE(a.prompt.empty());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(a.params.data()), a.params.size()), params);
+  ASSERT_TRUE(w[1].finish(a.id, Status::kOk, 0));
+  awaitCompletion(*client);
+  EXPECT_EQ(rowOf(socket(), "two")["prefix_cache"]["hit_blocks"], 4);
+
+  // Ids and a prefix of its own: the prefix given is the one used (none of
+  // it is held), and the ids and parameters reach the worker unchanged.
+  const auto ids = promptOf(9, 1);
+  SubmitRequest both = testing::makeRequest(*tenant, ids, 8);
+  const std::vector<std::uint64_t> none_held = {1, 2, 3};
+  both.prefix = none_held;
+  both.params = counted.params;
+  ASSERT_TRUE(client->submit(both));
+  items.clear();
+  ASSERT_TRUE(testing::waitUntil(
+      [&] {
+        w[0].poll(items);
+        return !items.empty();
+      },
+      20s, "the request on the roomiest (nothing of its prefix is held)", 1ms));
+  EXPECT_EQ(items[0].assignment.prompt, ids);
+  EXPECT_EQ(items[0].assignment.params, a.params);
+  EXPECT_EQ(rowOf(socket(), "one")["prefix_cache"]["assigned_blocks"], 3);
+  { const Client gone = std::move(*client); }
+  for (Worker& x : w) x.shutdown();
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
 TEST_F(PrefixRouting, TheReferenceEngineSkipsTheCachedPrefixAndReportsItsBlocks) {
   auto d = daemon::ForkedDaemon::start(prefixConfig(socket()));
   ASSERT_TRUE(d.ok()) << d.error().message;

@@ -24,7 +24,8 @@ inline SubmitRequest makeRequest(Tenant tenant, std::span<const std::uint32_t> p
           .timeout = std::nullopt,
           .tag = tag,
           .params = {},
-          .prompt_token_count = std::nullopt};
+          .prompt_token_count = std::nullopt,
+          .prefix = {}};
 }
 
 // The same through the C API (fairsched_submit_request_init, then these).

@@ -245,6 +245,47 @@ TEST(SubmissionRing, AnInlineSlotWithAnOffsetOrTooManyWordsIsRejectedAlone) {
   EXPECT_EQ(words, p);
 }
 
+TEST(SubmissionRing, APrefixTravelsBetweenThePromptAndTheParameters) {
+  RingFixture f(4, 64);
+  SubmissionProducer producer(f.mem);
+  SubmissionConsumer consumer(f.mem, 0);
+  const std::vector<std::uint32_t> prompt = {1, 2, 3};
+  const std::vector<std::uint64_t> prefix = {0x1122334455667788ULL, 9};
+  const std::vector<std::byte> params = {std::byte{0xaa}, std::byte{0xbb}};
+  const auto none = [](SubmissionSlot&) {};
+  // Seven words: in the cell; a longer prefix goes to the arena.
+  ASSERT_EQ(producer.tryPushPrompt(makeSlot(1), prompt, prefix, params, none), PushResult::kOk);
+  const std::vector<std::uint64_t> long_prefix(10, 5);
+  ASSERT_EQ(producer.tryPushPrompt(makeSlot(2), prompt, long_prefix, params, none),
+            PushResult::kOk);
+  SubmissionSlot counts = makeSlot(3);
+  counts.flags = kSlotCountsOnly;
+  counts.prompt_tokens = 500;  // a count: no ids, the prefix right away
+  ASSERT_EQ(producer.tryPushPrompt(counts, {}, prefix, {}, none), PushResult::kOk);
+  const std::vector<std::uint64_t> too_many(kMaxSlotPrefixBlocks + 1, 1);
+  EXPECT_EQ(producer.tryPushPrompt(makeSlot(4), prompt, too_many, params, none),
+            PushResult::kInvalidSlot);
+
+  std::vector<std::uint32_t> words;
+  SubmissionSlot out;
+  ASSERT_EQ(consumer.tryPop(out, words), PopResult::kOk);
+  EXPECT_TRUE(out.inlined());
+  EXPECT_EQ(out.prefixBlocks(), 2u);
+  EXPECT_EQ(out.paramsBytes(), 2u);
+  EXPECT_EQ(out.prompt_tokens, 3u);
+  EXPECT_EQ(words, (std::vector<std::uint32_t>{1, 2, 3, 0x55667788, 0x11223344, 9, 0, 0xbbaa}));
+  ASSERT_EQ(consumer.tryPop(out, words), PopResult::kOk);
+  EXPECT_FALSE(out.inlined());
+  EXPECT_EQ(out.prefixBlocks(), 10u);
+  EXPECT_EQ(words.size(), 3u + 20u + 1u);
+  ASSERT_EQ(consumer.tryPop(out, words), PopResult::kOk);
+  EXPECT_EQ(out.prompt_tokens, 500u);
+  EXPECT_EQ(out.prefixBlocks(), 2u);
+  EXPECT_EQ(out.paramsBytes(), 0u);
+  EXPECT_EQ(words.size(), 4u);
+  EXPECT_EQ(consumer.tryPop(out, words), PopResult::kEmpty) << "the refused one never went";
+}
+
 TEST(SubmissionRing, PromptLargerThanASlotsShareIsRefusedBeforeClaiming) {
   RingFixture f(4, 5);
   SubmissionProducer producer(f.mem);
@@ -387,6 +428,22 @@ TEST(SubmissionRing, CheckSlotBoundsEveryField) {
   s.flags = 0;
   s.tenant = 0xFFFFFFFF;  // the tenant handle is the daemon's table's to judge
   EXPECT_EQ(checkSlot(s, 1), SlotCheck::kValid);
+  // A prefix: 1..kMaxSlotPrefixBlocks hashes in the high half of
+  // params_bytes, two words each, counted in the arena.
+  s = SubmissionSlot{};
+  s.flags = kSlotPrefix;
+  EXPECT_EQ(checkSlot(s, 100), SlotCheck::kBadPrefix) << "the flag without hashes";
+  s.params_bytes = (std::uint32_t{3} << 16) | 5;
+  EXPECT_EQ(s.arenaWords(), 6u + 2u);
+  EXPECT_EQ(checkSlot(s, 8), SlotCheck::kValid);
+  EXPECT_EQ(checkSlot(s, 7), SlotCheck::kPromptOutOfArena);
+  s.params_bytes = (kMaxSlotPrefixBlocks + 1) << 16;
+  EXPECT_EQ(checkSlot(s, 1 << 20), SlotCheck::kBadPrefix);
+  s.params_bytes = (std::uint32_t{1} << 16) | (kMaxParamsBytes + 1);
+  EXPECT_EQ(checkSlot(s, 1 << 20), SlotCheck::kParamsTooLarge);
+  s.flags = 0;  // without the flag, the same value is parameters over the limit
+  s.params_bytes = std::uint32_t{1} << 16;
+  EXPECT_EQ(checkSlot(s, 1 << 20), SlotCheck::kParamsTooLarge);
 }
 
 RC_GTEST_PROP(SubmissionRing, CheckedSlotNeverLeavesTheArena,
