@@ -265,6 +265,7 @@ std::variant<std::shared_ptr<Exchange>, ErrorReply> DaemonBridge::submit(
   sr.tag = ex->serial;
   sr.params = std::as_bytes(std::span(params.data(), params.size()));
   sr.prompt_token_count = ex->req.prompt_tokens;
+  sr.prefix = ex->req.prefix;
   auto id = client_->submit(sr);
   if (!id) {
     if (id.error().code == ErrorCode::kUnknownTenant) tenants_.erase(key.tenant);

@@ -60,6 +60,7 @@ constexpr IntKey<GatewayConfig> kGatewayInts[] = {
     {"send_buffer_bytes", &GatewayConfig::send_buffer_bytes, 4096, 64u << 20},
     {"request_timeout_ms", &GatewayConfig::request_timeout_ms, 1, 86'400'000},
     {"default_max_tokens", &GatewayConfig::default_max_tokens, 1, 1u << 24},
+    {"prefix_block_bytes", &GatewayConfig::prefix_block_bytes, 0, 1u << 20},
 };
 
 // The integer keys of [upstream], read after its url.

@@ -126,6 +126,10 @@ struct GatewayConfig {
   std::uint32_t send_buffer_bytes = 65536;
   std::uint64_t request_timeout_ms = 600000;  // fairsched deadline: queueing + running (504)
   std::uint32_t default_max_tokens = 256;     // when the body names none
+  // Each request's prefix identity, for the daemon's routing = "prefix"
+  // (openai_json.hpp PrefixOptions): blocks of this many bytes of the
+  // canonical prompt text (64, about 16 tokens; 0 = none sent).
+  std::uint32_t prefix_block_bytes = 64;
   // [upstream], or each [[upstreams]] table: the engine replicas, each its
   // own worker of the endpoint (at least one; names unique).
   std::vector<UpstreamConfig> upstreams;

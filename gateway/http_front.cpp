@@ -353,8 +353,10 @@ awaitable<bool> HttpFront::Session::handle(http::request<http::string_body>& req
 awaitable<bool> HttpFront::Session::generate(http::request<http::string_body>& req,
                                              const ApiKeyConfig& key, Route route) {
   if (f_.draining_) co_return co_await sendError(draining());
+  PrefixOptions prefix;
+  prefix.block_bytes = cfg_->prefix_block_bytes;
   auto parsed = parseGenerateRequest(route, req.body(), cfg_->default_max_tokens,
-                                     f_.bridge_.maxOutputTokens());
+                                     f_.bridge_.maxOutputTokens(), prefix);
   if (auto* e = std::get_if<BodyError>(&parsed)) {
     co_return co_await sendError(badRequest(e->message, e->param));
   }

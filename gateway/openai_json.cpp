@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <vector>
+
+#include "fairsched/prefix_hash.hpp"
 
 namespace fairsched::gateway {
 
@@ -30,6 +34,39 @@ std::uint64_t textBytes(const json& v) {
     }
   }
   return n;
+}
+
+// Feeds a message's or prompt's text content to `h` (a string, or the text
+// of its parts in order).
+void feedText(const json& v, TextPrefixHasher& h) {
+  if (v.is_string()) {
+    h.feed(v.get_ref<const std::string&>());
+  } else if (v.is_array()) {
+    for (const json& e : v) {
+      if (e.is_string()) {
+        h.feed(e.get_ref<const std::string&>());
+      } else if (e.is_object()) {
+        if (auto t = e.find("text"); t != e.end() && t->is_string()) {
+          h.feed(t->get_ref<const std::string&>());
+        }
+      }
+    }
+  }
+}
+
+// A completion's prompt as token ids (an array of them, or an array of one
+// such array), when it is one.
+std::optional<std::vector<std::uint32_t>> promptIds(const json& p) {
+  const json* a = &p;
+  if (p.is_array() && p.size() == 1 && p[0].is_array()) a = &p[0];
+  if (!a->is_array() || a->empty()) return std::nullopt;
+  std::vector<std::uint32_t> ids;
+  ids.reserve(a->size());
+  for (const json& t : *a) {
+    if (!t.is_number_unsigned() || t.get<std::uint64_t>() > UINT32_MAX) return std::nullopt;
+    ids.push_back(static_cast<std::uint32_t>(t.get<std::uint64_t>()));
+  }
+  return ids;
 }
 
 std::uint32_t clampTokens(std::uint64_t v) {
@@ -78,7 +115,8 @@ std::variant<GenerateRequest, BodyError> embeddingsRequest(json j, GenerateReque
 
 std::variant<GenerateRequest, BodyError> parseGenerateRequest(Route route, std::string_view body,
                                                               std::uint32_t default_max_tokens,
-                                                              std::uint32_t max_output_tokens) {
+                                                              std::uint32_t max_output_tokens,
+                                                              const PrefixOptions& prefix) {
   json j = json::parse(body.begin(), body.end(), nullptr, false);
   if (j.is_discarded()) return BodyError{"the request body is not valid JSON", ""};
   if (!j.is_object()) return BodyError{"the request body must be a JSON object", ""};
@@ -122,16 +160,36 @@ std::variant<GenerateRequest, BodyError> parseGenerateRequest(Route route, std::
       return BodyError{"only one prompt per request is supported", "prompt"};
     }
     bytes = textBytes(*p);
+    if (prefix.block_bytes > 0) {
+      if (auto ids = promptIds(*p)) {
+        r.prefix = prefixBlockHashes(*ids, prefix.block_tokens, prefix.max_blocks);
+      } else {
+        TextPrefixHasher h(prefix.block_bytes, prefix.max_blocks);
+        feedText(*p, h);
+        r.prefix = std::move(h.hashes());
+      }
+    }
   } else {
     auto m = j.find("messages");
     if (m == j.end() || !m->is_array() || m->empty()) {
       return BodyError{"'messages' must be a non-empty array", "messages"};
     }
+    TextPrefixHasher h(prefix.block_bytes > 0 ? prefix.block_bytes : 1,
+                       prefix.block_bytes > 0 ? prefix.max_blocks : 0);
     for (const json& msg : *m) {
       if (!msg.is_object()) return BodyError{"each message must be an object", "messages"};
-      if (auto c = msg.find("content"); c != msg.end()) bytes += textBytes(*c);
+      if (auto role = msg.find("role"); role != msg.end() && role->is_string()) {
+        h.feed(role->get_ref<const std::string&>());
+      }
+      h.feed("\x1f");
+      if (auto c = msg.find("content"); c != msg.end()) {
+        bytes += textBytes(*c);
+        feedText(*c, h);
+      }
+      h.feed("\x1e");
       overhead += 4;
     }
+    r.prefix = std::move(h.hashes());
   }
   r.prompt_tokens = clampTokens(std::max<std::uint64_t>(1, (bytes + 3) / 4 + overhead));
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "gateway/gateway_config.hpp"
 
@@ -30,6 +31,22 @@ struct GenerateRequest {
   std::string model;                            // "" when the body names none
   std::optional<std::int64_t> caller_priority;  // the body's "priority", not in upstream_body
   std::string upstream_body;                    // the body for the upstream
+  // The prompt's prefix identity for the daemon's routing = "prefix"
+  // (SubmitRequest::prefix): block hashes of its token ids when the body
+  // gives ids, else of its canonical text (PrefixOptions); empty when off
+  // or shorter than a block.
+  std::vector<std::uint64_t> prefix;
+};
+
+// How parseGenerateRequest hashes a prompt's prefix: blocks of
+// `block_tokens` ids (a prompt given as token ids) or of `block_bytes`
+// bytes of the canonical text — each message's role, a 0x1f, its text
+// content (text parts in order), a 0x1e; a completion's prompt string as
+// is — at most `max_blocks` of them. block_bytes 0: no hashes.
+struct PrefixOptions {
+  std::uint32_t block_bytes = 64;
+  std::uint32_t block_tokens = 16;
+  std::uint32_t max_blocks = 1024;
 };
 
 // upstream_body as the upstream gets it: with "priority" set by the
@@ -48,7 +65,8 @@ struct BodyError {
 // endpoint's cap (0 = none); a larger max_tokens is an error.
 std::variant<GenerateRequest, BodyError> parseGenerateRequest(Route route, std::string_view body,
                                                               std::uint32_t default_max_tokens,
-                                                              std::uint32_t max_output_tokens);
+                                                              std::uint32_t max_output_tokens,
+                                                              const PrefixOptions& prefix = {});
 
 struct Usage {
   std::uint32_t prompt_tokens = 0;

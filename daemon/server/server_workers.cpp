@@ -30,6 +30,9 @@ constexpr TimeNs kPreemptAnswerTimeout = kNsPerSec;
 // What is kept of a worker's KV events before its first CAPACITY says how
 // large its cache is (about 4 MiB of blocks at most).
 constexpr std::size_t kUnsizedCacheBlocks = 65536;
+// The most blocks remembered of one worker unless cache_blocks says (about
+// 60 MiB at most, however many KV tokens it states).
+constexpr std::uint64_t kDefaultCacheBlocksMax = 1 << 20;
 
 }  // namespace
 
@@ -193,7 +196,9 @@ std::string Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
       if (!w.cache_sized) {  // its first statement: its whole KV cache
         const config::WorkerEndpointConfig& wc = cfg_.endpoints[w.endpoint].worker;
         w.cache.setCapacity(wc.cache_blocks != 0 ? wc.cache_blocks
-                                                 : ev.free_kv_tokens / wc.prefix_block_tokens);
+                                                 : std::min<std::uint64_t>(
+                                                       ev.free_kv_tokens / wc.prefix_block_tokens,
+                                                       kDefaultCacheBlocksMax));
         w.cache_sized = true;
       }
       return {};

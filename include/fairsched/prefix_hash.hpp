@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace fairsched {
@@ -67,5 +68,44 @@ inline std::vector<std::uint64_t> prefixBlockHashes(
   prefixBlockHashes(tokens, block_tokens, out);
   return out;
 }
+
+// The same chain over a prompt's text, for a proxy that sees no token ids
+// (the gateway): blocks of `block_bytes` bytes of a canonical form of the
+// prompt, fed in pieces (the messages in order), FNV-1a over the bytes,
+// chained and finalised as above. Approximate — a block of text is not a
+// block of the engine's tokens — and comparable only with chains made the
+// same way, as llm-d's approximate prefix scorer is; only whole blocks
+// count. REQUIRES: block_bytes > 0.
+class TextPrefixHasher {
+ public:
+  TextPrefixHasher(std::uint32_t block_bytes, std::size_t max_blocks)
+      : block_bytes_(block_bytes), max_blocks_(max_blocks) {}
+
+  void feed(std::string_view bytes) {
+    std::size_t i = 0;
+    while (i < bytes.size() && hashes_.size() < max_blocks_) {
+      const std::size_t left = bytes.size() - i;
+      const std::size_t n = block_bytes_ - in_block_ < left ? block_bytes_ - in_block_ : left;
+      for (std::size_t k = 0; k < n; ++k) {
+        h_ = (h_ ^ static_cast<unsigned char>(bytes[i + k])) * prefix_detail::kPrime;
+      }
+      i += n;
+      in_block_ += static_cast<std::uint32_t>(n);
+      if (in_block_ == block_bytes_) {
+        hashes_.push_back(prefix_detail::finalise(h_));
+        in_block_ = 0;
+      }
+    }
+  }
+  // The hashes of the whole blocks fed so far.
+  std::vector<std::uint64_t>& hashes() { return hashes_; }
+
+ private:
+  std::uint32_t block_bytes_;
+  std::size_t max_blocks_;
+  std::uint32_t in_block_ = 0;
+  std::uint64_t h_ = prefix_detail::kOffsetBasis;
+  std::vector<std::uint64_t> hashes_;
+};
 
 }  // namespace fairsched

@@ -75,6 +75,17 @@ TEST(GatewayConfig, EachBadFieldNamesItsLineAndKey) {
             "gw.toml:5: keys.a.tenant: ");
 }
 
+TEST(GatewayConfig, PrefixBlockBytesDefaultsToSixtyFourAndZeroTurnsItOff) {
+  auto plain = parseGatewayConfig(kMinimal);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain.value().prefix_block_bytes, 64u);
+  auto off = parseGatewayConfig(kMinimal + "[gateway]\nprefix_block_bytes = 0\n");
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off.value().prefix_block_bytes, 0u);
+  EXPECT_EQ(errorOf(kMinimal + "[gateway]\nprefix_block_bytes = -1\n").substr(0, 40),
+            "gw.toml:4: gateway.prefix_block_bytes: m");
+}
+
 TEST(GatewayConfig, ThreadsFollowTheCoresUnlessSet) {
   auto r = parseGatewayConfig(kMinimal);
   ASSERT_TRUE(r.ok());

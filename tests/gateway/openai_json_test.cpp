@@ -4,10 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "fairsched/prefix_hash.hpp"
 #include "tests/support/seeded_rng.hpp"
 
 namespace fairsched::gateway {
@@ -290,6 +292,84 @@ TEST(ErrorJson, IsOpenAiShapedAndEscapes) {
   EXPECT_EQ(j["error"]["code"], "x");
   // Bytes that are not UTF-8 never make it throw.
   EXPECT_NO_THROW(errorJson("\xff\xfe", "t", "", ""));
+}
+
+// The prefix identity the gateway sends for routing = "prefix": requests
+// that share a system prompt share their leading hashes, whatever follows.
+TEST(ParseGenerateRequest, ChatRequestsSharingASystemPromptShareTheirLeadingPrefixHashes) {
+  const std::string system(400, 's');
+  auto chat = [&](const std::string& user) {
+    nlohmann::json j = {
+        {"messages",
+         {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", user}}}}};
+    return ok(Route::kChatCompletions, j.dump());
+  };
+  const GenerateRequest a = chat(std::string(80, 'a')), b = chat(std::string(80, 'b'));
+  // role + 0x1f + 400 bytes + 0x1e = 408 bytes: 6 whole blocks of 64 are the system's.
+  ASSERT_EQ(a.prefix.size(), 7u);  // + "user" 0x1f, 80 bytes, 0x1e: 494 bytes
+  ASSERT_EQ(b.prefix.size(), 7u);
+  EXPECT_TRUE(std::equal(a.prefix.begin(), a.prefix.begin() + 6, b.prefix.begin()));
+  EXPECT_NE(a.prefix.back(), b.prefix.back());
+  // The role is part of it: the same text as a user message is another prefix.
+  nlohmann::json as_user = {{"messages", {{{"role", "user"}, {"content", system}}}}};
+  EXPECT_NE(ok(Route::kChatCompletions, as_user.dump()).prefix.front(), a.prefix.front());
+  // Content parts hash as their text run together.
+  nlohmann::json parts = {{"messages",
+                           {{{"role", "system"},
+                             {"content",
+                              {{{"type", "text"}, {"text", system.substr(0, 100)}},
+                               {{"type", "text"}, {"text", system.substr(100)}}}}},
+                            {{"role", "user"}, {"content", std::string(80, 'b')}}}}};
+  EXPECT_EQ(ok(Route::kChatCompletions, parts.dump()).prefix, b.prefix);
+}
+
+TEST(ParseGenerateRequest, ACompletionsPromptIsHashedAsTextOrAsItsTokenIds) {
+  const std::string text(200, 'x');
+  const GenerateRequest t = ok(Route::kCompletions, nlohmann::json{{"prompt", text}}.dump());
+  EXPECT_EQ(t.prefix.size(), 3u);  // 200 bytes: three whole blocks of 64
+  TextPrefixHasher h(64, 1024);
+  h.feed(text);
+  EXPECT_EQ(t.prefix, h.hashes());
+  std::vector<std::uint32_t> ids(40);
+  for (std::uint32_t i = 0; i < ids.size(); ++i) ids[i] = 7 * i;
+  const GenerateRequest byIds = ok(Route::kCompletions, nlohmann::json{{"prompt", ids}}.dump());
+  EXPECT_EQ(byIds.prefix, prefixBlockHashes(ids, 16));
+  const GenerateRequest nested = ok(Route::kCompletions, nlohmann::json{{"prompt", {ids}}}.dump());
+  EXPECT_EQ(nested.prefix, byIds.prefix);
+  // Off, bounded, and nothing for a prompt shorter than a block.
+  PrefixOptions off;
+  off.block_bytes = 0;
+  auto v = parseGenerateRequest(Route::kCompletions, nlohmann::json{{"prompt", text}}.dump(), 16,
+                                4096, off);
+  ASSERT_TRUE(std::holds_alternative<GenerateRequest>(v));
+  EXPECT_TRUE(std::get<GenerateRequest>(v).prefix.empty());
+  PrefixOptions two;
+  two.max_blocks = 2;
+  v = parseGenerateRequest(Route::kCompletions, nlohmann::json{{"prompt", text}}.dump(), 16, 4096,
+                           two);
+  ASSERT_TRUE(std::holds_alternative<GenerateRequest>(v));
+  EXPECT_EQ(std::get<GenerateRequest>(v).prefix,
+            std::vector<std::uint64_t>(t.prefix.begin(), t.prefix.begin() + 2));
+  EXPECT_TRUE(ok(Route::kCompletions, R"({"prompt":"short"})").prefix.empty());
+}
+
+// Fed in any pieces, the same bytes make the same chain.
+TEST(TextPrefixHasher, PiecesDoNotMatter) {
+  std::mt19937 rng(static_cast<std::mt19937::result_type>(fairsched::testing::testSeed()));
+  std::string text(1000, ' ');
+  for (char& c : text) c = static_cast<char>('a' + rng() % 26);
+  TextPrefixHasher whole(64, 1024);
+  whole.feed(text);
+  EXPECT_EQ(whole.hashes().size(), 15u);
+  for (int round = 0; round < 20; ++round) {
+    TextPrefixHasher pieces(64, 1024);
+    for (std::size_t at = 0; at < text.size();) {
+      const std::size_t n = std::min<std::size_t>(rng() % 150, text.size() - at);
+      pieces.feed(std::string_view(text).substr(at, n));
+      at += n;
+    }
+    EXPECT_EQ(pieces.hashes(), whole.hashes());
+  }
 }
 
 }  // namespace fairsched::gateway

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, KEYS, SLOW, Stack, sha, sse_events, wait_until
+from conftest import BIN, KEYS, SLOW, Stack, daemon_toml, sha, sse_events, wait_until
 
 CHAT = {"model": "test-model", "messages": [{"role": "user", "content": "hello there"}]}
 
@@ -804,6 +804,42 @@ def test_replicas_each_run_their_share_within_their_own_capacity(stack: Stack):
     assert all(s["requests"] >= 3 for s in stats), stats  # both took a share
     assert all(s["max_running"] <= 2 for s in stats), stats  # each within its own capacity
     assert sum(s["requests"] for s in stats) == 12
+
+
+def test_prefix_routing_sends_each_shared_prompt_to_the_replica_that_holds_it(stack: Stack):
+    # routing = "prefix": the gateway hashes each prompt's text in blocks,
+    # the daemon places a call where its blocks were sent before, within
+    # the load bound. Family A's prompts are long, B's short: by room alone
+    # the second A would go where the first B went (more KV free there).
+    stack.daemon_config.write_text(daemon_toml(stack.socket).replace(
+        "[endpoints.chat.worker]\n", '[endpoints.chat.worker]\nrouting = "prefix"\n'))
+    stack.start(replicas=2, upstream_response_timeout_ms=600000,
+                upstream_idle_timeout_ms=600000)
+    ports = [port for _, port in stack.replicas]
+
+    def running() -> int:
+        return sum(stack.upstream_stats(p)["running"] for p in ports)
+
+    calls = []
+    for i, family in enumerate("ABABAB"):
+        prompt = family * (2000 if family == "A" else 300) + f" {i}"
+        c = stack.conn(60)
+        c.request("POST", "/v1/completions",
+                  body=json.dumps({"model": "hang", "prompt": prompt, "max_tokens": 4}),
+                  headers={"Authorization": f"Bearer {KEYS['alice'][0]}",
+                           "Content-Type": "application/json"})
+        calls.append(c)
+        wait_until(lambda: running() == i + 1, 30 * SLOW, f"call {i} running on a replica")
+    seen = sorted("".join(sorted({p[0] for p in stack.upstream_stats(port)["prompts"]}))
+                  for port in ports)
+    assert seen == ["A", "B"], seen  # each family on one replica
+    rows = [w["prefix_cache"] for w in stack.status()["workers"]]
+    # A's prompts share 31 blocks of 64 bytes, B's 4: the second and third of
+    # each found them where they went.
+    assert sum(r["hit_blocks"] for r in rows) == 2 * 31 + 2 * 4, rows
+    assert all(r["source"] == "sent" for r in rows), rows
+    for c in calls:
+        hang_up(c)
 
 
 def test_a_killed_replica_is_ejected_its_calls_run_elsewhere_and_it_comes_back(stack: Stack):
