@@ -38,6 +38,7 @@ worker loop and the standalone one) and bench.py (--bench).
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 from pathlib import Path
@@ -53,8 +54,9 @@ import torch  # noqa: E402
 import fairsched  # noqa: E402
 from fairsched import Worker  # noqa: E402
 from torch_engine.bench import bench, bench_client  # noqa: E402
+from torch_engine.bench_routing import bench_routing  # noqa: E402
 from torch_engine.engine import Engine  # noqa: E402
-from torch_engine.loop import serve  # noqa: E402
+from torch_engine.loop import LoopStats, serve  # noqa: E402
 from torch_engine.model import ModelConfig  # noqa: E402
 
 
@@ -81,6 +83,11 @@ def main() -> int:
                    help="KV tokens offered in all (default: slots * context)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--prefix-cache-blocks", type=int, default=0,
+                   help="keep the keys and values of this many prompt blocks (0: no prefix cache)")
+    p.add_argument("--block-tokens", type=int, default=16,
+                   help="tokens per prefix block (the endpoint's prefix_block_tokens)")
+    p.add_argument("--stats-json", default="", help="write the loop's counters here on exit")
     p.add_argument("--bench", action="store_true", help="standalone vs through fairschedd")
     p.add_argument("--fairschedd", default="fairschedd", help="--bench: the daemon binary")
     p.add_argument("--requests", type=int, default=64, help="--bench: requests")
@@ -90,6 +97,15 @@ def main() -> int:
     p.add_argument("--client-timeout", type=float, default=240.0, help=argparse.SUPPRESS)
     p.add_argument("--json", default="", help="--bench: also write the result here")
     p.add_argument("--bench-client", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--bench-routing", action="store_true",
+                   help="two workers, routing roomiest vs prefix, a prefix-heavy workload")
+    p.add_argument("--families", type=int, default=8, help="--bench-routing: prompt families")
+    p.add_argument("--per-family", type=int, default=6, help="--bench-routing: requests each")
+    p.add_argument("--prefix-len", type=int, default=384,
+                   help="--bench-routing: tokens a family's prompts share")
+    p.add_argument("--fairness", default="drr", help="--bench-routing: the endpoint's fairness")
+    p.add_argument("--locality-slack", type=float, default=0.0,
+                   help="--bench-routing: the endpoint's locality_slack (recent, vtc)")
     args = p.parse_args()
     if args.bench_client:
         return bench_client(args)
@@ -99,21 +115,34 @@ def main() -> int:
         print("torch_worker: --device cuda: torch sees no CUDA device", file=sys.stderr)
         return 2
     cfg = model_config(args)
+    if args.bench_routing:
+        # The workers' model: this one's flags, passed on.
+        model_args = ["--device", args.device, "--layers", str(args.layers),
+                      "--width", str(args.width), "--heads", str(args.heads),
+                      "--vocab", str(args.vocab), "--max-context", str(args.max_context),
+                      "--max-sequences", str(args.max_sequences), "--threads",
+                      str(args.threads or 1), "--block-tokens", str(args.block_tokens)]
+        if args.dtype:
+            model_args += ["--dtype", args.dtype]
+        return bench_routing(args, Path(__file__).resolve(), model_args)
     if args.bench:
         return bench(args, cfg, Path(__file__).resolve())
 
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
-    engine = Engine(cfg)
+    engine = Engine(cfg, args.prefix_cache_blocks, args.block_tokens)
     print(f"torch_worker: {cfg.layers} layers, width {cfg.width}, {cfg.heads} heads, vocab "
           f"{cfg.vocab}, {cfg.max_sequences} x {cfg.max_context} KV positions "
           f"({engine.model.kv_bytes() / 2**20:.1f} MiB) on {cfg.device}, {cfg.dtype}", flush=True)
+    stats = LoopStats()
     with Worker.connect(args.socket, args.endpoint, name="torch-worker") as worker:
         try:
-            serve(engine, worker, lambda: bool(stopping))
+            serve(engine, worker, lambda: bool(stopping), stats)
         except fairsched.DaemonLost:
             print("torch_worker: the daemon went away", flush=True)
+    if args.stats_json:
+        Path(args.stats_json).write_text(json.dumps(stats.summary()) + "\n")
     return 0
 
 

@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from fairsched import Status, Worker, WorkKind
+from fairsched import Status, Worker, WorkKind, prefix_block_hashes
 
 from .engine import Engine
 
@@ -24,6 +24,8 @@ class LoopStats:
     fairsched_s: float = 0.0  # in set_capacity/poll/emit/finish of busy iterations
     first_s: float = 0.0
     last_s: float = 0.0
+    prefill_tokens: int = 0  # prompt positions computed
+    cached_tokens: int = 0  # prompt positions taken from the prefix cache
 
     def summary(self) -> dict[str, Any]:
         wall = max(self.last_s - self.first_s, 1e-9)
@@ -36,6 +38,8 @@ class LoopStats:
             "step_us": round(self.step_s / n * 1e6, 1),
             "iteration_us": round(self.iteration_s / n * 1e6, 1),
             "fairsched_us_per_step": round(self.fairsched_s / n * 1e6, 1),
+            "prefill_tokens": self.prefill_tokens,
+            "cached_tokens": self.cached_tokens,
         }
 
 
@@ -79,7 +83,9 @@ def serve(engine: Engine, worker: Worker, stopping: Callable[[], bool],
             if why is not None:
                 worker.finish(item.id, Status.INVALID, 0, why)
                 continue
-            engine.add(item.id, item.prompt, item.prompt_tokens, item.max_output_tokens)
+            chain = (prefix_block_hashes(item.prompt, engine.block_tokens)
+                     if engine.cache_blocks > 0 and item.prompt else None)
+            engine.add(item.id, item.prompt, item.prompt_tokens, item.max_output_tokens, chain)
         if not engine.busy():
             continue
         t1 = clock()
@@ -89,6 +95,11 @@ def serve(engine: Engine, worker: Worker, stopping: Callable[[], bool],
             worker.emit(rid, (tok,))
         for seq in res.finished:
             worker.finish(seq.id, Status.OK, seq.generated)
+        # KV events: what the prefix cache took in and let go this step.
+        if res.stored:
+            worker.blocks_stored(res.stored)
+        if res.removed:
+            worker.blocks_removed(res.removed)
         free = engine.capacity()
         if free != stated:
             worker.set_capacity(*free)
@@ -98,6 +109,8 @@ def serve(engine: Engine, worker: Worker, stopping: Callable[[], bool],
             st.first_s = t0
         st.steps += 1
         st.tokens += len(res.tokens)
+        st.prefill_tokens += res.prefill_tokens
+        st.cached_tokens += res.cached_tokens
         st.step_s += t2 - t1
         st.iteration_s += t3 - t0
         st.fairsched_s += (t1 - t0) + (t3 - t2)

@@ -51,16 +51,23 @@ class Block(nn.Module):
         x = x + self.out(att.transpose(1, 2).reshape(b, t, -1))
         return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
 
-    def prefill(self, x: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, slot: int) -> torch.Tensor:
-        """x: [1, t, width], the whole prompt of the sequence in ``slot``."""
+    def prefill(self, x: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, slot: int,
+                start: int = 0) -> torch.Tensor:
+        """x: [1, n, width], the prompt of the sequence in ``slot`` from
+        position ``start`` on; positions before it are in the slot's cache
+        already (a cached prefix)."""
         q, k, v = self._split(self.ln1(x))
-        t = x.shape[1]
-        kc[slot, :, :t] = k[0]
-        vc[slot, :, :t] = v[0]
-        s = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)
-        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        n = x.shape[1]
+        t = start + n
+        kc[slot, :, start:t] = k[0]
+        vc[slot, :, start:t] = v[0]
+        keys = kc[slot, :, :t][None]  # [1, heads, t, head_dim]
+        values = vc[slot, :, :t][None]
+        s = (q @ keys.transpose(-1, -2)) / math.sqrt(self.head_dim)  # [1, heads, n, t]
+        rows = torch.arange(start, t, device=x.device)[:, None]
+        causal = torch.arange(t, device=x.device)[None, :] > rows
         s = s.masked_fill(causal, float("-inf"))
-        return self._merge(x, torch.softmax(s.float(), dim=-1).to(v.dtype) @ v)
+        return self._merge(x, torch.softmax(s.float(), dim=-1).to(values.dtype) @ values)
 
     def decode(self, x: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, slots: torch.Tensor,
                pos: torch.Tensor, span: int) -> torch.Tensor:
@@ -100,14 +107,29 @@ class Model(nn.Module):
     def kv_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
-    def prefill(self, slot: int, prompt: list[int]) -> torch.Tensor:
-        """Fills ``slot``'s cache with ``prompt``; the first output token (a 0-d tensor)."""
+    def prefill(self, slot: int, prompt: list[int], start: int = 0) -> torch.Tensor:
+        """Fills ``slot``'s cache with ``prompt`` from position ``start`` on
+        (those before it are there already); the first output token (a 0-d
+        tensor)."""
         dev = self.cfg.device
-        ids = torch.tensor(prompt, device=dev, dtype=torch.long)
-        x = self.embed(ids)[None] + self.position(torch.arange(len(prompt), device=dev))[None]
+        ids = torch.tensor(prompt[start:], device=dev, dtype=torch.long)
+        pos = torch.arange(start, len(prompt), device=dev)
+        x = self.embed(ids)[None] + self.position(pos)[None]
         for i, blk in enumerate(self.blocks):
-            x = blk.prefill(x, self.k[i], self.v[i], slot)
+            x = blk.prefill(x, self.k[i], self.v[i], slot, start)
         return self.head(self.ln_f(x[0, -1])).argmax()
+
+    def block_kv(self, slot: int, first: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """A copy of ``slot``'s keys and values at positions [first, first + n), per layer."""
+        return [(k[slot, :, first:first + n].clone(), v[slot, :, first:first + n].clone())
+                for k, v in zip(self.k, self.v)]
+
+    def put_kv(self, slot: int, first: int, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Writes block_kv()'s copy into ``slot`` from position ``first``."""
+        for (k, v), (bk, bv) in zip(zip(self.k, self.v), kv):
+            n = bk.shape[1]
+            k[slot, :, first:first + n] = bk
+            v[slot, :, first:first + n] = bv
 
     def decode(self, slots: list[int], tokens: torch.Tensor, positions: list[int]) -> torch.Tensor:
         """One token for each sequence: ``tokens`` [b] at ``positions``; the next tokens [b]."""

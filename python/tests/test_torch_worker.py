@@ -22,8 +22,14 @@ import sys
 import time
 from typing import Any
 
+import pytest
+
 from conftest import BIN, REPO, Daemon, Process, python_env
-from fairsched import Client, Status
+from fairsched import Client, Status, prefix_block_hashes
+
+sys.path.insert(0, str(REPO / "examples"))
+from torch_engine.engine import Engine  # noqa: E402
+from torch_engine.model import ModelConfig  # noqa: E402
 
 WORKER = REPO / "examples" / "torch_worker.py"
 DEVICE = os.environ.get("FAIRSCHED_TORCH_DEVICE", "cpu")
@@ -133,3 +139,83 @@ def test_bench_runs_the_loop_alone_and_through_the_daemon_with_the_same_tokens(
     assert len(res["standalone"]["rounds"]) == 1 and len(res["through_fairsched"]["rounds"]) == 1
     assert res["through_fairsched"]["fairsched_us_per_step"] > 0
     assert "added_us_per_step" in res
+
+
+def _generate(engine: Engine, prompts: list[list[int]], n: int) -> tuple[list[list[int]], list[int]]:
+    """Each prompt run alone to its end: its tokens, and the positions each prefill computed."""
+    out, computed = [], []
+    for i, p in enumerate(prompts):
+        engine.add(i + 1, p, len(p), n, prefix_block_hashes(p))
+        toks: list[int] = []
+        done = 0
+        while engine.busy():
+            res = engine.step()
+            toks += [t for _, t in res.tokens]
+            done += res.prefill_tokens
+        out.append(toks)
+        computed.append(done)
+    return out, computed
+
+
+def test_a_cached_prefix_is_not_recomputed_and_changes_no_token() -> None:
+    cfg = ModelConfig(layers=2, width=64, heads=4, vocab=VOCAB, max_context=256,
+                      max_sequences=4, kv_tokens=1024, device=DEVICE)
+    shared = [(7 * j) % 500 for j in range(96)]  # six blocks of 16
+    prompts = [shared + [1, 2, 3, 4, 5], shared + [9, 8, 7], shared[:40] + [5] * 30]
+    plain, plain_computed = _generate(Engine(cfg), prompts, 6)
+    cached_engine = Engine(cfg, cache_blocks=64)
+    cached, computed = _generate(cached_engine, prompts, 6)
+    assert cached == plain  # the same keys and values, so the same tokens
+    assert plain_computed == [101, 99, 70]
+    # The second reuses all six shared blocks; the third the first two (32
+    # of its 40 shared positions), its own suffix computed.
+    assert computed == [101, 3, 70 - 32]
+    # A cache of two blocks keeps a prompt's leading blocks, not its last.
+    small = Engine(cfg, cache_blocks=2)
+    _, small_computed = _generate(small, prompts[:2], 6)
+    assert small_computed == [101, 99 - 32]
+
+
+@pytest.mark.prefix_routing
+def test_the_worker_reports_its_cache_and_the_daemon_routes_by_it(daemon: Daemon,
+                                                                   tmpdir_short: Any) -> None:
+    stats = tmpdir_short / "worker-stats.json"
+    worker = start_worker(daemon, "--prefix-cache-blocks", "64", "--stats-json", str(stats))
+    shared = [(11 * j) % 500 for j in range(64)]
+    with Client.connect(daemon.socket) as client:
+        s = Streams(client)
+        t = client.open_tenant("acme")
+        for i in range(3):
+            rid = s.submit(t, shared + [100 + i] * 10, 4)
+            s.until(lambda: rid in s.final, 60, f"request {i}", worker)
+            assert s.final[rid].status == Status.OK
+    rows = [w for w in daemon.status()["workers"] if w["name"] == "torch-worker"]
+    cache = rows[0]["prefix_cache"]
+    assert cache["source"] == "events", cache
+    assert cache["hit_blocks"] == 2 * 4, cache  # the 2nd and 3rd found the four shared blocks
+    assert worker.stop() == 0, worker.output()  # SIGTERM: it writes its counters and exits
+    summary = json.loads(stats.read_text())
+    assert summary["cached_tokens"] == 2 * 64
+    assert summary["prefill_tokens"] == 3 * 74 - 2 * 64
+
+
+def test_bench_routing_serves_the_workload_both_ways_and_reports_each(tmpdir_short: Any) -> None:
+    out = tmpdir_short / "routing.json"
+    r = subprocess.run(
+        [sys.executable, str(WORKER), "--bench-routing", "--fairschedd", str(BIN / "fairschedd"),
+         "--families", "4", "--per-family", "3", "--prefix-len", "64", "--prompt-len", "8",
+         "--output-len", "4", "--max-sequences", "4", "--json", str(out), *TINY],
+        capture_output=True, text=True, timeout=240, env=python_env(),
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(out.read_text())
+    assert res["workload"]["distinct_shared_blocks"] == 16
+    assert res["workload"]["cache_blocks_per_worker"] == 8
+    for routing in ("roomiest", "prefix"):
+        run = res[routing]
+        assert run["requests"] == 12 and run["bad"] == 0
+        # Every prompt position was either computed or taken from a cache.
+        assert run["prefill_tokens"] + run["cached_tokens"] == 12 * (64 + 8)
+        assert sum(run["requests_per_worker"]) == 12
+    assert res["roomiest"]["hit_blocks"] == 0  # placed by room: no prefix is looked at
+    assert res["aims"][0]["at_least"] == 1.3 and len(res["ratio_per_round"]) == 1
