@@ -45,6 +45,7 @@ struct WorkerEndpointConfig {
   bool preemption = false;
   double max_preemptions_per_s = 20.0;
   std::uint32_t min_progress_tokens = 16;
+  bool preempt_for_share = false;  // core::PreemptionSpec::for_share
   // Stream chunks held for a client that does not read its completion ring,
   // beyond the ring itself; past it the client's streamed request ends
   // SLOW_CONSUMER (aborted on its worker). Bounds the daemon's memory.

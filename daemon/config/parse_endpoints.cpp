@@ -68,6 +68,7 @@ constexpr KeyRule<WorkerEndpointConfig> kWorkerKeys[] = {
     {"preemption", boolKey<&WorkerEndpointConfig::preemption>},
     {"max_preemptions_per_s", positiveDoubleKey<&WorkerEndpointConfig::max_preemptions_per_s>},
     {"min_progress_tokens", intKey<&WorkerEndpointConfig::min_progress_tokens, 1, 1U << 20>},
+    {"preempt_for_share", boolKey<&WorkerEndpointConfig::preempt_for_share>},
     {"routing", enumKey<&WorkerEndpointConfig::routing, kRoutings>},
     {"prefix_block_tokens", intKey<&WorkerEndpointConfig::prefix_block_tokens, 1, 4096>},
     {"max_prefix_blocks", intKey<&WorkerEndpointConfig::max_prefix_blocks, 1, 65536>},

@@ -55,6 +55,7 @@ core::SchedulerSpec buildSchedulerSpec(const Config& cfg) {
     es.preemption.enabled = es.per_token && ec.worker.preemption;
     es.preemption.max_per_s = ec.worker.max_preemptions_per_s;
     es.preemption.min_progress_tokens = ec.worker.min_progress_tokens;
+    es.preemption.for_share = ec.worker.preempt_for_share;
     if (es.per_token && ec.worker.routing == core::Routing::kPrefix) {
       es.locality_slack = ec.worker.locality_slack;
     }

@@ -45,10 +45,12 @@ std::uint64_t VictimChooser::choose(const PreemptionWaiter& waiter,
   const bool waiting_below_share = waiting_runs < shareOf(waiter.weight);
 
   // Best victim: lowest tier first; then, within the waiting tier, the
-  // most-served tenant (above the waiting one by the margin); newest first.
+  // most-served tenant (above the waiting one by the margin); the cheapest
+  // to resume, then the newest.
   std::uint64_t best = 0;
   TierId best_tier = 0;
   double best_service = 0;
+  std::uint64_t best_cost = 0;
   TimeNs best_at = 0;
   std::uint64_t best_seq = 0;
   for (const PreemptionCandidate& c : running) {
@@ -56,19 +58,23 @@ std::uint64_t VictimChooser::choose(const PreemptionWaiter& waiter,
     if (c.tier < waiter.tier) continue;  // a higher tier: never for a lower one
     if (c.tier == waiter.tier) {
       if (c.tenant == waiter.tenant || !waiting_below_share) continue;
+      if (waiting_runs > 0 && !rules.for_share) continue;  // it is served already
       const std::uint32_t runs = runningOf(c.tenant);
       if (runs <= shareOf(c.weight) || runs < waiting_runs + 2) continue;
       if (c.service < waiter.service + rules.margin) continue;
     }
-    // Newest: dispatched last; among those dispatched together, arrived last.
+    // Cheaper to resume; then newer: dispatched last, among those
+    // dispatched together arrived last.
     const bool newer = c.dispatched_at != best_at ? c.dispatched_at > best_at : c.seq > best_seq;
-    const bool better =
-        best == 0 || c.tier > best_tier ||
-        (c.tier == best_tier && (c.service > best_service || (c.service == best_service && newer)));
+    const bool cheaper = c.recompute_tokens != best_cost ? c.recompute_tokens < best_cost : newer;
+    const bool better = best == 0 || c.tier > best_tier ||
+                        (c.tier == best_tier &&
+                         (c.service > best_service || (c.service == best_service && cheaper)));
     if (better) {
       best = c.handle;
       best_tier = c.tier;
       best_service = c.service;
+      best_cost = c.recompute_tokens;
       best_at = c.dispatched_at;
       best_seq = c.seq;
     }

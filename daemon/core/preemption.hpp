@@ -56,6 +56,9 @@ struct PreemptionCandidate {
   double service =
       0;  // its tenant's service per unit of weight; only read when tier >= the waiter's
   std::uint32_t progress = 0;  // output tokens since it was last dispatched
+  // What the engine computes again when it resumes: its prompt and every
+  // token it generated so far.
+  std::uint64_t recompute_tokens = 0;
   TimeNs dispatched_at = 0;
   std::uint64_t seq = 0;  // arrival order: among requests dispatched together, higher is newer
 };
@@ -67,6 +70,10 @@ struct PreemptionRules {
   // How much more service per weight the tenant of a victim in the waiter's
   // own tier must have had than the waiter's tenant.
   double margin = 0;
+  // PreemptionSpec::for_share: in the waiter's own tier, also when the
+  // waiter's tenant runs something (below its share); else only when it
+  // runs nothing.
+  bool for_share = false;
 };
 
 class VictimChooser {
@@ -76,8 +83,9 @@ class VictimChooser {
   // tier than the waiter's (a smaller TierId), are never chosen. Otherwise:
   //  - a request of a lower tier than the waiter's goes first, the lowest
   //    tier first, then the most-served tenant of that tier;
-  //  - a request of the waiter's tier only when sharing the sequences the
-  //    tier runs fairly calls for it: each tenant's share is the tier's
+  //  - a request of the waiter's tier only when the waiter's tenant runs
+  //    nothing on the endpoint (unless rules.for_share), and sharing the
+  //    sequences the tier runs fairly calls for it: each tenant's share is the tier's
   //    running requests × its weight / the weights of the tier's active
   //    tenants (backlogged_weight, plus the weight of each running tenant
   //    with nothing queued). The waiter's tenant must run fewer than its
@@ -85,9 +93,11 @@ class VictimChooser {
   //    two more than the waiter's tenant runs, and have been served at least
   //    `margin` more per weight. Among such tenants, the most served. Never
   //    one of the waiter's own tenant's requests.
-  // Among the requests of the chosen tenant: the newest (dispatched last;
-  // among those dispatched together, arrived last). Ties between tenants
-  // served equally go to the newer request as well.
+  // Among the requests of the chosen tenant: the cheapest to resume (the
+  // fewest recompute_tokens: a preemption costs the engine that prefill
+  // again), then the newest (dispatched last; among those dispatched
+  // together, arrived last). Ties between tenants served equally go the
+  // same way.
   std::uint64_t choose(const PreemptionWaiter& waiter, std::span<const PreemptionCandidate> running,
                        const PreemptionRules& rules);
 

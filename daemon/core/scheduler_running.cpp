@@ -121,11 +121,12 @@ Handle Scheduler::preemptionVictim(EndpointId e, TimeNs now, std::span<const Run
     const TenantState& ts = ep.states[s->ts];
     const double service = ts.tier >= choice.tier ? serviceOf(ts.tier, s->ts) : 0.0;
     candidates.push_back({r.handle, s->ts, ts.tier, ts.weight, ts.queued != 0, service, r.progress,
-                          s->dispatched_at, s->seq});
+                          std::uint64_t{s->req.input_tokens} + s->emitted, s->dispatched_at,
+                          s->seq});
   }
   const double margin = static_cast<double>(
       std::max<std::int64_t>(ep.spec.quantum, std::int64_t{ps.min_progress_tokens}));
-  return victim_chooser_.choose(waiter, candidates, {ps.min_progress_tokens, margin});
+  return victim_chooser_.choose(waiter, candidates, {ps.min_progress_tokens, margin, ps.for_share});
 }
 
 }  // namespace fairsched::core

@@ -30,6 +30,12 @@ struct PreemptionSpec {
   // A sequence runs this many output tokens after it (re)started before it
   // may be preempted again: no thrashing.
   std::uint32_t min_progress_tokens = 16;
+  // Within a tier, a preemption is for a waiting tenant with nothing running
+  // on the endpoint: its request's first token is what it buys, and each
+  // one costs the engine the victim's prompt and output again. true: also
+  // for a tenant running fewer sequences than its share (shares converge
+  // sooner, at that cost). A higher tier preempts a lower one either way.
+  bool for_share = false;
 };
 
 struct EndpointSpec {

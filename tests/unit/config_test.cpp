@@ -1791,6 +1791,7 @@ half_life_s = 7.5
 preemption = true
 max_preemptions_per_s = 3.5
 min_progress_tokens = 40
+preempt_for_share = true
 )"));
   const core::SchedulerSpec spec = buildSchedulerSpec(cfg);
   const core::EndpointSpec* es = nullptr;
@@ -1803,6 +1804,8 @@ min_progress_tokens = 40
   EXPECT_TRUE(es->preemption.enabled);
   EXPECT_EQ(es->preemption.max_per_s, 3.5);
   EXPECT_EQ(es->preemption.min_progress_tokens, 40u);
+  EXPECT_TRUE(es->preemption.for_share);
+  EXPECT_FALSE(buildSchedulerSpec(drr).endpoints.front().preemption.for_share);
   EXPECT_EQ(
       errorOf(withWorker("fairness = \"wfq\"\n")).rfind("cfg.toml:13: endpoints.gen.fairness: ", 0),
       0u);

@@ -1,8 +1,8 @@
 // Preemption's decisions on their own (daemon/core/preemption.hpp): the rate's
 // token bucket, and the victim choice — tiers first, then the fair share of
 // the waiting tier's sequences, the service margin, minimum progress, and the
-// newest request of the chosen tenant. The scheduler's use of them is tested
-// in scheduler_worker_test.cpp (SchedulerPreemption).
+// cheapest-to-resume, then newest, request of the chosen tenant. The scheduler's use of them is
+// tested in scheduler_worker_test.cpp (SchedulerPreemption).
 #include "daemon/core/preemption.hpp"
 
 #include <gtest/gtest.h>
@@ -15,6 +15,8 @@ namespace {
 constexpr TimeNs kSec = kNsPerSec;
 constexpr std::uint32_t kMinProgress = 16;
 constexpr PreemptionRules kRules{kMinProgress, /*margin=*/256};
+// for_share: also for a waiting tenant that runs something below its share.
+constexpr PreemptionRules kShareRules{kMinProgress, /*margin=*/256, /*for_share=*/true};
 
 // Tenant 0 of tier 0 waits, with nothing running and served 0 per weight.
 PreemptionWaiter waiterOf(std::uint32_t tenant = 0, TierId tier = 0,
@@ -89,6 +91,25 @@ TEST(VictimChooser, WithinALowerTierTheMostServedTenantThenTheNewestRequest) {
             3u);
 }
 
+// A preemption costs the engine the victim's prompt and what it generated,
+// again: of the chosen tenant's requests the cheapest to resume goes,
+// newest among equals; the tenant chosen is still the most served.
+TEST(VictimChooser, OfTheChosenTenantTheCheapestToResumeGoesFirst) {
+  const PreemptionWaiter w = waiterOf(0, 0);
+  std::vector<PreemptionCandidate> rs = {
+      running(1, 6, 1, 300, 5 * kSec, 1), running(2, 6, 1, 300, 9 * kSec, 2),
+      running(3, 6, 1, 300, 7 * kSec, 3), running(4, 7, 1, 200, 9 * kSec, 4)};
+  rs[0].recompute_tokens = 900;
+  rs[1].recompute_tokens = 1500;  // the newest, but the dearest
+  rs[2].recompute_tokens = 350;
+  rs[3].recompute_tokens = 10;  // cheaper still, but of a less served tenant
+  EXPECT_EQ(choose(w, rs), 3u);
+  rs[0].recompute_tokens = 350;  // equal cost: the newer of the two
+  EXPECT_EQ(choose(w, rs), 3u);
+  rs[0].recompute_tokens = 349;
+  EXPECT_EQ(choose(w, rs), 1u);
+}
+
 TEST(VictimChooser, TooLittleProgressIsNeverChosen) {
   const PreemptionWaiter w = waiterOf(0, 0);
   PreemptionCandidate fresh = running(1, 5, 1, 1e9);
@@ -126,9 +147,10 @@ TEST(VictimChooser, InTheWaitersTierNotWhenTheVictimWouldKeepFewerThanTheWaiter)
   const PreemptionWaiter w = waiterOf(0, 0, /*backlogged_weight=*/1.0);
   std::vector<PreemptionCandidate> rs = {running(1, 0, 0, 0), running(2, 1, 0), running(3, 1, 0)};
   rs[0].tenant_queued = true;  // the waiter's tenant: its weight is in backlogged_weight
-  EXPECT_EQ(choose(w, rs), 0u);
-  rs.push_back(running(4, 1, 0));  // now 3 >= 1 + 2, and 3 > its share of 4 × 1/2
-  EXPECT_EQ(choose(w, rs), 2u);    // dispatched together: the first of equal age wins the tie
+  EXPECT_EQ(choose(w, rs, kShareRules), 0u);
+  rs.push_back(running(4, 1, 0));             // now 3 >= 1 + 2, and 3 > its share of 4 × 1/2
+  EXPECT_EQ(choose(w, rs, kShareRules), 2u);  // dispatched together: the first of equal age
+  EXPECT_EQ(choose(w, rs), 0u) << "tenant 0 runs one already: by default not preempted for";
 }
 
 TEST(VictimChooser, InTheWaitersTierNotWhenTheWaiterHasItsShare) {
@@ -138,10 +160,11 @@ TEST(VictimChooser, InTheWaitersTierNotWhenTheWaiterHasItsShare) {
   std::vector<PreemptionCandidate> rs = {running(1, 0, 0, 0), running(2, 0, 0, 0)};
   rs[0].tenant_queued = rs[1].tenant_queued = true;
   for (std::uint64_t h = 3; h <= 6; ++h) rs.push_back(running(h, 1, 0));
-  EXPECT_EQ(choose(w, rs), 3u);
+  EXPECT_EQ(choose(w, rs, kShareRules), 3u);
+  EXPECT_EQ(choose(w, rs), 0u) << "it runs two: by default it waits for a sequence to free";
   // With weight 1 against tenant 1's 2, tenant 0's share is 2: it has it.
   for (auto& r : rs) r.weight = r.tenant == 1 ? 2.0 : 1.0;
-  EXPECT_EQ(choose(w, rs), 0u);
+  EXPECT_EQ(choose(w, rs, kShareRules), 0u);
 }
 
 TEST(VictimChooser, ARunningTenantWithNothingQueuedCountsItsWeight) {

@@ -840,10 +840,14 @@ TEST(SubmissionRingParams, CheckSlotCountsParameterWordsAgainstTheArena) {
 
 TEST(SubmissionRingParams, CheckSlotAcceptsEveryKnownFlagAndNothingElse) {
   SubmissionSlot s;
-  for (const std::uint16_t f : {kSlotStream, kSlotCountsOnly, kSlotCancel, kKnownSlotFlags}) {
+  for (const std::uint16_t f :
+       {kSlotStream, kSlotCountsOnly, kSlotCancel, kSlotPrefix, kKnownSlotFlags}) {
     s.flags = f;
-    EXPECT_EQ(checkSlot(s, 0), SlotCheck::kValid) << f;
+    // A prefix of one hash (two words) with kSlotPrefix: the flag needs one.
+    s.params_bytes = (f & kSlotPrefix) != 0 ? std::uint32_t{1} << 16 : 0;
+    EXPECT_EQ(checkSlot(s, 2), SlotCheck::kValid) << f;
   }
+  s.params_bytes = 0;
   s.flags = static_cast<std::uint16_t>(kKnownSlotFlags + 1);
   EXPECT_EQ(checkSlot(s, 0), SlotCheck::kFlagsSet);
 }
