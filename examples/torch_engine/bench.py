@@ -85,15 +85,52 @@ executor = "worker"
 max_batch_tokens = 1048576
 max_output_tokens = {max_output}
 batch_timeout_ms = 600000
-[endpoints.{endpoint}.worker]
-max_sequences = {max_sequences}
-[[clients]]
+{endpoint_extra}[endpoints.{endpoint}.worker]
+{worker_extra}[[clients]]
 name = "torch-bench"
 uids = [{uid}]
 tenants = ["*"]
 endpoints = ["*"]
 workers = ["{endpoint}"]
+admin = true
 """
+
+
+def start_daemon(fairschedd: str, endpoint: str, max_output: int, endpoint_extra: str = "",
+                 worker_extra: str = "") -> tuple[subprocess.Popen[bytes], Path, str, Any]:
+    """A fairschedd for a bench on a socket in a fresh directory, serving
+    ``endpoint`` (executor = "worker") with the extra TOML lines given, once
+    it answers: (process, directory, socket, its log file)."""
+    tmp = Path(tempfile.mkdtemp(prefix="fstw-", dir="/tmp"))
+    sock = str(tmp / "fairsched.sock")
+    conf = tmp / "fairsched.toml"
+    conf.write_text(BENCH_CONFIG.format(socket=sock, endpoint=endpoint, uid=os.getuid(),
+                                        max_output=max(max_output, 1),
+                                        endpoint_extra=endpoint_extra, worker_extra=worker_extra))
+    log = open(tmp / "fairschedd.log", "wb")
+    daemon = subprocess.Popen([fairschedd, "--config", str(conf)], stdout=log,
+                              stderr=subprocess.STDOUT)
+    end = time.monotonic() + 15
+    while True:
+        if daemon.poll() is not None:
+            raise RuntimeError(f"fairschedd exited: {(tmp / 'fairschedd.log').read_text()}")
+        try:
+            Client.connect(sock, connect_timeout=1.0).close()
+            return daemon, tmp, sock, log
+        except fairsched.FairschedError:
+            if time.monotonic() > end:
+                daemon.kill()
+                raise
+            time.sleep(0.05)
+
+
+def stop_daemon(daemon: subprocess.Popen[bytes], log: Any) -> None:
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        daemon.wait(10)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+    log.close()
 
 
 def best(runs: list[LoopStats]) -> dict[str, Any]:
@@ -117,32 +154,14 @@ def bench(args: argparse.Namespace, cfg: ModelConfig, script: Path) -> int:
         return 2
     run_standalone(engine, reqs[: min(4, len(reqs))])  # warm-up (allocator, kernels)
 
-    tmp = Path(tempfile.mkdtemp(prefix="fstw-", dir="/tmp"))
-    sock = str(tmp / "fairsched.sock")
-    conf = tmp / "fairsched.toml"
-    conf.write_text(BENCH_CONFIG.format(socket=sock, endpoint=args.endpoint, uid=os.getuid(),
-                                        max_output=max(args.output_len, 1),
-                                        max_sequences=cfg.max_sequences))
-    log = open(tmp / "fairschedd.log", "wb")
-    daemon = subprocess.Popen([args.fairschedd, "--config", str(conf)], stdout=log,
-                              stderr=subprocess.STDOUT)
+    daemon, _, sock, log = start_daemon(args.fairschedd, args.endpoint, args.output_len,
+                                        worker_extra=f"max_sequences = {cfg.max_sequences}\n")
     client: Optional[subprocess.Popen[str]] = None
     alone: list[LoopStats] = []
     via: list[LoopStats] = []
     clients: list[dict[str, Any]] = []
     ok = True
     try:
-        end = time.monotonic() + 15
-        while True:
-            if daemon.poll() is not None:
-                raise RuntimeError(f"fairschedd exited: {(tmp / 'fairschedd.log').read_text()}")
-            try:
-                Client.connect(sock, connect_timeout=1.0).close()
-                break
-            except fairsched.FairschedError:
-                if time.monotonic() > end:
-                    raise
-                time.sleep(0.05)
         with Worker.connect(sock, args.endpoint, name="torch-bench") as worker:
             for _ in range(max(args.rounds, 1)):
                 alone.append(run_standalone(engine, reqs))
@@ -165,12 +184,7 @@ def bench(args: argparse.Namespace, cfg: ModelConfig, script: Path) -> int:
     finally:
         if client is not None and client.poll() is None:
             client.kill()
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(10)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-        log.close()
+        stop_daemon(daemon, log)
     a, d = best(alone), best(via)
     result = {
         "model": {"layers": cfg.layers, "width": cfg.width, "heads": cfg.heads,

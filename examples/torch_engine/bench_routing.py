@@ -18,44 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import fairsched
 from fairsched import Client, Status
 
-ROUTING_CONFIG = """[daemon]
-socket = "{socket}"
-socket_mode = "0600"
-log_level = "warn"
-state_dir = ""
-shutdown_grace_ms = 500
-[[tiers]]
-name = "paid"
-[endpoints.{endpoint}]
-executor = "worker"
-max_batch_tokens = 1048576
-max_output_tokens = {max_output}
-batch_timeout_ms = 600000
-fairness = "{fairness}"
-[endpoints.{endpoint}.worker]
-routing = "{routing}"
-locality_slack = {locality_slack}
-[[clients]]
-name = "torch-bench"
-uids = [{uid}]
-tenants = ["*"]
-endpoints = ["*"]
-workers = ["{endpoint}"]
-admin = true
-"""
+from .bench import start_daemon, stop_daemon
 
 AIM = 1.3  # tokens/s, prefix over roomiest
 
@@ -85,27 +58,12 @@ def _wait_for(pred: Any, timeout: float, what: str) -> None:
 
 def one_run(args: argparse.Namespace, script: Path, routing: str, model_args: list[str],
             cache_blocks: int) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="fstr-", dir="/tmp"))
-    sock = str(tmp / "fairsched.sock")
-    conf = tmp / "fairsched.toml"
-    conf.write_text(ROUTING_CONFIG.format(socket=sock, endpoint=args.endpoint, uid=os.getuid(),
-                                          max_output=max(args.output_len, 1), routing=routing,
-                                          fairness=args.fairness,
-                                          locality_slack=float(args.locality_slack)))
-    log = open(tmp / "fairschedd.log", "wb")
-    daemon = subprocess.Popen([args.fairschedd, "--config", str(conf)], stdout=log,
-                              stderr=subprocess.STDOUT)
+    daemon, tmp, sock, log = start_daemon(
+        args.fairschedd, args.endpoint, args.output_len,
+        endpoint_extra=f'fairness = "{args.fairness}"\n',
+        worker_extra=f'routing = "{routing}"\nlocality_slack = {float(args.locality_slack)}\n')
     workers: list[subprocess.Popen[bytes]] = []
     try:
-        def up() -> bool:
-            if daemon.poll() is not None:
-                raise RuntimeError(f"fairschedd exited: {(tmp / 'fairschedd.log').read_text()}")
-            try:
-                Client.connect(sock, connect_timeout=1.0).close()
-                return True
-            except fairsched.FairschedError:
-                return False
-        _wait_for(up, 15, "fairschedd")
         for w in range(2):
             workers.append(subprocess.Popen(
                 [sys.executable, str(script), "--socket", sock, "--endpoint", args.endpoint,
@@ -163,12 +121,7 @@ def one_run(args: argparse.Namespace, script: Path, routing: str, model_args: li
         for p in workers:
             if p.poll() is None:
                 p.kill()
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(10)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-        log.close()
+        stop_daemon(daemon, log)
 
 
 def bench_routing(args: argparse.Namespace, script: Path, model_args: list[str]) -> int:
