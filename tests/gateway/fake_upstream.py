@@ -32,12 +32,19 @@ seconds integrated over time of calls running and waiting (GET /stats/reset
 starts them again). --engine-priority orders the waiting calls by the
 body's "priority" as vLLM's (lower_first) or SGLang's (higher_first)
 priority scheduling does.
+--prefix-cache-blocks N models an engine's automatic prefix caching: the
+prompt text in blocks of 64 bytes (16 "tokens"), each keyed by a hash of
+the whole prefix up to it, the N most recently used kept; a call's leading
+blocks found there are hits. GET /metrics says so as vLLM does
+(vllm:prefix_cache_queries and vllm:prefix_cache_hits, in tokens), and
+/stats adds "prefix_cache": {"queries", "hits", "blocks"}.
 Prints "PORT <n>" on stdout once it listens. Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import socket
@@ -134,6 +141,56 @@ class Engine:
 ENGINE: Engine | None = None
 
 
+class PrefixCache:
+    """What an engine's prefix cache would hold of the prompts it served:
+    blocks of BLOCK bytes keyed by the hash of the prompt up to the block's
+    end, least recently used evicted (a prompt's leading blocks last)."""
+
+    BLOCK = 64
+    TOKENS_PER_BLOCK = 16
+
+    def __init__(self, blocks: int) -> None:
+        self.capacity = blocks
+        self.held: dict[bytes, None] = {}  # insertion order = recency, oldest first
+        self.queries = 0  # prompt tokens looked up
+        self.hits = 0  # of those, found cached
+        self.lock = threading.Lock()
+
+    def serve(self, prompt: str) -> None:
+        data = prompt.encode()
+        h = hashlib.blake2b(digest_size=16)
+        chain = []
+        for at in range(0, len(data) - len(data) % self.BLOCK, self.BLOCK):
+            h.update(data[at:at + self.BLOCK])
+            chain.append(h.copy().digest())
+        with self.lock:
+            self.queries += max(1, len(data) // 4)
+            hit = 0
+            while hit < len(chain) and chain[hit] in self.held:
+                hit += 1
+            self.hits += hit * self.TOKENS_PER_BLOCK
+            for key in reversed(chain):  # the leading blocks end up most recent
+                self.held.pop(key, None)
+                self.held[key] = None
+            while len(self.held) > self.capacity:
+                del self.held[next(iter(self.held))]
+
+    def metrics(self) -> str:
+        with self.lock:
+            q, h = self.queries, self.hits
+        return ("# TYPE vllm:prefix_cache_queries counter\n"
+                f'vllm:prefix_cache_queries_total{{model_name="test-model"}} {float(q)}\n'
+                "# TYPE vllm:prefix_cache_hits counter\n"
+                f'vllm:prefix_cache_hits_total{{model_name="test-model"}} {float(h)}\n')
+
+    def stats(self) -> dict:
+        with self.lock:
+            return {"queries": self.queries, "hits": self.hits, "blocks": len(self.held)}
+
+
+PREFIX_CACHE: PrefixCache | None = None
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body are separate writes
@@ -195,8 +252,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if self.path not in ("/stats", "/health", "/metrics"):
             self._count_connection()
-        if self.path == "/metrics" and ENGINE is not None:
-            body = ENGINE.metrics().encode()
+        if self.path == "/metrics" and (ENGINE is not None or PREFIX_CACHE is not None):
+            body = ((ENGINE.metrics() if ENGINE is not None else "") +
+                    (PREFIX_CACHE.metrics() if PREFIX_CACHE is not None else "")).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
@@ -215,6 +273,8 @@ class Handler(BaseHTTPRequestHandler):
                 stats = dict(STATS)
             if ENGINE is not None:
                 stats["engine"] = ENGINE.stats()
+            if PREFIX_CACHE is not None:
+                stats["prefix_cache"] = PREFIX_CACHE.stats()
             self._json(200, stats)
         else:
             self._json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
@@ -243,6 +303,8 @@ class Handler(BaseHTTPRequestHandler):
             STATS["max_running"] = max(STATS["max_running"], STATS["running"])
             STATS["prompts"].append(prompt[:64])
         self._running = True
+        if PREFIX_CACHE is not None:
+            PREFIX_CACHE.serve(prompt)
         if ENGINE is not None:
             ENGINE.enter(prompt[:64], int(body.get("priority") or 0))
         try:
@@ -350,10 +412,14 @@ def main() -> None:
     p.add_argument("--engine-priority", default="off",
                    choices=("off", "lower_first", "higher_first"),
                    help="order the engine's waiting calls by the body's priority")
+    p.add_argument("--prefix-cache-blocks", type=int, default=0,
+                   help="model a prefix cache of this many 64-byte blocks; serve /metrics")
     args = p.parse_args()
-    global ENGINE
+    global ENGINE, PREFIX_CACHE
     if args.engine_slots > 0:
         ENGINE = Engine(args.engine_slots, args.engine_priority)
+    if args.prefix_cache_blocks > 0:
+        PREFIX_CACHE = PrefixCache(args.prefix_cache_blocks)
     ARGS.unhealthy_file = args.unhealthy_file
     if args.keep_alive_s is not None:
         Handler.timeout = args.keep_alive_s

@@ -813,8 +813,8 @@ def test_prefix_routing_sends_each_shared_prompt_to_the_replica_that_holds_it(st
     # the second A would go where the first B went (more KV free there).
     stack.daemon_config.write_text(daemon_toml(stack.socket).replace(
         "[endpoints.chat.worker]\n", '[endpoints.chat.worker]\nrouting = "prefix"\n'))
-    stack.start(replicas=2, upstream_response_timeout_ms=600000,
-                upstream_idle_timeout_ms=600000)
+    stack.start(replicas=2, upstream_args=("--prefix-cache-blocks", "1000"),
+                upstream_response_timeout_ms=600000, upstream_idle_timeout_ms=600000)
     ports = [port for _, port in stack.replicas]
 
     def running() -> int:
@@ -838,6 +838,17 @@ def test_prefix_routing_sends_each_shared_prompt_to_the_replica_that_holds_it(st
     # each found them where they went.
     assert sum(r["hit_blocks"] for r in rows) == 2 * 31 + 2 * 4, rows
     assert all(r["source"] == "sent" for r in rows), rows
+    # The engines' own counters agree: each prompt after a family's first
+    # found the family's blocks cached where it went (a completion's prompt
+    # is its text as is, so the gateway's blocks are the engine's).
+    caches = [stack.upstream_stats(p)["prefix_cache"] for p in ports]
+    assert sum(c["hits"] for c in caches) == (2 * 31 + 2 * 4) * 16, caches
+    m = http.client.HTTPConnection("127.0.0.1", ports[0], timeout=5)
+    m.request("GET", "/metrics")
+    text = m.getresponse().read().decode()
+    m.close()
+    assert f'vllm:prefix_cache_hits_total{{model_name="test-model"}} {float(caches[0]["hits"])}' \
+        in text, text
     for c in calls:
         hang_up(c)
 
