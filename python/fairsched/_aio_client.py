@@ -203,6 +203,7 @@ class AsyncClient:
         prompt_token_count: Optional[int] = None,
         stream: bool = False,
         tag: int = 0,
+        prefix: Optional[Iterable[int]] = None,
     ) -> Request:
         """Client.submit; returns the Request to iterate or await. Never
         blocks. Raises what Client.submit raises (RingFull: back off, or
@@ -212,7 +213,7 @@ class AsyncClient:
         if asyncio._get_running_loop() is not self._loop:
             self._check_loop()
         c = _Request(tenant, endpoint, prompt, max_output_tokens, priority, timeout, deadline,
-                     params, prompt_token_count, stream, tag)
+                     params, prompt_token_count, stream, tag, prefix)
         client = self._client
         h = client._enter()
         try:

@@ -103,6 +103,7 @@ class _Request:
         prompt_token_count: Optional[int],
         stream: bool,
         tag: int,
+        prefix: Optional[Iterable[int]] = None,
     ) -> None:
         if type(tenant) is not Tenant:
             if not isinstance(tenant, Tenant):
@@ -153,6 +154,15 @@ class _Request:
                 c.params_bytes = len(data)
         if stream:
             c.stream = 1
+        if prefix is not None:
+            try:
+                hashes = array.array("Q", (check_int("prefix", h, 0, U64) for h in prefix))
+            except (OverflowError, TypeError) as e:
+                raise InvalidArgument("prefix: every block hash must be in [0, 2**64)") from e
+            if hashes:
+                self._keep = self._keep + (hashes,)
+                c.prefix = hashes.buffer_info()[0]
+                c.prefix_blocks = len(hashes)
         self.c = c
 
 
@@ -371,6 +381,7 @@ class Client(Handle):
         prompt_token_count: Optional[int] = None,
         stream: bool = False,
         tag: int = 0,
+        prefix: Optional[Iterable[int]] = None,
     ) -> int:
         """Writes one request into its tenant's ring and returns its id (never 0).
 
@@ -380,7 +391,10 @@ class Client(Handle):
         arrives as partial completions before the final one), ``params`` (up
         to 4096 bytes handed to the worker; a str is sent as UTF-8) and
         ``prompt_token_count`` (counts only: the prompt's length, with no
-        prompt given). ``tag`` is echoed in the completions.
+        prompt given). ``tag`` is echoed in the completions. ``prefix``: the
+        prompt's block hashes (prefix_block_hashes(), at most 1024), what an
+        endpoint with routing = "prefix" places the request by — needed for a
+        counts-only request; the daemon hashes the ids it is sent otherwise.
 
         Never blocks (with ``reconnect``, a call made while disconnected may
         first try to reconnect). Raises RingFull (back off and retry),
@@ -390,7 +404,7 @@ class Client(Handle):
         """
         req = _Request(
             tenant, endpoint, prompt, max_output_tokens, priority, timeout, deadline,
-            params, prompt_token_count, stream, tag,
+            params, prompt_token_count, stream, tag, prefix,
         )
         rid = c_uint64()
         self._call(self._lib.fairsched_submit, byref(req.c), byref(rid))

@@ -371,6 +371,21 @@ def test_kv_events_from_python_reach_the_daemon_and_its_hashes_are_the_documente
             assert got["source"] == "events" and got["blocks"] == 5
             assert got["assigned_blocks"] == 5 and got["hit_blocks"] == 5  # all of it held
             worker.finish(items[0].id, Status.OK, 0)
+            # A counts-only request carries its prefix itself.
+            client.submit(t, "chat", max_output_tokens=2, prompt_token_count=84,
+                          prefix=hashes[:3])
+            items = []
+            while not items and time.monotonic() < deadline:
+                worker.wait(0.1)
+                items = worker.poll()
+            assert [(i.kind, i.prompt_tokens, list(i.prompt)) for i in items] == [
+                (WorkKind.ASSIGN, 84, [])]
+            got = row()
+            assert got["assigned_blocks"] == 8 and got["hit_blocks"] == 8
+            worker.finish(items[0].id, Status.OK, 0)
+            with pytest.raises(InvalidArgument):
+                client.submit(t, "chat", max_output_tokens=2, prompt_token_count=84,
+                              prefix=[-1])
             worker.blocks_removed(hashes[:1])
             deadline = time.monotonic() + 30
             while row()["blocks"] != 4 and time.monotonic() < deadline:
