@@ -245,6 +245,7 @@ class Server {
   void onCacheEvent(WorkerState& w, shm::CacheOp op, std::span<const std::uint32_t> words);
   std::vector<std::uint64_t> cache_chain_;
   std::vector<Connection*> route_workers_;
+  std::vector<Connection*> route_touched_;  // assigned to this pass, not yet published
   std::vector<core::RouteCandidate> route_;
   // Ends request `key` on its worker now with `why` (its completion goes
   // out at once with the tokens streamed so far) and tells the worker to

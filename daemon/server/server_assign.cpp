@@ -181,9 +181,14 @@ bool Server::assignByPrefix(EndpointId ep, TimeNs now) {
     w.prefix_hits += r == core::kNoRoute ? 0 : route_[r].matched;
     if (!w.cache_events) w.cache.insert(chain);  // approximate: what it was sent
     assignOne(wc, d, now);
-    publishAssignments(wc);
+    if (std::find(route_touched_.begin(), route_touched_.end(), &wc) == route_touched_.end()) {
+      route_touched_.push_back(&wc);
+    }
     worked = true;
   }
+  // Each worker's assignments of this pass go out together (one bell).
+  for (Connection* c : route_touched_) publishAssignments(*c);
+  route_touched_.clear();
   return worked;
 }
 
