@@ -1,7 +1,8 @@
 // fairsched-microbench: Google Benchmark microbenchmarks of the scheduling
 // core's hot paths. Every benchmark reports items/s (one item = one limiter
 // check, one window update, one DRR decision, one push+pop pair, one
-// submitted or scheduled request). Inputs come from a fixed seed.
+// submitted or scheduled request, one prompt routed by its prefix). Inputs
+// come from a fixed seed.
 //
 //   fairsched-microbench [--benchmark_filter=REGEX] [--benchmark_min_time=0.2]
 #include <benchmark/benchmark.h>
@@ -13,7 +14,10 @@
 #include <string>
 #include <vector>
 
+#include <malloc.h>
+
 #include "daemon/core/drr_scheduler.hpp"
+#include "daemon/core/prefix_cache.hpp"
 #include "daemon/core/rate_limiter.hpp"
 #include "daemon/core/scheduler.hpp"
 #include "daemon/core/sliding_window.hpp"
@@ -288,6 +292,44 @@ void BM_SchedulerCycle(benchmark::State& state) {
 BENCHMARK(BM_SchedulerCycle)
     ->ArgNames({"tenants", "fifo"})
     ->ArgsProduct({{1, 100, 10'000}, {0, 1}});
+
+// What one worker's remembered prefix cache costs (prefix routing): one item
+// = one prompt of `blocks` blocks looked up (matched) and inserted into a
+// BlockLru of 65,536 blocks that is full; half the prompts share their
+// first half with an earlier one. Reports the heap it holds per block
+// (mallinfo2, the cache full, against the heap before it existed).
+void BM_BlockLruRouteOne(benchmark::State& state) {
+  const auto blocks = static_cast<std::size_t>(state.range(0));
+  constexpr std::size_t kCapacity = 65536;
+  std::mt19937_64 rng(kSeed);
+  std::vector<std::vector<std::uint64_t>> chains(kTableSize);
+  for (std::size_t i = 0; i < kTableSize; ++i) {
+    chains[i].resize(blocks);
+    for (std::size_t b = 0; b < blocks; ++b) chains[i][b] = rng();
+    if (i > 0 && i % 2 == 1) {  // shares its first half with the one before
+      std::copy_n(chains[i - 1].begin(), blocks / 2, chains[i].begin());
+    }
+  }
+  const std::size_t before = mallinfo2().uordblks;
+  core::BlockLru lru(kCapacity);
+  for (std::size_t i = 0; lru.size() < kCapacity; ++i) {
+    std::vector<std::uint64_t> fill(blocks);
+    for (auto& h : fill) h = rng();
+    lru.insert(fill);
+  }
+  const double per_block =
+      static_cast<double>(mallinfo2().uordblks - before) / static_cast<double>(lru.size());
+  std::size_t i = 0, matched = 0;
+  for (auto _ : state) {
+    const std::vector<std::uint64_t>& chain = chains[i++ & kTableMask];
+    matched += lru.matched(chain);
+    lru.insert(chain);
+  }
+  benchmark::DoNotOptimize(matched);
+  state.counters["heap_bytes_per_block"] = per_block;
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+BENCHMARK(BM_BlockLruRouteOne)->ArgName("blocks")->Arg(16)->Arg(256);
 
 }  // namespace
 
