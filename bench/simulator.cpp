@@ -62,7 +62,12 @@ class Engine {
       // request still does not fit.
       for (std::size_t n = seqs_.size(); n > 0 && sched.queued(e_) > 0; --n) {
         running_.clear();
-        for (const Seq& s : seqs_) running_.push_back({s.handle, s.progress});
+        for (const Seq& s : seqs_) {
+          const auto cached = static_cast<std::uint32_t>(std::min<std::uint64_t>(
+              std::uint64_t{cache_.matched(arrivals_[s.index].blocks)} * block_tokens_,
+              arrivals_[s.index].input_tokens));
+          running_.push_back({s.handle, s.progress, cached});
+        }
         const core::Handle victim = sched.preemptionVictim(e_, now, running_);
         if (victim == 0) break;
         auto it = std::find_if(seqs_.begin(), seqs_.end(),

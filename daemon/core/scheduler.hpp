@@ -249,6 +249,9 @@ class Scheduler {
   struct Running {
     Handle handle = 0;
     std::uint32_t progress = 0;  // output tokens since it was last dispatched
+    // Of its prompt, the tokens its worker's prefix cache holds: resuming
+    // it does not compute them again (0 when unknown).
+    std::uint32_t cached_tokens = 0;
   };
   // The running request to preempt so that the endpoint's next choice can
   // run, or 0: when preemption is on and its rate allows, a running request

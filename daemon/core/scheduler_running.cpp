@@ -120,9 +120,12 @@ Handle Scheduler::preemptionVictim(EndpointId e, TimeNs now, std::span<const Run
     if (!s || s->req.endpoint != e) continue;
     const TenantState& ts = ep.states[s->ts];
     const double service = ts.tier >= choice.tier ? serviceOf(ts.tier, s->ts) : 0.0;
+    // What resuming it costs the engine: its prompt, less what its cache
+    // holds of it, and what it generated.
+    const std::uint64_t recompute = std::uint64_t{s->req.input_tokens} -
+                                    std::min(r.cached_tokens, s->req.input_tokens) + s->emitted;
     candidates.push_back({r.handle, s->ts, ts.tier, ts.weight, ts.queued != 0, service, r.progress,
-                          std::uint64_t{s->req.input_tokens} + s->emitted, s->dispatched_at,
-                          s->seq});
+                          recompute, s->dispatched_at, s->seq});
   }
   const double margin = static_cast<double>(
       std::max<std::int64_t>(ep.spec.quantum, std::int64_t{ps.min_progress_tokens}));

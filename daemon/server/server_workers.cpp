@@ -352,7 +352,11 @@ void Server::maybePreempt(EndpointId e, TimeNs now) {
     const std::uint64_t words = (p.counts_only ? 0 : std::uint64_t{p.prompt_tokens}) + p.streamed +
                                 (std::uint64_t{p.params_bytes} + 3) / 4;
     if (words > room) continue;
-    preempt_running_.push_back({p.handle, p.streamed - p.streamed_at_dispatch});
+    // Its prompt's blocks its worker holds are cheap to recompute.
+    const std::size_t held = holder->worker->cache.matched(sched_.prefixOf(p.handle));
+    const auto cached = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(std::uint64_t{held} * wc.prefix_block_tokens, p.prompt_tokens));
+    preempt_running_.push_back({p.handle, p.streamed - p.streamed_at_dispatch, cached});
     preempt_keys_.push_back(key);
   }
   const core::Handle victim = sched_.preemptionVictim(e, now, preempt_running_);

@@ -478,6 +478,26 @@ TEST(SchedulerPreemption, TheMostServedTenantsNewestSequenceMakesRoom) {
   EXPECT_EQ(victim, running[2].handle);
 }
 
+// The victim is the most-served tenant's sequence cheapest to resume: its
+// prompt, less what its worker's prefix cache holds, and what it generated.
+TEST(SchedulerPreemption, TheCheapestToResumeGoesAndACachedPromptIsCheap) {
+  Fixture f(preemptSpec());
+  const TenantId a = f.tenant("a"), b = f.tenant("b");
+  f.submit(a, 0, /*in=*/200);
+  f.submit(a, 0, /*in=*/1000);
+  f.submit(a, 0, /*in=*/1200);
+  std::vector<Dispatched> running;
+  for (int i = 0; i < 3; ++i) running.push_back(f.take(i * kMs, 1).at(0));
+  for (const Dispatched& d : running) {
+    for (int i = 0; i < 20; ++i) f.sched.charge(d.handle, 1, 10 * kMs);
+  }
+  f.submit(b, 20 * kMs);  // b runs nothing: a gives one back
+  std::vector<Scheduler::Running> r = runningOf(running, 20);
+  EXPECT_EQ(f.sched.preemptionVictim(0, 20 * kMs, r), running[0].handle) << "the shortest prompt";
+  r[2].cached_tokens = 1100;  // 100 + 20 generated to recompute, against 200 + 20
+  EXPECT_EQ(f.sched.preemptionVictim(0, 20 * kMs, r), running[2].handle);
+}
+
 TEST(SchedulerPreemption, ALessServedRunningTenantIsLeftAlone) {
   Fixture f(preemptSpec());
   const TenantId a = f.tenant("a"), b = f.tenant("b");
