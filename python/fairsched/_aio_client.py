@@ -241,6 +241,7 @@ class AsyncClient:
         prompt_token_count: Optional[int] = None,
         stream: bool = False,
         tag: int = 0,
+        prefix: Optional[Iterable[int]] = None,
     ) -> Request:
         """submit(), awaited: while the submission lanes are full (RingFull)
         the task waits for room — the daemon takes submissions off them
@@ -262,6 +263,7 @@ class AsyncClient:
                     tenant, endpoint, prompt, max_output_tokens=max_output_tokens,
                     priority=priority, deadline=deadline, params=params,
                     prompt_token_count=prompt_token_count, stream=stream, tag=tag,
+                    prefix=prefix,
                 )
             except RingFull:
                 if deadline is not None and time.monotonic() + delay >= deadline:
@@ -290,6 +292,7 @@ class AsyncClient:
         params: Optional[Params] = None,
         prompt_token_count: Optional[int] = None,
         tag: int = 0,
+        prefix: Optional[Iterable[int]] = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> RetryOutcome:
         """Submits and awaits the final completion, retrying RATE_LIMITED,
@@ -312,7 +315,7 @@ class AsyncClient:
                 req = self.submit(
                     tenant, endpoint, prompt, max_output_tokens=max_output_tokens,
                     priority=priority, deadline=r.deadline, params=params,
-                    prompt_token_count=prompt_token_count, tag=tag,
+                    prompt_token_count=prompt_token_count, tag=tag, prefix=prefix,
                 )
             except RingFull as e:
                 error = e
@@ -344,6 +347,7 @@ class AsyncClient:
         params: Optional[Params] = None,
         prompt_token_count: Optional[int] = None,
         tag: int = 0,
+        prefix: Optional[Iterable[int]] = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> "RetryingStream":
         """submit_with_retry() for a stream: ``async for chunk in
@@ -361,7 +365,7 @@ class AsyncClient:
                               dict(tenant=tenant, endpoint=endpoint, prompt=prompt,
                                    max_output_tokens=max_output_tokens, priority=priority,
                                    params=params, prompt_token_count=prompt_token_count,
-                                   stream=True, tag=tag),
+                                   stream=True, tag=tag, prefix=prefix),
                               sleep)
 
     # -- the reader ------------------------------------------------------------

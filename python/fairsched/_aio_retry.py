@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable, Generator, Optional, Protocol, TypeVar
+from typing import Any, Awaitable, Callable, Generator, Iterable, Optional, Protocol, TypeVar
 
 from ._aio_request import Request
 from ._common import seconds_to_ns
@@ -37,6 +37,7 @@ class _Submitter(Protocol):
         prompt_token_count: Optional[int] = None,
         stream: bool = False,
         tag: int = 0,
+        prefix: Optional[Iterable[int]] = None,
     ) -> Request: ...
 
 

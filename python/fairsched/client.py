@@ -472,6 +472,7 @@ class Client(Handle):
         params: Optional[Params] = None,
         prompt_token_count: Optional[int] = None,
         tag: int = 0,
+        prefix: Optional[Iterable[int]] = None,
     ) -> Completion:
         """Submits and blocks until this request's final completion, or
         ``wait_timeout`` seconds (TimedOut; the request stays with the daemon
@@ -479,7 +480,7 @@ class Client(Handle):
         Raises what submit() raises."""
         req = _Request(
             tenant, endpoint, prompt, max_output_tokens, priority, timeout, deadline,
-            params, prompt_token_count, False, tag,
+            params, prompt_token_count, False, tag, prefix,
         )
         out = _ffi.CCompletion()
         ns = seconds_to_ns("wait_timeout", wait_timeout)
@@ -500,6 +501,7 @@ class Client(Handle):
         params: Optional[Params] = None,
         prompt_token_count: Optional[int] = None,
         tag: int = 0,
+        prefix: Optional[Iterable[int]] = None,
     ) -> RetryOutcome:
         """submit_and_wait with the library's retries: RATE_LIMITED,
         OVERLOADED, QUEUE_FULL and RingFull are retried with backoff and full
@@ -510,7 +512,7 @@ class Client(Handle):
         p = policy or RetryPolicy()
         req = _Request(
             tenant, endpoint, prompt, max_output_tokens, priority, timeout, deadline,
-            params, prompt_token_count, False, tag,
+            params, prompt_token_count, False, tag, prefix,
         )
         cp = _ffi.RetryPolicyC()
         self._lib.fairsched_retry_policy_init(byref(cp))

@@ -383,6 +383,20 @@ def test_kv_events_from_python_reach_the_daemon_and_its_hashes_are_the_documente
             got = row()
             assert got["assigned_blocks"] == 8 and got["hit_blocks"] == 8
             worker.finish(items[0].id, Status.OK, 0)
+            # The waiting form carries it too.
+            done: list = []
+            waiter = threading.Thread(target=lambda: done.append(client.submit_and_wait(
+                t, "chat", max_output_tokens=2, prompt_token_count=84, prefix=hashes[:2],
+                wait_timeout=30)))
+            waiter.start()
+            items = []
+            while not items and time.monotonic() < deadline:
+                worker.wait(0.1)
+                items = worker.poll()
+            assert row()["assigned_blocks"] == 10
+            worker.finish(items[0].id, Status.OK, 0)
+            waiter.join(30)
+            assert [c.status for c in done] == [Status.OK]
             with pytest.raises(InvalidArgument):
                 client.submit(t, "chat", max_output_tokens=2, prompt_token_count=84,
                               prefix=[-1])
