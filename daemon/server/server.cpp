@@ -425,6 +425,13 @@ bool Server::poll() {
   notifyWatchdog(now);
   if (metrics_) metrics_->tick(now, sched_, stats_, clients_);
   bool worked = collect(now);
+  // A slot the collection freed takes the work already queued before the
+  // pass reads the rings: under a flood of submissions reading them takes
+  // long, and the executor would sit idle meanwhile.
+  if (dispatch(now)) {
+    worked = true;
+    collect(now);  // an inline executor has finished already
+  }
   worked = serveWaitingHellos(now) || worked;
   // By index: dropping a connection in here is deferred (drop_later_), so
   // the array does not change under the loop.
