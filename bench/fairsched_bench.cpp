@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   app.add_flag("--real", options.real,
                "replay: through a real fairschedd, reference workers and client processes, in "
-               "real time");
+               "real time (with --replicas: N workers with prefix caches, beside the model)");
   app.add_option("--service-window-s", options.service_window_s,
                  "replay: window of the windowed service difference (the VTC paper's 60 s)")
       ->check(CLI::Range(0.001, 1e6));

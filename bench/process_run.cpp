@@ -161,7 +161,8 @@ int stormProcess(const std::string& socket, const StormPlan& plan, Clock::time_p
 
 // The client process of one tenant: follows its plan from `start`, records
 // every request, writes the records to `out_path`. Exit status 0 or 1.
-int tenantProcess(const std::string& socket, const TenantPlan& plan, Clock::time_point start,
+int tenantProcess(const std::string& socket, const TenantPlan& plan,
+                  const std::vector<std::vector<std::uint32_t>>& prompts, Clock::time_point start,
                   std::chrono::seconds timeout, const std::string& out_path) {
   const std::string& tenant = plan.tenant;
   ClientOptions opts;
@@ -191,7 +192,11 @@ int tenantProcess(const std::string& socket, const TenantPlan& plan, Clock::time
   while (ended < requests.size() && Clock::now() < deadline) {
     while (next < requests.size() &&
            Clock::now() >= start + std::chrono::nanoseconds(requests[next].offset)) {
-      prompt.assign(requests[next].input_tokens, static_cast<std::uint32_t>(next));
+      if (next < prompts.size() && !prompts[next].empty()) {
+        prompt = prompts[next];
+      } else {
+        prompt.assign(requests[next].input_tokens, static_cast<std::uint32_t>(next));
+      }
       SubmitRequest sr =
           submitRequest(*handle, plan.endpoint, prompt, requests[next].max_output_tokens);
       sr.stream = plan.stream;
@@ -240,12 +245,14 @@ int tenantProcess(const std::string& socket, const TenantPlan& plan, Clock::time
   return out ? 0 : 1;
 }
 
-// A reference worker process serving `ec` with its engine model until SIGTERM.
-int referenceWorker(const std::string& socket, const config::EndpointConfig& ec) {
+// A reference worker process serving `ec` with its engine model until
+// SIGTERM; then writes what its engine counted to `stats_path`.
+int referenceWorker(const std::string& socket, const config::EndpointConfig& ec,
+                    const std::string& name, const std::string& stats_path) {
   WorkerOptions wo;
   wo.socket_path = socket;
   wo.endpoint = ec.name;
-  wo.worker_name = "bench-reference";
+  wo.worker_name = name;
   auto w = Worker::connect(wo);
   if (!w) {
     std::fprintf(stderr, "bench worker %s: %s\n", ec.name.c_str(), w.error().toString().c_str());
@@ -254,11 +261,21 @@ int referenceWorker(const std::string& socket, const config::EndpointConfig& ec)
   static std::atomic<bool> stop{false};
   signal(SIGTERM, [](int) { stop.store(true); });
   const config::EngineConfig& e = ec.engine;
-  reference::ReferenceEngine engine(
-      *w, {e.max_sequences, e.kv_tokens, e.step_us, e.prefill_token_us, e.decode_token_us,
-           e.chunked_prefill_tokens});
+  reference::EngineModel model{e.max_sequences,    e.kv_tokens,       e.step_us,
+                               e.prefill_token_us, e.decode_token_us, e.chunked_prefill_tokens};
+  model.cache_blocks = e.prefix_cache_blocks;
+  model.block_tokens = ec.worker.prefix_block_tokens;
+  model.kv_events = e.kv_events;
+  reference::ReferenceEngine engine(*w, model);
   const Result<void> r = engine.run(stop);
-  return r || r.error().code == ErrorCode::kDaemonLost ? 0 : 1;
+  if (!r && r.error().code != ErrorCode::kDaemonLost) {
+    std::fprintf(stderr, "bench worker %s: %s\n", name.c_str(), r.error().toString().c_str());
+  }
+  const reference::EngineStats& st = engine.stats();
+  const std::uint64_t counts[3] = {st.prompt_tokens, st.cached_tokens, st.preempted};
+  std::ofstream out(stats_path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(counts), sizeof counts);
+  return (r || r.error().code == ErrorCode::kDaemonLost) && out ? 0 : 1;
 }
 
 }  // namespace
@@ -367,10 +384,20 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
   if (!started) return started.error().message;
   daemon::ForkedDaemon& d = started.value();
   ProcessGroup group;  // the workers and the clients; killed if anything is left
-  std::vector<pid_t> workers;
+  struct Started {
+    pid_t pid;
+    std::string endpoint, stats_path;
+  };
+  std::vector<Started> workers;
+  const std::uint32_t per_endpoint = extras != nullptr ? extras->workers_per_endpoint : 1;
   for (const config::EndpointConfig& ec : cfg.endpoints) {
     if (ec.executor != config::ExecutorKind::kWorker) continue;
-    workers.push_back(group.spawn([&] { return referenceWorker(d.socket(), ec); }));
+    for (std::uint32_t k = 0; k < per_endpoint; ++k) {
+      const std::string name = "bench-reference-" + std::to_string(k);
+      const std::string stats = dir + "/engine-" + ec.name + "-" + std::to_string(k);
+      workers.push_back({group.spawn([&] { return referenceWorker(d.socket(), ec, name, stats); }),
+                         ec.name, stats});
+    }
   }
   auto isWorkerEndpoint = [&](const std::string& name) {
     const config::EndpointConfig* ec = cfg.findEndpoint(name);
@@ -388,7 +415,14 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
     const pid_t pid = group.spawn([&] {
       TenantPlan own = plan;
       own.stream = isWorkerEndpoint(plan.endpoint);
-      return tenantProcess(d.socket(), own, start, timeout, path);
+      static const std::vector<std::vector<std::uint32_t>> kFiller;
+      const auto* prompts = &kFiller;
+      if (extras != nullptr) {
+        if (auto it = extras->prompts.find(plan.tenant); it != extras->prompts.end()) {
+          prompts = &it->second;
+        }
+      }
+      return tenantProcess(d.socket(), own, *prompts, start, timeout, path);
     });
     children.push_back({&plan, pid, path});
   }
@@ -447,10 +481,17 @@ std::variant<TenantRecords, std::string> runProcesses(const config::Config& cfg,
       extras->status = nlohmann::json::parse(status->json, nullptr, false);
     }
   }
-  for (const pid_t w : workers) {
-    if (group.stop(w, ProcessGroup::in(kExitMargin)) != 0 && failure.empty()) {
+  if (extras != nullptr) extras->engines.clear();
+  for (const Started& w : workers) {
+    if (group.stop(w.pid, ProcessGroup::in(kExitMargin)) != 0 && failure.empty()) {
       failure = "a reference worker failed";
     }
+    if (extras == nullptr) continue;
+    std::uint64_t counts[3] = {};
+    std::ifstream in(w.stats_path, std::ios::binary);
+    in.read(reinterpret_cast<char*>(counts), sizeof counts);
+    if (!in && failure.empty()) failure = "no counts from a reference worker";
+    extras->engines.push_back({w.endpoint, counts[0], counts[1], counts[2]});
   }
   if (d.terminate() != 0 && failure.empty()) failure = "the daemon did not stop cleanly";
   if (!failure.empty()) return failure;

@@ -109,17 +109,31 @@ std::optional<std::uint64_t> cpuTimeNs(pid_t pid);
 
 // What runProcesses can hand back beyond the records.
 struct RunExtras {
+  std::uint32_t workers_per_endpoint = 1;  // in: reference workers per worker endpoint
+  // in: the prompts of a tenant's requests, in its plan's order, where given
+  // (otherwise, and for an empty one, input_tokens filler tokens).
+  std::map<std::string, std::vector<std::vector<std::uint32_t>>> prompts;
   std::vector<FloodPlan> floods;     // in: flooding clients besides the plans
   std::vector<FloodCounts> flooded;  // out: one per flood plan
   std::vector<StormPlan> storms;     // in: connect-and-die storms besides the plans
   std::vector<StormCounts> stormed;  // out: one per storm plan
   nlohmann::json status;             // out: `fairschedctl status --json` at the end
   std::uint64_t daemon_cpu_ns = 0;   // out: the daemon's CPU time, start to end
+  // out: what each reference worker's engine counted (reference::EngineStats),
+  // in start order, endpoint by endpoint.
+  struct Engine {
+    std::string endpoint;
+    std::uint64_t prompt_tokens = 0;  // of the prompts it took (again after a preemption)
+    std::uint64_t cached_tokens = 0;  // of those, found in its prefix cache
+    std::uint64_t preempted = 0;
+  };
+  std::vector<Engine> engines;
 };
 
 // Starts the daemon with `cfg` and, for each endpoint with executor =
-// "worker", one reference worker (worker/reference_engine.hpp) modelling its
-// [endpoints.NAME.engine]; forks one client per plan (streaming, with first
+// "worker", one reference worker (worker/reference_engine.hpp; extras:
+// workers_per_endpoint) modelling its [endpoints.NAME.engine], its prefix
+// cache included; forks one client per plan (streaming, with first
 // tokens recorded, on worker endpoints), waits for all of them (each gives
 // up `timeout` after the start) and stops the workers and the daemon.
 // Records per tenant, in plan order; or why the run failed.

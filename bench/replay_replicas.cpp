@@ -28,8 +28,10 @@
 #include <map>
 #include <unordered_set>
 
+#include "bench/process_run.hpp"
 #include "bench/replay_scenario.hpp"
 #include "bench/stats.hpp"
+#include "shm/layout.hpp"
 
 namespace fairsched::bench {
 namespace {
@@ -58,6 +60,13 @@ PolicyFigures figuresOf(const ReplayRun& run, TimeNs window) {
     queried += o.blocks_queried;
     hit += o.blocks_hit;
   }
+  if (run.outcomes.empty()) {  // --real: the engines' own counts, in tokens
+    f.cached_tokens = run.engines.cached_tokens;
+    f.prefill_tokens = run.engines.prompt_tokens - run.engines.cached_tokens;
+    queried = run.engines.prompt_tokens;
+    hit = run.engines.cached_tokens;
+    f.preemptions = run.engines.preempted;  // the clients do not see them
+  }
   f.hit_rate = queried == 0 ? 0.0 : static_cast<double>(hit) / static_cast<double>(queried);
   std::map<std::string, double> demand;
   TimeNs first = kNever, last = 0;
@@ -65,7 +74,7 @@ PolicyFigures figuresOf(const ReplayRun& run, TimeNs window) {
     demand[e.tenant] += static_cast<double>(e.input_tokens) + e.output_tokens;
     first = std::min(first, e.arrival);
     last = std::max(last, e.completion);
-    f.preemptions += e.preemptions;
+    if (!run.outcomes.empty()) f.preemptions += e.preemptions;
     if (e.status == Status::kOk) ++f.completed;
   }
   f.makespan_s = first == kNever ? 0.0 : static_cast<double>(last - first) / kNsPerSec;
@@ -147,12 +156,127 @@ std::vector<Aim> aimsOf(const std::map<std::string, PolicyFigures>& by) {
   return aims;
 }
 
+// Each tenant's mean latency (arrival to completion) and median time to
+// first token, ms, of its completed requests.
+struct TenantTimes {
+  double latency_ms = 0, ttft_ms = 0;
+};
+std::map<std::string, TenantTimes> timesByTenant(const ReplayRun& run) {
+  std::map<std::string, std::vector<double>> lat, ttft;
+  for (const RequestEvent& e : run.events) {
+    if (e.status != Status::kOk) continue;
+    lat[e.tenant].push_back(static_cast<double>(e.completion - e.arrival) / kNsPerMs);
+    if (e.first_token >= 0) {
+      ttft[e.tenant].push_back(static_cast<double>(e.first_token - e.arrival) / kNsPerMs);
+    }
+  }
+  std::map<std::string, TenantTimes> out;
+  for (auto& [t, v] : lat) {
+    double sum = 0;
+    for (const double x : v) sum += x;
+    std::vector<double>& f = ttft[t];
+    std::sort(f.begin(), f.end());
+    out[t] = {sum / static_cast<double>(v.size()), percentileOfSorted(f, 50)};
+  }
+  return out;
+}
+
+// How a real run agrees with the model, tenant by tenant: a tenant agrees
+// when its mean latency and its median time to first token are each within
+// 50 % of the model's plus `slack_ms` (real engine steps overshoot their
+// sleep and every process shares the host's cores: real times run longer).
+json agreementOf(const ReplayRun& model, const ReplayRun& real, double slack_ms, int* within,
+                 int* tenants) {
+  const auto m = timesByTenant(model);
+  const auto r = timesByTenant(real);
+  json per = json::object();
+  *within = 0;
+  *tenants = 0;
+  for (const auto& [t, mm] : m) {
+    auto it = r.find(t);
+    if (it == r.end()) continue;
+    const TenantTimes& rr = it->second;
+    const bool ok = std::abs(rr.latency_ms - mm.latency_ms) <= 0.5 * mm.latency_ms + slack_ms &&
+                    std::abs(rr.ttft_ms - mm.ttft_ms) <= 0.5 * mm.ttft_ms + slack_ms;
+    ++*tenants;
+    if (ok) ++*within;
+    per[t] = {{"model_latency_ms", mm.latency_ms},
+              {"real_latency_ms", rr.latency_ms},
+              {"model_ttft_p50_ms", mm.ttft_ms},
+              {"real_ttft_p50_ms", rr.ttft_ms},
+              {"agrees", ok}};
+  }
+  return per;
+}
+
+std::string figuresRow(const std::string& name, const PolicyFigures& f) {
+  char line[300];
+  std::snprintf(line, sizeof line, "%-12s %9.1f %12llu %7.3f %10.3f %10.3f %12.0f %12.0f %8llu\n",
+                name.c_str(), f.makespan_s, static_cast<unsigned long long>(f.prefill_tokens),
+                f.hit_rate, f.light_ttft_p50_s, f.light_ttft_p99_s, f.service_diff,
+                f.windowed_service_diff, static_cast<unsigned long long>(f.preemptions));
+  return line;
+}
+
+json aimsJson(const std::vector<Aim>& aims) {
+  json out = json::array();
+  for (const Aim& a : aims) {
+    out.push_back({{"aim", a.what},
+                   {"value", a.value},
+                   {a.at_most ? "at_most" : "at_least", a.target},
+                   {"met", a.met()}});
+  }
+  return out;
+}
+
+std::string aimsTable(const std::vector<Aim>& aims) {
+  std::string out;
+  for (const Aim& a : aims) {
+    char line[300];
+    std::snprintf(line, sizeof line, "%-58s %6.3f (%s %.2f): %s\n", a.what.c_str(), a.value,
+                  a.at_most ? "aim <=" : "aim >=", a.target, a.met() ? "MET" : "MISS");
+    out += line;
+  }
+  return out;
+}
+
+constexpr const char* kTableHead =
+    "policy        total (s)      prefill  hit rate  light TTFT  light TTFT       service  "
+    "    windowed  preempt\n"
+    "                            tokens              p50 (s)     p99 (s)    difference  "
+    "  (max, VTC)\n";
+
+// A submission slot holds this many prompt tokens with room for the
+// parameters (shm::Geometry::prompt_tokens_per_slot words in all).
+constexpr std::uint32_t kSlotPromptTokens = shm::Geometry{}.prompt_tokens_per_slot - 64;
+
+// The trace as clients can submit it through their rings: each prompt cut
+// to kSlotPromptTokens (its shared segments first). How many were cut.
+std::size_t capPrompts(std::vector<TraceRequest>& trace) {
+  std::size_t cut = 0;
+  for (TraceRequest& r : trace) {
+    if (r.input_tokens <= kSlotPromptTokens) continue;
+    ++cut;
+    r.input_tokens = kSlotPromptTokens;
+    std::uint32_t left = kSlotPromptTokens;
+    for (PrefixSegment& seg : r.prefix) {
+      seg.tokens = std::min(seg.tokens, left);
+      left -= seg.tokens;
+    }
+    std::erase_if(r.prefix, [](const PrefixSegment& seg) { return seg.tokens == 0; });
+  }
+  return cut;
+}
+
 }  // namespace
 
 ScenarioResult runReplicaComparison(const config::Config& cfg,
-                                    const std::vector<TraceRequest>& trace,
+                                    const std::vector<TraceRequest>& given,
                                     const std::vector<ReplayPolicy>& policies,
                                     const ScenarioOptions& options) {
+  // --real: the model replays the prompts the clients can submit, as they do.
+  std::vector<TraceRequest> trace = given;
+  const std::size_t cut = options.real ? capPrompts(trace) : 0;
   Locality loc;
   loc.replicas = options.replicas;
   loc.load_slack = options.load_slack;
@@ -167,9 +291,17 @@ ScenarioResult runReplicaComparison(const config::Config& cfg,
                                                : (shared.size() + loc.replicas - 1) / loc.replicas;
   const TimeNs window = static_cast<TimeNs>(std::llround(options.service_window_s * kNsPerSec));
 
-  std::map<std::string, PolicyFigures> by;
-  json per_policy = json::object();
-  std::string rows;
+  std::map<std::string, PolicyFigures> by, real_by;
+  json per_policy = json::object(), real_policies = json::object(), agreement = json::object();
+  std::string rows, real_rows;
+  // --real: agreement's slack, a few of the slowest engine steps.
+  double slack_ms = 25;
+  for (const config::EndpointConfig& ec : cfg.endpoints) {
+    slack_ms = std::max(
+        slack_ms,
+        4 * (ec.engine.step_us + ec.engine.prefill_token_us * ec.engine.chunked_prefill_tokens) /
+            1000.0);
+  }
   for (const ReplayPolicy p : policies) {
     if (p == ReplayPolicy::kFloor || p == ReplayPolicy::kDrr) continue;  // no locality form
     auto run = replayTrace(cfg, p, trace, 0, options.seed, &loc);
@@ -177,21 +309,26 @@ ScenarioResult runReplicaComparison(const config::Config& cfg,
     const PolicyFigures f = figuresOf(std::get<ReplayRun>(run), window);
     by[toString(p)] = f;
     per_policy[toString(p)] = toJson(f);
-    char line[300];
-    std::snprintf(line, sizeof line, "%-12s %9.1f %12llu %7.3f %10.3f %10.3f %12.0f %12.0f %8llu\n",
-                  toString(p), f.makespan_s, static_cast<unsigned long long>(f.prefill_tokens),
-                  f.hit_rate, f.light_ttft_p50_s, f.light_ttft_p99_s, f.service_diff,
-                  f.windowed_service_diff, static_cast<unsigned long long>(f.preemptions));
-    rows += line;
+    rows += figuresRow(toString(p), f);
+    if (!options.real || p == ReplayPolicy::kRouter) continue;  // the router has no daemon form
+    TempDir dir("fairsched-replicas");
+    if (dir.path().empty()) return ScenarioError{"cannot create a temporary directory"};
+    auto real = replayReal(cfg, p, trace, dir.path(), &loc);
+    if (auto* err = std::get_if<std::string>(&real)) return ScenarioError{*err};
+    const PolicyFigures rf = figuresOf(std::get<ReplayRun>(real), window);
+    real_by[toString(p)] = rf;
+    real_policies[toString(p)] = toJson(rf);
+    real_rows += figuresRow(toString(p), rf);
+    int within = 0, tenants = 0;
+    json per = agreementOf(std::get<ReplayRun>(run), std::get<ReplayRun>(real), slack_ms, &within,
+                           &tenants);
+    agreement[toString(p)] = {{"tenants", tenants}, {"agree", within}, {"per_tenant", per}};
+    char line[200];
+    std::snprintf(line, sizeof line, "%-12s %d of %d tenants agree with the model\n", toString(p),
+                  within, tenants);
+    real_rows += line;
   }
   const std::vector<Aim> aims = aimsOf(by);
-  json aims_json = json::array();
-  for (const Aim& a : aims) {
-    aims_json.push_back({{"aim", a.what},
-                         {"value", a.value},
-                         {a.at_most ? "at_most" : "at_least", a.target},
-                         {"met", a.met()}});
-  }
   ScenarioReport report;
   report.json = {{"scenario", "replay-replicas"},
                  {"replicas", loc.replicas},
@@ -201,8 +338,9 @@ ScenarioResult runReplicaComparison(const config::Config& cfg,
                  {"load_slack", loc.load_slack},
                  {"window_s", options.service_window_s},
                  {"requests", trace.size()},
+                 {"prompts_cut", cut},
                  {"policies", per_policy},
-                 {"aims", aims_json}};
+                 {"aims", aimsJson(aims)}};
   char head[400];
   std::snprintf(head, sizeof head,
                 "replay on %u engines, each caching %llu blocks of %u tokens (the trace shares "
@@ -211,18 +349,36 @@ ScenarioResult runReplicaComparison(const config::Config& cfg,
                 loc.replicas, static_cast<unsigned long long>(loc.cache_blocks), loc.block_tokens,
                 shared.size(), trace.size(), loc.load_slack);
   report.table = head;
-  report.table +=
-      "policy        total (s)      prefill  hit rate  light TTFT  light TTFT       service  "
-      "    windowed  preempt\n"
-      "                            tokens              p50 (s)     p99 (s)    difference  "
-      "  (max, VTC)\n";
+  if (cut != 0) {
+    char note[200];
+    std::snprintf(note, sizeof note,
+                  "(%zu prompts cut to %u tokens, what a client's submission slot holds, in "
+                  "the model too)\n\n",
+                  cut, kSlotPromptTokens);
+    report.table += note;
+  }
+  report.table += kTableHead;
   report.table += rows;
-  if (!aims.empty()) report.table += "\n";
-  for (const Aim& a : aims) {
+  if (!aims.empty()) report.table += "\n" + aimsTable(aims);
+  if (options.real) {
+    // Real processes: the same policies but the router's (hit rate: tokens
+    // the engines found cached ÷ prompt tokens they took; preemptions: as
+    // the engines counted them).
+    const std::vector<Aim> real_aims = aimsOf(real_by);
+    report.json["real"] = {{"policies", real_policies},
+                           {"agreement", agreement},
+                           {"agreement_slack_ms", slack_ms},
+                           {"aims", aimsJson(real_aims)}};
     char line[300];
-    std::snprintf(line, sizeof line, "%-58s %6.3f (%s %.2f): %s\n", a.what.c_str(), a.value,
-                  a.at_most ? "aim <=" : "aim >=", a.target, a.met() ? "MET" : "MISS");
+    std::snprintf(line, sizeof line,
+                  "\nthrough real processes (a fairschedd, %u reference workers with their prefix "
+                  "caches, a client process per tenant; a tenant agrees when its mean latency "
+                  "and TTFT p50 are within 50 %% + %.0f ms of the model's):\n\n",
+                  loc.replicas, slack_ms);
     report.table += line;
+    report.table += kTableHead;
+    report.table += real_rows;
+    if (!real_aims.empty()) report.table += "\n" + aimsTable(real_aims);
   }
   return report;
 }

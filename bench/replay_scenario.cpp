@@ -172,23 +172,43 @@ std::variant<ReplayRun, std::string> replayTrace(const config::Config& cfg, Repl
 
 std::variant<ReplayRun, std::string> replayReal(config::Config cfg, ReplayPolicy policy,
                                                 const std::vector<TraceRequest>& trace,
-                                                const std::string& dir) {
+                                                const std::string& dir, const Locality* locality) {
   if (policy == ReplayPolicy::kFloor) return std::string("the floor has no daemon to run");
-  if (policy == ReplayPolicy::kFairPrefix || policy == ReplayPolicy::kFifoPrefix ||
-      policy == ReplayPolicy::kRouter) {
-    return std::string("--real replays fair, drr, vtc and fifo; ") + toString(policy) +
-           " is modelled in virtual time only";
+  if (policy == ReplayPolicy::kRouter) {
+    return std::string("the router has no daemon form: it is modelled in virtual time only");
   }
-  cfg.daemon.policy = policy == ReplayPolicy::kFifo ? Policy::kFifo : Policy::kFair;
+  const bool by_prefix = policy == ReplayPolicy::kFairPrefix || policy == ReplayPolicy::kFifoPrefix;
+  if (by_prefix && locality == nullptr) {
+    return std::string(toString(policy)) + " needs replicas with prefix caches (--replicas)";
+  }
+  cfg.daemon.policy = policy == ReplayPolicy::kFifo || policy == ReplayPolicy::kFifoPrefix
+                          ? Policy::kFifo
+                          : Policy::kFair;
+  std::uint32_t longest = 0;
+  for (const TraceRequest& r : trace) longest = std::max(longest, r.input_tokens);
   for (config::EndpointConfig& ec : cfg.endpoints) {
     if (policy == ReplayPolicy::kDrr || policy == ReplayPolicy::kVtc) {
       ec.fairness = policy == ReplayPolicy::kVtc ? core::Fairness::kVtc : core::Fairness::kDrr;
       ec.worker.preemption = false;
     }
+    if (locality == nullptr || ec.executor != config::ExecutorKind::kWorker) continue;
+    // As replayTrace models it: every engine with its prefix cache (and
+    // KV events, so the daemon knows exactly what each holds), the
+    // daemon placing by prefix for the +prefix policies.
+    ec.worker.routing = by_prefix ? core::Routing::kPrefix : core::Routing::kRoomiest;
+    ec.worker.prefix_block_tokens = locality->block_tokens;
+    ec.worker.max_prefix_blocks = static_cast<std::uint32_t>(locality->max_blocks);
+    ec.worker.load_slack = locality->load_slack;
+    ec.worker.locality_slack = policy == ReplayPolicy::kFairPrefix ? locality->locality_slack : 0;
+    ec.worker.cache_blocks = locality->cache_blocks;
+    ec.worker.max_prompt_tokens = std::max(ec.worker.max_prompt_tokens, longest);
+    ec.engine.prefix_cache_blocks = locality->cache_blocks;
+    ec.engine.kv_events = true;
   }
   prepareBenchConfig(cfg, dir);
   // One plan per tenant, its requests in arrival order; where each went.
   std::map<std::string, TenantPlan> plans;
+  RunExtras extras;
   std::vector<std::pair<std::string, std::size_t>> where(trace.size());
   std::vector<std::size_t> order(trace.size());
   std::iota(order.begin(), order.end(), 0);
@@ -207,17 +227,24 @@ std::variant<ReplayRun, std::string> replayReal(config::Config cfg, ReplayPolicy
     where[i] = {r.tenant, plan.requests.size()};
     plan.requests.push_back(
         {static_cast<TimeNs>(std::llround(r.t * kNsPerSec)), r.input_tokens, r.output_tokens});
+    if (locality != nullptr) extras.prompts[r.tenant].push_back(promptTokens(r, i));
     end_s = std::max(end_s, r.t);
   }
   std::vector<TenantPlan> list;
   for (auto& [name, plan] : plans) list.push_back(std::move(plan));
-  auto records =
-      runProcesses(cfg, list, dir, std::chrono::seconds(static_cast<std::int64_t>(end_s) + 60));
+  extras.workers_per_endpoint = locality != nullptr ? locality->replicas : 1;
+  auto records = runProcesses(cfg, list, dir,
+                              std::chrono::seconds(static_cast<std::int64_t>(end_s) + 60), &extras);
   if (auto* err = std::get_if<std::string>(&records)) return *err;
   const TenantRecords& got = std::get<TenantRecords>(records);
 
   ReplayRun run;
   run.policy = policy;
+  for (const RunExtras::Engine& e : extras.engines) {
+    run.engines.prompt_tokens += e.prompt_tokens;
+    run.engines.cached_tokens += e.cached_tokens;
+    run.engines.preempted += e.preempted;
+  }
   const core::SchedulerSpec spec = config::buildSchedulerSpec(cfg);
   const double default_weight = spec.tiers.at(spec.default_tier).default_weight;
   for (const TraceRequest& r : trace) run.weights.emplace(r.tenant, default_weight);
@@ -610,10 +637,10 @@ ScenarioResult runReplay(const ScenarioOptions& options) {
   }
   const auto& requests = std::get<std::vector<TraceRequest>>(trace);
   if (options.replicas > 1) {
-    if (options.real || options.runs > 1 || !options.events_path.empty()) {
+    if (options.runs > 1 || !options.events_path.empty()) {
       return ScenarioError{
-          "--replicas compares policies on one virtual-time run: no --real, "
-          "--runs or --events"};
+          "--replicas compares policies on one run (in virtual time, and with --real through "
+          "real processes too): no --runs or --events"};
     }
     return runReplicaComparison(cfg, requests, policies, options);
   }

@@ -46,6 +46,12 @@ struct ReplayRun {
   std::vector<RequestEvent> events;       // one per trace request, in trace order
   std::vector<SimOutcome> outcomes;       // the simulator's, in arrival order (not with --real)
   std::map<std::string, double> weights;  // every tenant's scheduling weight
+  // --real: what the reference workers' engines counted, all together:
+  // prompt tokens taken (again after a preemption), those found cached and
+  // sequences given back on PREEMPT.
+  struct {
+    std::uint64_t prompt_tokens = 0, cached_tokens = 0, preempted = 0;
+  } engines;
 };
 
 // Replays `trace` under `policy` with the tiers, tenants, limits, endpoints
@@ -78,15 +84,21 @@ inline std::variant<ReplayRun, std::string> replayTrace(const config::Config& cf
 
 // The same trace through real processes: a forked fairschedd with `cfg`
 // (its socket and a client rule set up in `dir`, policy applied as by
-// replayTrace; kFloor has no daemon form), one reference worker per worker
-// endpoint modelling its [endpoints.NAME.engine], and one client process per
-// tenant submitting at the trace's times (streamed on worker endpoints; each
-// request asks for and produces output_tokens). Events as by replayTrace,
-// except that the dispatch time is not seen by a client: it is set to the
-// first token's arrival (or the completion) for the metrics that need one.
+// replayTrace; kFloor and kRouter have no daemon form), one reference worker
+// per worker endpoint modelling its [endpoints.NAME.engine], and one client
+// process per tenant submitting at the trace's times (streamed on worker
+// endpoints; each request asks for and produces output_tokens). Events as by
+// replayTrace, except that the dispatch time is not seen by a client: it is
+// set to the first token's arrival (or the completion) for the metrics that
+// need one. With `locality`: `replicas` reference workers per worker
+// endpoint, each with a prefix cache of `cache_blocks` reporting KV events,
+// every request carrying its prompt's tokens (promptTokens), the daemon
+// routing by prefix for kFairPrefix and kFifoPrefix and to the roomiest
+// otherwise; run.engines holds what the engines counted.
 std::variant<ReplayRun, std::string> replayReal(config::Config cfg, ReplayPolicy policy,
                                                 const std::vector<TraceRequest>& trace,
-                                                const std::string& dir);
+                                                const std::string& dir,
+                                                const Locality* locality = nullptr);
 
 // The headline figures of one run, for comparisons.
 struct ReplaySummary {

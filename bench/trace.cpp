@@ -107,9 +107,8 @@ std::variant<TraceRequest, TraceError> parseLine(const std::string& text, std::s
 
 }  // namespace
 
-std::vector<std::uint64_t> promptChain(const TraceRequest& r, std::size_t index,
-                                       std::uint32_t block_tokens, std::size_t max_blocks,
-                                       std::size_t* shared_blocks) {
+std::vector<std::uint32_t> promptTokens(const TraceRequest& r, std::size_t index, std::size_t limit,
+                                        std::size_t* shared_tokens) {
   auto tokenOf = [](std::uint64_t name, std::uint64_t k) {
     std::uint64_t x = name ^ (k * 0x9e3779b97f4a7c15ULL);
     x ^= x >> 31;
@@ -117,8 +116,7 @@ std::vector<std::uint64_t> promptChain(const TraceRequest& r, std::size_t index,
     x ^= x >> 29;
     return static_cast<std::uint32_t>(x);
   };
-  const std::size_t limit =
-      std::min<std::size_t>(r.input_tokens, max_blocks * std::size_t{block_tokens});
+  limit = std::min<std::size_t>(r.input_tokens, limit);
   std::vector<std::uint32_t> tokens;
   tokens.reserve(limit);
   std::size_t shared = 0;
@@ -132,6 +130,16 @@ std::vector<std::uint64_t> promptChain(const TraceRequest& r, std::size_t index,
   }
   const std::uint64_t own = 0x5eed0000000000ULL + index;
   for (std::uint64_t k = 0; tokens.size() < limit; ++k) tokens.push_back(tokenOf(own, k));
+  if (shared_tokens != nullptr) *shared_tokens = shared;
+  return tokens;
+}
+
+std::vector<std::uint64_t> promptChain(const TraceRequest& r, std::size_t index,
+                                       std::uint32_t block_tokens, std::size_t max_blocks,
+                                       std::size_t* shared_blocks) {
+  std::size_t shared = 0;
+  const std::vector<std::uint32_t> tokens =
+      promptTokens(r, index, max_blocks * std::size_t{block_tokens}, &shared);
   std::vector<std::uint64_t> chain = prefixBlockHashes(tokens, block_tokens, max_blocks);
   if (shared_blocks != nullptr) *shared_blocks = std::min(chain.size(), shared / block_tokens);
   return chain;

@@ -52,12 +52,17 @@ using TraceResult = std::variant<std::vector<TraceRequest>, TraceError>;
 // The requests in line order (not sorted by t). Stops at the first error.
 TraceResult parseTrace(std::istream& in);
 
-// The block hash chain (include/fairsched/prefix_hash.hpp) of request
-// `index`'s prompt, whose tokens the trace does not carry: token k of a
-// segment is a hash of (its id, k), the same wherever the segment appears;
-// token k of the request's own part a hash of (index, k). At most
-// `max_blocks` blocks; `shared_blocks` (if not null) gets how many of them
-// lie wholly inside the shared segments.
+// The prompt of request `index`, whose tokens the trace does not carry:
+// token k of a segment is a hash of (its id, k), the same wherever the
+// segment appears; token k of the request's own part a hash of (index, k).
+// Its first min(input_tokens, `limit`) tokens; `shared_tokens` (if not
+// null) gets how many tokens its shared segments hold.
+std::vector<std::uint32_t> promptTokens(const TraceRequest& r, std::size_t index,
+                                        std::size_t limit = SIZE_MAX,
+                                        std::size_t* shared_tokens = nullptr);
+// The block hash chain (include/fairsched/prefix_hash.hpp) of that prompt.
+// At most `max_blocks` blocks; `shared_blocks` (if not null) gets how many
+// of them lie wholly inside the shared segments.
 std::vector<std::uint64_t> promptChain(const TraceRequest& r, std::size_t index,
                                        std::uint32_t block_tokens, std::size_t max_blocks,
                                        std::size_t* shared_blocks = nullptr);

@@ -195,7 +195,9 @@ Result<void> ReferenceEngine::step(std::chrono::nanoseconds idle_wait) {
     ++stats_.tokens;
   }
   if (model_.step_records) {
-    if (Result<void> r = worker_.emitStep(step_out_); !r) return r;
+    // A step that only prefilled (every sequence still in its prompt) emits nothing.
+    if (Result<void> r = step_out_.empty() ? Result<void>{} : worker_.emitStep(step_out_); !r)
+      return r;
   } else {
     for (const StepToken& t : step_out_) {
       if (Result<void> r = worker_.emit(t.id, std::span<const std::uint32_t>(&t.token, 1)); !r)

@@ -630,6 +630,49 @@ TEST(ReplayReplicas, CachesForOnePrefixEachArePartitionedByPrefixPlacementNotByR
   EXPECT_EQ(replicas_of["b"].size(), 1u);
 }
 
+TEST(ReplayReplicas, ThroughRealProcessesPrefixPlacementKeepsEachPrefixCachedAsTheModelSays) {
+  // The trace of the test above through a real fairschedd, two reference
+  // workers with 30-block caches reporting KV events, and a client process
+  // per tenant sending each prompt's tokens: the daemon places by prefix as
+  // the model does, the engines skip the cached prefill, and each tenant's
+  // times agree with the model's.
+  auto parsed = config::parseConfig(workerConfig("recent", false), "<real replicas>");
+  ASSERT_TRUE(parsed.ok());
+  const auto trace = parseOk(twoPrefixTrace(20, 0.004));
+  Locality loc;
+  loc.replicas = 2;
+  loc.cache_blocks = 30;
+  std::map<ReplayPolicy, ReplayRun> real;
+  for (const ReplayPolicy p : {ReplayPolicy::kFairPrefix, ReplayPolicy::kFair}) {
+    SCOPED_TRACE(toString(p));
+    testing::TempDir dir("fairsched-real-replicas");
+    auto r = replayReal(parsed.value(), p, trace, dir.path(), &loc);
+    ASSERT_TRUE(std::holds_alternative<ReplayRun>(r)) << std::get<std::string>(r);
+    real[p] = std::get<ReplayRun>(std::move(r));
+    EXPECT_GE(real[p].engines.prompt_tokens, 40u * 352) << "every prompt reached an engine";
+  }
+  const auto model = replayReplicas(twoPrefixTrace(20, 0.004), ReplayPolicy::kFairPrefix, 2, 30);
+  std::uint64_t model_cached = 0;
+  for (const SimOutcome& o : model.outcomes) model_cached += o.cached_tokens;
+  const std::uint64_t prefix_cached = real[ReplayPolicy::kFairPrefix].engines.cached_tokens;
+  const std::uint64_t roomiest_cached = real[ReplayPolicy::kFair].engines.cached_tokens;
+  // The model: all but each tenant's first request find their 320 tokens.
+  EXPECT_EQ(model_cached, 38u * 320);
+  EXPECT_GE(prefix_cached, model_cached * 3 / 4) << "the real engines hit as the model's do";
+  EXPECT_GT(prefix_cached, roomiest_cached) << "prefix placement beats the roomiest";
+  const auto m = meansByTenant(model);
+  const auto r = meansByTenant(real[ReplayPolicy::kFairPrefix]);
+  for (const char* t : {"a", "b"}) {
+    SCOPED_TRACE(t);
+    EXPECT_NEAR(r.at(t).first, m.at(t).first, 0.5 * m.at(t).first + 25) << "TTFT ms";
+    EXPECT_NEAR(r.at(t).second, m.at(t).second, 0.5 * m.at(t).second + 25) << "latency ms";
+  }
+  std::printf("cached tokens: model %llu, real prefix %llu, real roomiest %llu\n",
+              static_cast<unsigned long long>(model_cached),
+              static_cast<unsigned long long>(prefix_cached),
+              static_cast<unsigned long long>(roomiest_cached));
+}
+
 TEST(ReplayReplicas, NoCacheMeansNoHitAndEveryPolicyCompletesEverything) {
   const std::string trace = twoPrefixTrace(6);
   for (const ReplayPolicy p :

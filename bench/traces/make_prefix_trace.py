@@ -353,6 +353,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=20261215)
     ap.add_argument("--duration", type=float, default=120.0, help="seconds of arrivals")
+    ap.add_argument("--speedup", type=float, default=1.0,
+                    help="divide every arrival time by this (for replaying through real "
+                         "processes with an engine this many times faster; the totals "
+                         "printed are those before)")
     ap.add_argument("--load", type=float, default=2.0,
                     help="offered work without a prefix cache / capacity of the replicas")
     ap.add_argument("--replicas", type=int, default=4, help="identical engines replayed on")
@@ -436,8 +440,11 @@ def main() -> int:
               % (c, counts[c], rate, what, len(reqs), work_s(reqs)), file=sys.stderr)
         out.extend(reqs)
     out.sort(key=lambda r: (r["t"], r["tenant"]))
+    if args.speedup <= 0:
+        ap.error("--speedup: must be > 0")
     for r in out:
-        sys.stdout.write(json.dumps(r, separators=(",", ":")) + "\n")
+        line = dict(r, t=round(r["t"] / args.speedup, 6)) if args.speedup != 1.0 else r
+        sys.stdout.write(json.dumps(line, separators=(",", ":")) + "\n")
     for line in totals(out, args.replicas, args.duration):
         print(line, file=sys.stderr)
     return 0

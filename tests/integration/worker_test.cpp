@@ -360,6 +360,21 @@ TEST_F(Workers, OneClientOneWorkerStreamsTheReferenceTokensAndStatusShowsTheWork
   EXPECT_EQ(d.value().terminate(), 0);
 }
 
+TEST_F(Workers, PromptsLongerThanTheChunkBudgetTakeStepsThatOnlyPrefillAndEveryTokenArrives) {
+  // A chunk of 1 token a step: each prompt takes steps in which no sequence
+  // decodes, and nothing is emitted for them; the worker must go on.
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  reference::EngineModel m = fastModel();
+  m.max_sequences = 1;
+  m.chunked_prefill_tokens = 1;
+  WorkerProcess w(socket(), m);
+  EXPECT_EQ(runStreamingClient(socket(), {"acme"}, 6, 3), "");
+  int status = 0;
+  EXPECT_EQ(::waitpid(w.pid(), &status, WNOHANG), 0) << "the worker exited";
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
 TEST_F(Workers, ADeadlineThatPassesWhileRunningEndsTheRequestWithItsTokensSoFar) {
   auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
   ASSERT_TRUE(d.ok()) << d.error().message;
