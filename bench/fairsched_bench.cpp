@@ -159,6 +159,10 @@ int main(int argc, char** argv) {
   app.add_option("--load-slack", options.load_slack,
                  "replay --replicas: prefix routing's load bound, (1 + slack) x the mean")
       ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--locality-slack", options.locality_slack,
+                 "replay --replicas: fair+prefix's fairness slack for locality across tenants, "
+                 "in cost units per unit of weight (the endpoint's locality_slack)")
+      ->check(CLI::Range(0.0, 1e12));
   app.add_option("--topology", options.topology,
                  "fleet: the Redis to run against, started by the run (the single plain server "
                  "is measured beside it as the baseline)")

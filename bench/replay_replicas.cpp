@@ -280,6 +280,7 @@ ScenarioResult runReplicaComparison(const config::Config& cfg,
   Locality loc;
   loc.replicas = options.replicas;
   loc.load_slack = options.load_slack;
+  loc.locality_slack = options.locality_slack;
   std::unordered_set<std::uint64_t> shared;
   for (std::size_t i = 0; i < trace.size(); ++i) {
     std::size_t n = 0;
@@ -336,6 +337,7 @@ ScenarioResult runReplicaComparison(const config::Config& cfg,
                  {"shared_blocks", shared.size()},
                  {"block_tokens", loc.block_tokens},
                  {"load_slack", loc.load_slack},
+                 {"locality_slack", loc.locality_slack},
                  {"window_s", options.service_window_s},
                  {"requests", trace.size()},
                  {"prompts_cut", cut},

@@ -32,6 +32,7 @@ struct ScenarioOptions {
   std::uint32_t replicas = 1;      // --replicas N: worker endpoints as N engines with prefix caches
   std::uint64_t cache_blocks = 0;  // --cache-blocks: each engine's; 0: shared blocks / replicas
   double load_slack = 0.25;        // --load-slack: the affinity bound's slack
+  double locality_slack = 4096;    // --locality-slack: fair+prefix's slack across tenants
   // fleet only
   std::string topology = "single";  // --topology single|cluster|sentinel
   bool tls = false;                 // --tls: the topology over TLS
