@@ -101,6 +101,10 @@ std::vector<std::string> reloadBlockers(const Config& running, const Config& nex
         a.worker.max_prompt_tokens != b.worker.max_prompt_tokens ||
             a.worker.max_sequences != b.worker.max_sequences,
         key + ".worker.max_prompt_tokens/max_sequences (a worker's segment is sized at attach)");
+    differs(a.worker.prefix_block_tokens != b.worker.prefix_block_tokens,
+            key +
+                ".worker.prefix_block_tokens (the block hashes the daemon holds for queued "
+                "requests and for its workers' caches)");
     differs(b.max_batch_tokens < a.max_batch_tokens,
             key + ".max_batch_tokens (it may grow, not shrink)");
     // A cuda executor's staging buffers are sized for these at start.

@@ -336,6 +336,17 @@ Result<> Server::reload() {
   }
   if (auto err = sched_.reconfigure(config::buildSchedulerSpec(next)))
     return fail(Errc::kConfig, path + ": " + *err);
+  // What the daemon remembers of each worker's prefix cache follows a new
+  // cache_blocks at once (0: the worker's next statement sizes it).
+  for (std::size_t e = 0; e < cfg_.endpoints.size(); ++e) {
+    const std::uint64_t blocks = next.endpoints[e].worker.cache_blocks;
+    if (blocks == cfg_.endpoints[e].worker.cache_blocks) continue;
+    for (Connection* c : workers_.of(static_cast<EndpointId>(e))) {
+      WorkerState& w = *c->worker;
+      if (blocks != 0) w.cache.setCapacity(blocks);
+      w.cache_sized = blocks != 0;
+    }
+  }
   cfg_ = std::move(next);
   state_.setInterval(static_cast<TimeNs>(cfg_.daemon.state_interval_s) * kNsPerSec);
   rules_ = ClientRules(cfg_);  // every Connection::rule points into the old rules: re-match now

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -251,6 +253,51 @@ TEST_F(PrefixRouting, KvEventsAreWhatTheDaemonRoutesByAndANewWorkerInheritsNothi
   EXPECT_EQ(rowOf(socket(), "three")["prefix_cache"]["blocks"], 0);
   three.shutdown();
   w[1].shutdown();
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
+TEST_F(PrefixRouting, AReloadResizesWhatTheDaemonRemembersOfAttachedWorkersCaches) {
+  const std::string path = tmp_.path() + "/fairsched.toml";
+  auto write = [&](const std::string& worker_keys) {
+    testing::DaemonConfigText c;
+    c.socket = socket();
+    c.body =
+        "[endpoints.chat]\nexecutor = \"worker\"\nmax_output_tokens = 64\n"
+        "[endpoints.chat.worker]\nrouting = \"prefix\"\n" +
+        worker_keys;
+    c.client_extra = "workers = [\"chat\"]\nadmin = true\n";
+    std::ofstream(path + ".new") << c.text();
+    std::filesystem::rename(path + ".new", path);
+  };
+  write("cache_blocks = 64\n");
+  auto loaded = config::loadConfigFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().toString();
+  auto d = daemon::ForkedDaemon::start(loaded.value());
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  Worker w = attach(socket(), "one");
+  ASSERT_TRUE(state(socket(), w, "one", 4, 1 << 20));
+  // 3 families of 5 blocks each: 15 held of 64.
+  for (std::uint32_t f = 1; f <= 3; ++f) {
+    ASSERT_TRUE(w.blocksStored(prefixBlockHashes(promptOf(f, 0), kBlock)));
+  }
+  ASSERT_TRUE(
+      testing::waitUntil([&] { return rowOf(socket(), "one")["prefix_cache"]["blocks"] == 15; },
+                         20s, "the blocks stored", 5ms));
+  EXPECT_EQ(rowOf(socket(), "one")["prefix_cache"]["capacity_blocks"], 64);
+
+  std::string out;
+  write("cache_blocks = 8\n");
+  ASSERT_EQ(testing::runFairschedctl("--socket " + socket() + " reload", &out), 0) << out;
+  json row = rowOf(socket(), "one");
+  EXPECT_EQ(row["prefix_cache"]["capacity_blocks"], 8) << row.dump();
+  EXPECT_EQ(row["prefix_cache"]["blocks"], 8) << "the least recently used beyond it forgotten";
+
+  // The block size is what every remembered hash means: restart-only.
+  write("cache_blocks = 8\nprefix_block_tokens = 32\n");
+  EXPECT_EQ(testing::runFairschedctl("--socket " + socket() + " reload", &out), 1) << out;
+  EXPECT_NE(out.find("endpoints.chat.worker.prefix_block_tokens"), std::string::npos) << out;
+  EXPECT_EQ(rowOf(socket(), "one")["prefix_cache"]["capacity_blocks"], 8);
+  w.shutdown();
   EXPECT_EQ(d.value().terminate(), 0);
 }
 
