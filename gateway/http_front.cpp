@@ -426,11 +426,12 @@ awaitable<bool> HttpFront::Session::writeChunk(std::string data) {
 }
 
 awaitable<bool> HttpFront::Session::endStream(std::string tail) {
-  const bool ok = co_await writeChunk(std::move(tail));
-  if (!ok) co_return false;
+  // The tail's chunk and the last chunk in one write.
   error_code ec;
-  co_await asio::async_write(stream_, http::make_chunk_last(),
-                             asio::redirect_error(use_awaitable, ec));
+  stream_.expires_after(milliseconds(cfg_->write_timeout_ms));
+  co_await asio::async_write(
+      stream_, beast::buffers_cat(http::make_chunk(asio::buffer(tail)), http::make_chunk_last()),
+      asio::redirect_error(use_awaitable, ec));
   co_return !ec;
 }
 

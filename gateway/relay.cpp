@@ -39,6 +39,7 @@ struct Relay::Relayed {
   std::optional<std::string> broken;  // why the upstream's answer is unusable
   std::optional<Usage> usage;
   std::string whole;  // a non-streamed body (bounded)
+  std::string held;   // the events read with [DONE], written with the stream's end
 };
 
 awaitable<bool> Relay::generate(Caller& c, const ApiKeyConfig& key, Route route,
@@ -210,7 +211,7 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
   if (ex.aborted || ex.worker_finished) {  // the daemon ended it (abort, lost worker)
     ErrorReply e = co_await abortReply(ex, r.header_sent);
     if (!r.header_sent) co_return co_await c.sendError(std::move(e));
-    co_await writeStreamEnd(c, ex, errorJson(e.message, e.type, e.param, e.code));
+    co_await writeStreamEnd(c, ex, errorJson(e.message, e.type, e.param, e.code), r.held);
     co_return false;
   }
   if (r.sse) co_return co_await endStream(c, ex, r);
@@ -227,10 +228,12 @@ awaitable<void> Relay::relayStream(Caller& c, Exchange& ex, UpstreamCall& up, Re
   }
   r.header_sent = true;
   const std::size_t limit = ex.via->pools[thread_]->config().max_response_bytes;
-  std::array<char, 16384> tmp{};
+  const std::span<char> tmp = up.scratch();
   std::vector<std::string> events;
   SseParser parser(limit);
   while (!up.done() && !r.done) {
+    // A read hands out every chunk that has arrived (UpstreamCall::read):
+    // its events go out together.
     auto got = co_await up.read(tmp);
     if (auto* e = std::get_if<UpstreamError>(&got)) {
       r.broken = std::move(e->why);
@@ -254,6 +257,10 @@ awaitable<void> Relay::relayStream(Caller& c, Exchange& ex, UpstreamCall& up, Re
       out += sseEvent(data);
     }
     bridge_.emitTokens(ex, pieces);
+    if (r.done) {  // the last read: its events go out with the end, in one write
+      r.held = std::move(out);
+      break;
+    }
     if (!out.empty()) {
       const bool written = co_await c.writeChunk(std::move(out));
       if (!written) {
@@ -272,13 +279,13 @@ awaitable<bool> Relay::endStream(Caller& c, Exchange& ex, const Relayed& r) {
     spdlog::warn("request {}: upstream stream: {}", ex.serial, why);
     bridge_.finish(ex, Status::kExecutorFailed, ex.emitted, why);
     const ErrorReply e = upstreamBroken(why);
-    co_await writeStreamEnd(c, ex, errorJson(e.message, e.type, e.param, e.code));
+    co_await writeStreamEnd(c, ex, errorJson(e.message, e.type, e.param, e.code), r.held);
     co_return false;
   }
   const std::uint32_t output =
       std::max(ex.emitted, r.usage ? r.usage->completion_tokens : std::uint32_t{0});
   bridge_.finish(ex, Status::kOk, output, "", r.usage ? r.usage->prompt_tokens : 0);
-  co_return co_await writeStreamEnd(c, ex, {});
+  co_return co_await writeStreamEnd(c, ex, {}, r.held);
 }
 
 // A whole response (not streamed, or the upstream refused the stream):
@@ -333,10 +340,12 @@ awaitable<ErrorReply> Relay::abortReply(Exchange& ex, bool ran) {
   co_return schedulerUnavailable("the request was aborted by the scheduler");
 }
 
-// The end of an SSE response: an error event when `error` is set, then
-// [DONE] and the last chunk. False when the connection must close.
-awaitable<bool> Relay::writeStreamEnd(Caller& c, Exchange& ex, std::string error) {
-  std::string tail;
+// The end of an SSE response: `events` not written yet, an error event when
+// `error` is set, then [DONE] and the last chunk. False when the connection
+// must close.
+awaitable<bool> Relay::writeStreamEnd(Caller& c, Exchange& ex, std::string error,
+                                      std::string events) {
+  std::string tail = std::move(events);
   if (!error.empty()) tail += sseEvent(error);
   tail += kSseDone;
   const bool written = co_await c.endStream(std::move(tail));

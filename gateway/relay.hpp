@@ -51,7 +51,8 @@ class Relay {
   awaitable<bool> endWhole(Caller& c, Exchange& ex, UpstreamCall& up, Relayed& r);
   awaitable<bool> endBeforeResponse(Caller& c, Exchange& ex);
   awaitable<ErrorReply> abortReply(Exchange& ex, bool ran = false);
-  awaitable<bool> writeStreamEnd(Caller& c, Exchange& ex, std::string error);
+  awaitable<bool> writeStreamEnd(Caller& c, Exchange& ex, std::string error,
+                                 std::string events = {});
 
   DaemonBridge& bridge_;
   std::size_t thread_;

@@ -31,7 +31,14 @@ namespace {
 
 // One connection to the upstream and the bytes read from it past a parse.
 struct Conn {
-  explicit Conn(asio::io_context& io) : stream(io) {}
+  // Room for a whole streamed answer per read: beast reads no more than the
+  // buffer's free capacity (512 bytes at first), a system call and a relayed
+  // chunk for every event or two.
+  explicit Conn(asio::io_context& io) : stream(io) { buf.reserve(kReadBytes); }
+  static constexpr std::size_t kReadBytes = 16384;
+  // Where a call's body reads land: allocated once per connection, not in
+  // every call's coroutine frame.
+  std::array<char, kReadBytes> scratch{};
   beast::tcp_stream stream;
   beast::flat_buffer buf;
   Clock::time_point idle_since{};
@@ -172,7 +179,7 @@ UpstreamCall::~UpstreamCall() {
 }
 
 awaitable<void> UpstreamCall::Impl::drain(std::unique_ptr<Impl> m) {
-  std::array<char, 4096> tmp{};
+  std::span<char> tmp = m->conn->scratch;
   std::size_t total = 0;
   error_code ec;
   while (!m->parser->is_done() && total <= kDrainLimit) {
@@ -297,11 +304,28 @@ awaitable<std::variant<std::size_t, UpstreamError>> UpstreamCall::read(std::span
     m.failed = true;
     co_return Impl::failure(ec, "no data for " + std::to_string(m.u.idle_timeout_ms) + " ms");
   }
+  // read_some hands out one chunk of a chunked body at a time; the chunks
+  // that arrived with it are parsed on here, without waiting, so that the
+  // events one read brought go out in one write.
+  while (!m.parser->is_done() && m.conn->buf.size() != 0 && m.parser->get().body().size != 0) {
+    const std::size_t used = m.parser->put(m.conn->buf.data(), ec);
+    m.conn->buf.consume(used);
+    if (ec == http::error::need_more || ec == http::error::need_buffer) break;
+    if (ec) {
+      m.failed = true;
+      co_return Impl::failure(ec, "an unreadable chunk");
+    }
+    if (used == 0) break;
+  }
   co_return buf.size() - m.parser->get().body().size;
 }
 
+std::span<char> UpstreamCall::scratch() {
+  return impl_->conn->scratch;
+}
+
 awaitable<std::optional<UpstreamError>> UpstreamCall::readAll(std::string& out, std::size_t limit) {
-  std::array<char, 16384> tmp{};
+  const std::span<char> tmp = scratch();
   while (!done()) {
     auto r = co_await read(tmp);
     if (auto* e = std::get_if<UpstreamError>(&r)) co_return std::move(*e);

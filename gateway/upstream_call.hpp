@@ -96,10 +96,14 @@ class UpstreamCall {
   // ("application/json" when it names none).
   int status() const;
   std::string contentType() const;
+  // A buffer for read() that lives as long as the connection (one call at a
+  // time has it). After connect().
+  std::span<char> scratch();
   // The whole body has been read.
   bool done() const;
   // Reads what has arrived of the body into `buf` (back with a token, not a
-  // full buffer): the bytes read, or why the upstream's answer is unusable.
+  // full buffer; every chunk that arrived, as far as `buf` holds): the bytes
+  // read, or why the upstream's answer is unusable.
   awaitable<std::variant<std::size_t, UpstreamError>> read(std::span<char> buf);
   // Reads the rest of the body into `out`, at most `limit` bytes in all.
   awaitable<std::optional<UpstreamError>> readAll(std::string& out, std::size_t limit);

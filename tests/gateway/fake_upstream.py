@@ -52,6 +52,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Optional
 
 LOCK = threading.Lock()
 STATS = {"requests": 0, "running": 0, "max_running": 0, "disconnects": 0, "connections": 0,
@@ -279,8 +280,12 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
 
-    def _chunk(self, data: bytes) -> None:
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+    def _chunk(self, data: bytes, into: Optional[bytearray] = None) -> None:
+        framed = b"%x\r\n%s\r\n" % (len(data), data)
+        if into is not None:  # kept for one write later
+            into += framed
+            return
+        self.wfile.write(framed)
         self.wfile.flush()
 
     def do_POST(self):
@@ -370,14 +375,17 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        # "burst": every token's chunk, the usage and [DONE] in one write, as
+        # an engine that emits several tokens a step (or a proxy) sends them.
+        burst = bytearray() if model == "burst" else None
         for i in range(max_tokens):
-            if delay > 0:
+            if delay > 0 and burst is None:
                 time.sleep(delay)
             piece = f"t{i} "
             choice = ({"index": 0, "delta": {"content": piece}, "finish_reason": None} if chat
                       else {"index": 0, "text": piece, "finish_reason": None})
             chunk = {"id": "cmpl-1", "object": obj + ".chunk", "model": model, "choices": [choice]}
-            self._chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self._chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n", burst)
             while model == "held" and not RELEASED.wait(0.05):
                 self._raise_if_peer_closed()
             if model == "drop" and i == 1:
@@ -388,13 +396,13 @@ class Handler(BaseHTTPRequestHandler):
         if (body.get("stream_options") or {}).get("include_usage"):
             self._chunk(b"data: " + json.dumps({"id": "cmpl-1", "object": obj + ".chunk",
                                                 "model": model, "choices": [],
-                                                "usage": usage}).encode() + b"\n\n")
+                                                "usage": usage}).encode() + b"\n\n", burst)
         self._release()
         # [DONE] and the last chunk in one write: a client that has read
         # [DONE] has the end of the body too (a connection it pools then is
         # ready for the next call, whatever the scheduling of this thread).
         done = b"data: [DONE]\n\n"
-        self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+        self.wfile.write(bytes(burst or b"") + b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
         self.wfile.flush()
 
 

@@ -66,6 +66,51 @@ def test_streamed_completion_with_include_usage_relays_the_usage_chunk(stack: St
     assert usage["completion_tokens"] == 5
 
 
+def raw_chunks(stack: Stack, body: dict) -> list[bytes]:
+    """The HTTP chunks of a streamed answer to POST /v1/completions, as framed."""
+    data = json.dumps(body).encode()
+    s = socket.create_connection(("127.0.0.1", stack.port), timeout=10 * SLOW)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+              % (KEYS["alice"][0].encode(), len(data), data))
+    buf = b""
+
+    def need(cond) -> None:
+        nonlocal buf
+        while not cond():
+            got = s.recv(65536)
+            assert got, "the gateway closed the connection"
+            buf += got
+
+    need(lambda: b"\r\n\r\n" in buf)
+    head, buf = buf.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    chunks: list[bytes] = []
+    while not chunks or chunks[-1]:
+        need(lambda: b"\r\n" in buf)
+        size, buf = buf.split(b"\r\n", 1)
+        n = int(size.split(b";")[0], 16)
+        need(lambda: len(buf) >= n + 2)
+        chunks.append(buf[:n])
+        buf = buf[n + 2:]
+    s.close()
+    return chunks
+
+
+def test_events_that_arrive_together_go_to_the_caller_in_one_write(stack: Stack):
+    # The upstream sends 8 tokens' events and [DONE] in one write: the caller
+    # gets them in one HTTP chunk and then the last, not a chunk per event.
+    stack.start()
+    chunks = raw_chunks(stack, {"model": "burst", "prompt": "x", "stream": True, "max_tokens": 8})
+    assert chunks[-1] == b""
+    data = [c for c in chunks if c]
+    events = sse_events(b"".join(data))
+    assert events[-1] == "[DONE]"
+    assert len(events) == 9, events
+    assert len(data) == 1, [c[:60] for c in data]
+    assert stack.tenant_counts("alice")["completed"] == 1
+
+
 def test_non_streamed_completion_returns_the_upstream_json(stack: Stack):
     stack.start()
     status, headers, body = stack.request("POST", "/v1/completions",
