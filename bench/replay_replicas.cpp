@@ -24,6 +24,7 @@
 // tenants with a request waiting in the window) and preemptions.
 #include <algorithm>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <map>
 #include <unordered_set>
@@ -209,13 +210,21 @@ json agreementOf(const ReplayRun& model, const ReplayRun& real, double slack_ms,
   return per;
 }
 
-std::string figuresRow(const std::string& name, const PolicyFigures& f) {
-  char line[300];
-  std::snprintf(line, sizeof line, "%-12s %9.1f %12llu %7.3f %10.3f %10.3f %12.0f %12.0f %8llu\n",
-                name.c_str(), f.makespan_s, static_cast<unsigned long long>(f.prefill_tokens),
-                f.hit_rate, f.light_ttft_p50_s, f.light_ttft_p99_s, f.service_diff,
-                f.windowed_service_diff, static_cast<unsigned long long>(f.preemptions));
+// printf into a string (a line of a table).
+__attribute__((format(printf, 1, 2))) std::string formatted(const char* format, ...) {
+  char line[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(line, sizeof line, format, args);
+  va_end(args);
   return line;
+}
+
+std::string figuresRow(const std::string& name, const PolicyFigures& f) {
+  return formatted("%-12s %9.1f %12llu %7.3f %10.3f %10.3f %12.0f %12.0f %8llu\n", name.c_str(),
+                   f.makespan_s, static_cast<unsigned long long>(f.prefill_tokens), f.hit_rate,
+                   f.light_ttft_p50_s, f.light_ttft_p99_s, f.service_diff, f.windowed_service_diff,
+                   static_cast<unsigned long long>(f.preemptions));
 }
 
 json aimsJson(const std::vector<Aim>& aims) {
@@ -229,22 +238,22 @@ json aimsJson(const std::vector<Aim>& aims) {
   return out;
 }
 
-std::string aimsTable(const std::vector<Aim>& aims) {
-  std::string out;
+// The policies' rows under `intro` and the table's head, the aims below.
+std::string policyTable(const std::string& intro, const std::string& rows,
+                        const std::vector<Aim>& aims) {
+  std::string out = intro +
+                    "policy        total (s)      prefill  hit rate  light TTFT  light TTFT       "
+                    "service      windowed  preempt\n"
+                    "                            tokens              p50 (s)     p99 (s)    "
+                    "difference    (max, VTC)\n" +
+                    rows;
+  if (!aims.empty()) out += "\n";
   for (const Aim& a : aims) {
-    char line[300];
-    std::snprintf(line, sizeof line, "%-58s %6.3f (%s %.2f): %s\n", a.what.c_str(), a.value,
-                  a.at_most ? "aim <=" : "aim >=", a.target, a.met() ? "MET" : "MISS");
-    out += line;
+    out += formatted("%-58s %6.3f (%s %.2f): %s\n", a.what.c_str(), a.value,
+                     a.at_most ? "aim <=" : "aim >=", a.target, a.met() ? "MET" : "MISS");
   }
   return out;
 }
-
-constexpr const char* kTableHead =
-    "policy        total (s)      prefill  hit rate  light TTFT  light TTFT       service  "
-    "    windowed  preempt\n"
-    "                            tokens              p50 (s)     p99 (s)    difference  "
-    "  (max, VTC)\n";
 
 // A submission slot holds this many prompt tokens with room for the
 // parameters (shm::Geometry::prompt_tokens_per_slot words in all).
@@ -324,10 +333,8 @@ ScenarioResult runReplicaComparison(const config::Config& cfg,
     json per = agreementOf(std::get<ReplayRun>(run), std::get<ReplayRun>(real), slack_ms, &within,
                            &tenants);
     agreement[toString(p)] = {{"tenants", tenants}, {"agree", within}, {"per_tenant", per}};
-    char line[200];
-    std::snprintf(line, sizeof line, "%-12s %d of %d tenants agree with the model\n", toString(p),
-                  within, tenants);
-    real_rows += line;
+    real_rows +=
+        formatted("%-12s %d of %d tenants agree with the model\n", toString(p), within, tenants);
   }
   const std::vector<Aim> aims = aimsOf(by);
   ScenarioReport report;
@@ -343,25 +350,18 @@ ScenarioResult runReplicaComparison(const config::Config& cfg,
                  {"prompts_cut", cut},
                  {"policies", per_policy},
                  {"aims", aimsJson(aims)}};
-  char head[400];
-  std::snprintf(head, sizeof head,
-                "replay on %u engines, each caching %llu blocks of %u tokens (the trace shares "
-                "%zu distinct blocks); %zu requests; prefix placement within (1 + %.2f) x the "
-                "mean load\n\n",
-                loc.replicas, static_cast<unsigned long long>(loc.cache_blocks), loc.block_tokens,
-                shared.size(), trace.size(), loc.load_slack);
-  report.table = head;
+  std::string intro = formatted(
+      "replay on %u engines, each caching %llu blocks of %u tokens (the trace shares %zu "
+      "distinct blocks); %zu requests; prefix placement within (1 + %.2f) x the mean load\n\n",
+      loc.replicas, static_cast<unsigned long long>(loc.cache_blocks), loc.block_tokens,
+      shared.size(), trace.size(), loc.load_slack);
   if (cut != 0) {
-    char note[200];
-    std::snprintf(note, sizeof note,
-                  "(%zu prompts cut to %u tokens, what a client's submission slot holds, in "
-                  "the model too)\n\n",
-                  cut, kSlotPromptTokens);
-    report.table += note;
+    intro += formatted(
+        "(%zu prompts cut to %u tokens, what a client's submission slot holds, in the model "
+        "too)\n\n",
+        cut, kSlotPromptTokens);
   }
-  report.table += kTableHead;
-  report.table += rows;
-  if (!aims.empty()) report.table += "\n" + aimsTable(aims);
+  report.table = policyTable(intro, rows, aims);
   if (options.real) {
     // Real processes: the same policies but the router's (hit rate: tokens
     // the engines found cached ÷ prompt tokens they took; preemptions: as
@@ -371,16 +371,12 @@ ScenarioResult runReplicaComparison(const config::Config& cfg,
                            {"agreement", agreement},
                            {"agreement_slack_ms", slack_ms},
                            {"aims", aimsJson(real_aims)}};
-    char line[300];
-    std::snprintf(line, sizeof line,
-                  "\nthrough real processes (a fairschedd, %u reference workers with their prefix "
-                  "caches, a client process per tenant; a tenant agrees when its mean latency "
-                  "and TTFT p50 are within 50 %% + %.0f ms of the model's):\n\n",
-                  loc.replicas, slack_ms);
-    report.table += line;
-    report.table += kTableHead;
-    report.table += real_rows;
-    if (!real_aims.empty()) report.table += "\n" + aimsTable(real_aims);
+    report.table += policyTable(
+        formatted("\nthrough real processes (a fairschedd, %u reference workers with their "
+                  "prefix caches, a client process per tenant; a tenant agrees when its mean "
+                  "latency and TTFT p50 are within 50 %% + %.0f ms of the model's):\n\n",
+                  loc.replicas, slack_ms),
+        real_rows, real_aims);
   }
   return report;
 }
