@@ -261,6 +261,7 @@ TEST_F(PrefixRouting, AReloadResizesWhatTheDaemonRemembersOfAttachedWorkersCache
   auto write = [&](const std::string& worker_keys) {
     testing::DaemonConfigText c;
     c.socket = socket();
+    c.test_event_loop = true;  // the loop under test, in the file a reload reads too
     c.body =
         "[endpoints.chat]\nexecutor = \"worker\"\nmax_output_tokens = 64\n"
         "[endpoints.chat.worker]\nrouting = \"prefix\"\n" +
