@@ -225,6 +225,7 @@ void DaemonBridge::onCompletion(Completion c) {
   const std::uint64_t used = std::uint64_t{prompt} + c.output_tokens;
   const std::uint64_t reserved = std::uint64_t{ex->req.prompt_tokens} + ex->req.max_tokens;
   limits_.refund(ex->tenant, ex->sent, refused, reserved > used ? reserved - used : 0);
+  if (ex->settled.load(std::memory_order_acquire)) return;  // answered: nobody waits for it
   atHome(ex, [c = std::move(c)](Exchange& e) mutable {
     e.final = std::move(c);
     e.notify();

@@ -12,6 +12,7 @@
 // tenant, route, req's counts, sent) is read anywhere.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -53,6 +54,10 @@ struct Exchange {
   std::uint32_t emitted = 0;
   UpstreamCall* upstream = nullptr;  // while the upstream call is open
   asio::steady_timer wake;           // cancelled on every change above
+  // Set on the home thread once the exchange ran and its assignment ended
+  // (nothing waits on it any more): the bridge need not post the daemon's
+  // final completion to it. Read on the bridge's thread.
+  std::atomic<bool> settled{false};
 };
 
 }  // namespace fairsched::gateway

@@ -76,6 +76,9 @@ awaitable<bool> Relay::generate(Caller& c, const ApiKeyConfig& key, Route route,
   }
   const bool keep = co_await runUpstream(c, *ex);
   c.endWatch();
+  // It ran and its assignment is ended: what the daemon says of it now
+  // changes nothing here.
+  if (ex->worker_finished) ex->settled.store(true, std::memory_order_release);
   co_return keep && !ex->caller_gone;
 }
 
