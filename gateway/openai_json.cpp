@@ -8,64 +8,137 @@
 #include <vector>
 
 #include "fairsched/prefix_hash.hpp"
+#include "gateway/json_scan.hpp"
 
 namespace fairsched::gateway {
 
 namespace {
 
 using nlohmann::json;
+using Scan = JsonScan;
+using Type = JsonScan::Type;
 
-std::uint64_t textBytes(const json& v) {
-  if (v.is_string()) return v.get_ref<const std::string&>().size();
-  std::uint64_t n = 0;
-  if (v.is_array()) {
-    for (const json& e : v) {
-      if (e.is_string()) {
-        n += e.get_ref<const std::string&>().size();
-      } else if (e.is_object()) {  // content parts: {"type":"text","text":...}
-        if (auto t = e.find("text"); t != e.end() && t->is_string()) {
-          n += t->get_ref<const std::string&>().size();
-        }
-      } else if (e.is_number_integer()) {  // a prompt given as token ids
-        n += 4;
-      } else if (e.is_array()) {
-        n += textBytes(e);
-      }
-    }
+// One value of the body, as written (checked already: the whole body was).
+struct Val {
+  Type type = Type::kBad;
+  std::string_view text;
+  bool is(Type t) const { return type == t; }
+};
+
+// The next value of `s`, skipped.
+Val take(Scan& s) {
+  Val v{s.peek(), {}};
+  const std::size_t from = s.pos();
+  if (!s.skip()) return {};
+  v.text = s.text().substr(from, s.pos() - from);
+  return v;
+}
+
+template <class F>
+void eachItem(const Val& array, F&& f) {
+  if (!array.is(Type::kArray)) return;
+  Scan s(array.text);
+  s.enterArray();
+  while (s.nextItem()) f(take(s));
+}
+
+std::size_t itemCount(const Val& array) {
+  std::size_t n = 0;
+  eachItem(array, [&](const Val&) { ++n; });
+  return n;
+}
+
+// An object's member `key` (the last, when given twice), if any.
+std::optional<Val> member(const Val& object, std::string_view key) {
+  if (!object.is(Type::kObject)) return std::nullopt;
+  std::optional<Val> found;
+  Scan s(object.text);
+  s.enterObject();
+  std::string_view k;
+  while (s.nextMember(k)) {
+    const Val v = take(s);
+    if (Scan::keyIs(k, key)) found = v;
   }
+  return found;
+}
+
+std::string_view rawString(const Val& v) {
+  return v.text.substr(1, v.text.size() - 2);
+}
+
+// A string value's text, escapes decoded.
+std::string str(const Val& v) {
+  const std::string_view raw = rawString(v);
+  return raw.find('\\') == std::string_view::npos ? std::string(raw) : Scan::decode(raw);
+}
+std::uint64_t strBytes(const Val& v) {
+  const std::string_view raw = rawString(v);
+  return raw.find('\\') == std::string_view::npos ? raw.size() : Scan::decode(raw).size();
+}
+
+std::optional<std::uint64_t> asUnsigned(const Val& v) {
+  return v.is(Type::kNumber) ? Scan::unsignedValue(v.text) : std::nullopt;
+}
+std::optional<std::int64_t> asInteger(const Val& v) {
+  return v.is(Type::kNumber) ? Scan::integerValue(v.text) : std::nullopt;
+}
+bool isInteger(const Val& v) {
+  return asInteger(v) || asUnsigned(v);
+}
+bool isNull(const Val& v) {
+  return v.is(Type::kLiteral) && v.text == "null";
+}
+
+std::uint64_t textBytes(const Val& v) {
+  if (v.is(Type::kString)) return strBytes(v);
+  std::uint64_t n = 0;
+  eachItem(v, [&](const Val& e) {
+    if (e.is(Type::kString)) {
+      n += strBytes(e);
+    } else if (e.is(Type::kObject)) {  // content parts: {"type":"text","text":...}
+      if (auto t = member(e, "text"); t && t->is(Type::kString)) n += strBytes(*t);
+    } else if (isInteger(e)) {  // a prompt given as token ids
+      n += 4;
+    } else if (e.is(Type::kArray)) {
+      n += textBytes(e);
+    }
+  });
   return n;
 }
 
 // Feeds a message's or prompt's text content to `h` (a string, or the text
 // of its parts in order).
-void feedText(const json& v, TextPrefixHasher& h) {
-  if (v.is_string()) {
-    h.feed(v.get_ref<const std::string&>());
-  } else if (v.is_array()) {
-    for (const json& e : v) {
-      if (e.is_string()) {
-        h.feed(e.get_ref<const std::string&>());
-      } else if (e.is_object()) {
-        if (auto t = e.find("text"); t != e.end() && t->is_string()) {
-          h.feed(t->get_ref<const std::string&>());
-        }
-      }
-    }
+void feedText(const Val& v, TextPrefixHasher& h) {
+  if (v.is(Type::kString)) {
+    h.feed(str(v));
+    return;
   }
+  eachItem(v, [&](const Val& e) {
+    if (e.is(Type::kString)) {
+      h.feed(str(e));
+    } else if (e.is(Type::kObject)) {
+      if (auto t = member(e, "text"); t && t->is(Type::kString)) h.feed(str(*t));
+    }
+  });
 }
 
 // A completion's prompt as token ids (an array of them, or an array of one
 // such array), when it is one.
-std::optional<std::vector<std::uint32_t>> promptIds(const json& p) {
-  const json* a = &p;
-  if (p.is_array() && p.size() == 1 && p[0].is_array()) a = &p[0];
-  if (!a->is_array() || a->empty()) return std::nullopt;
-  std::vector<std::uint32_t> ids;
-  ids.reserve(a->size());
-  for (const json& t : *a) {
-    if (!t.is_number_unsigned() || t.get<std::uint64_t>() > UINT32_MAX) return std::nullopt;
-    ids.push_back(static_cast<std::uint32_t>(t.get<std::uint64_t>()));
+std::optional<std::vector<std::uint32_t>> promptIds(const Val& p) {
+  Val a = p;
+  if (itemCount(p) == 1) {
+    eachItem(p, [&](const Val& only) {
+      if (only.is(Type::kArray)) a = only;
+    });
   }
+  std::vector<std::uint32_t> ids;
+  bool all = a.is(Type::kArray);
+  eachItem(a, [&](const Val& t) {
+    const std::optional<std::uint64_t> id = asUnsigned(t);
+    if (!id || *id > UINT32_MAX) all = false;
+    if (all) ids.push_back(static_cast<std::uint32_t>(*id));
+  });
+  if (!all || ids.empty()) return std::nullopt;
   return ids;
 }
 
@@ -73,91 +146,182 @@ std::uint32_t clampTokens(std::uint64_t v) {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(v, 1u << 30));
 }
 
+// The body's top-level members, each as written: the upstream gets them
+// again in their order, less those the gateway sets itself.
+struct Member {
+  std::string_view key;   // raw
+  std::string_view text;  // "key":value as written
+  Val value;
+};
+
+// The members of the body, or an error when it is not a JSON object.
+std::variant<std::vector<Member>, BodyError> bodyMembers(std::string_view body) {
+  Scan s(body);
+  if (s.peek() != Type::kObject) {
+    return s.skip() && s.end() ? BodyError{"the request body must be a JSON object", ""}
+                               : BodyError{"the request body is not valid JSON", ""};
+  }
+  std::vector<Member> out;
+  out.reserve(16);
+  s.enterObject();
+  std::string_view k;
+  while (s.nextMember(k)) {
+    const auto from = static_cast<std::size_t>(k.data() - body.data()) - 1;  // its '"'
+    Member m{k, {}, take(s)};
+    m.text = body.substr(from, s.pos() - from);
+    out.push_back(m);
+  }
+  if (!s.end()) return BodyError{"the request body is not valid JSON", ""};
+  return out;
+}
+
+// The last member named `key`.
+std::optional<Val> find(const std::vector<Member>& ms, std::string_view key) {
+  for (auto it = ms.rbegin(); it != ms.rend(); ++it) {
+    if (Scan::keyIs(it->key, key)) return it->value;
+  }
+  return std::nullopt;
+}
+
+// The body again: its members less every one named in `drop`, then `add`
+// (members as written; empty ones left out).
+std::string rebuild(const std::vector<Member>& ms, std::initializer_list<std::string_view> drop,
+                    std::initializer_list<std::string_view> add) {
+  std::string out = "{";
+  const auto append = [&](std::string_view m) {
+    if (out.size() > 1) out += ',';
+    out += m;
+  };
+  for (const Member& m : ms) {
+    if (std::none_of(drop.begin(), drop.end(),
+                     [&](std::string_view d) { return !d.empty() && Scan::keyIs(m.key, d); })) {
+      append(m.text);
+    }
+  }
+  for (const std::string_view m : add) {
+    if (!m.empty()) append(m);
+  }
+  out += '}';
+  return out;
+}
+
 // /v1/embeddings: "input" is a string, an array of strings, an array of
 // token ids or an array of such arrays. Nothing is generated: the request
 // reserves its input alone (max_tokens 0) and is never streamed.
-std::variant<GenerateRequest, BodyError> embeddingsRequest(json j, GenerateRequest r) {
+std::variant<GenerateRequest, BodyError> embeddingsRequest(const std::vector<Member>& ms,
+                                                           GenerateRequest r) {
   if (r.stream) return BodyError{"embeddings are not streamed", "stream"};
-  const auto in = j.find("input");
-  if (in == j.end()) return BodyError{"'input' is required", "input"};
-  const auto tokenIds = [](const json& a) {
-    return a.is_array() && !a.empty() &&
-           std::all_of(a.begin(), a.end(), [](const json& t) { return t.is_number_unsigned(); });
+  const std::optional<Val> in = find(ms, "input");
+  if (!in) return BodyError{"'input' is required", "input"};
+  const auto tokenIds = [](const Val& a) {
+    bool all = a.is(Type::kArray);
+    eachItem(a, [&](const Val& t) { all = all && asUnsigned(t).has_value(); });
+    return all && itemCount(a) > 0;
   };
   std::uint64_t tokens = 0;
-  if (in->is_string()) {
-    tokens = (in->get_ref<const std::string&>().size() + 3) / 4;
+  if (in->is(Type::kString)) {
+    tokens = (strBytes(*in) + 3) / 4;
   } else if (tokenIds(*in)) {
-    tokens = in->size();
-  } else if (in->is_array() && !in->empty()) {
-    for (const json& item : *in) {
-      if (item.is_string()) {
-        tokens += std::max<std::uint64_t>(1, (item.get_ref<const std::string&>().size() + 3) / 4);
+    tokens = itemCount(*in);
+  } else if (in->is(Type::kArray) && itemCount(*in) > 0) {
+    bool usable = true;
+    eachItem(*in, [&](const Val& item) {
+      if (item.is(Type::kString)) {
+        tokens += std::max<std::uint64_t>(1, (strBytes(item) + 3) / 4);
       } else if (tokenIds(item)) {
-        tokens += item.size();
+        tokens += itemCount(item);
       } else {
-        return BodyError{
-            "'input' must be a string, an array of strings, an array of token ids or an array of "
-            "such arrays",
-            "input"};
+        usable = false;
       }
+    });
+    if (!usable) {
+      return BodyError{
+          "'input' must be a string, an array of strings, an array of token ids or an array of "
+          "such arrays",
+          "input"};
     }
   } else {
     return BodyError{"'input' must be a non-empty string or array", "input"};
   }
   r.prompt_tokens = clampTokens(std::max<std::uint64_t>(1, tokens));
   r.max_tokens = 0;
-  r.upstream_body = j.dump();
+  r.upstream_body = rebuild(ms, {"priority"}, {});
   return r;
+}
+
+// The upstream's stream_options: the caller's, include_usage set (the
+// caller's own choice noted in `r`). `so`: the caller's, an object or none.
+std::string streamOptions(const std::optional<Val>& so, GenerateRequest& r) {
+  std::string out = "\"stream_options\":{";
+  if (so && so->is(Type::kObject)) {
+    Scan s(so->text);
+    s.enterObject();
+    std::string_view k;
+    while (s.nextMember(k)) {
+      const auto from = static_cast<std::size_t>(k.data() - so->text.data()) - 1;
+      const Val v = take(s);
+      if (Scan::keyIs(k, "include_usage")) {
+        if (v.is(Type::kLiteral) && !isNull(v)) r.caller_wants_usage = v.text == "true";
+        continue;
+      }
+      out += so->text.substr(from, s.pos() - from);
+      out += ',';
+    }
+  }
+  out += "\"include_usage\":true}";
+  return out;
 }
 
 }  // namespace
 
+// One scan of the body, building nothing of it: the fields below are read
+// as written, and the upstream's body is the caller's members again, less
+// those the gateway sets (priority, the max_tokens key, stream_options).
 std::variant<GenerateRequest, BodyError> parseGenerateRequest(Route route, std::string_view body,
                                                               std::uint32_t default_max_tokens,
                                                               std::uint32_t max_output_tokens,
                                                               const PrefixOptions& prefix) {
-  json j = json::parse(body.begin(), body.end(), nullptr, false);
-  if (j.is_discarded()) return BodyError{"the request body is not valid JSON", ""};
-  if (!j.is_object()) return BodyError{"the request body must be a JSON object", ""};
+  auto parsed = bodyMembers(body);
+  if (auto* e = std::get_if<BodyError>(&parsed)) return std::move(*e);
+  const std::vector<Member>& ms = std::get<std::vector<Member>>(parsed);
   GenerateRequest r;
-  if (auto m = j.find("model"); m != j.end()) {
-    if (!m->is_string()) return BodyError{"'model' must be a string", "model"};
-    r.model = m->get<std::string>();
+  if (auto m = find(ms, "model")) {
+    if (!m->is(Type::kString)) return BodyError{"'model' must be a string", "model"};
+    r.model = str(*m);
   }
-  if (auto s = j.find("stream"); s != j.end() && !s->is_null()) {
-    if (!s->is_boolean()) return BodyError{"'stream' must be a boolean", "stream"};
-    r.stream = s->get<bool>();
+  if (auto s = find(ms, "stream"); s && !isNull(*s)) {
+    if (!s->is(Type::kLiteral)) return BodyError{"'stream' must be a boolean", "stream"};
+    r.stream = s->text == "true";
   }
   // An engine's scheduling priority (vLLM, SGLang): kept apart, so that an
   // upstream with engine_priority set gets the gateway's instead.
-  if (auto p = j.find("priority"); p != j.end()) {
-    if (!p->is_null()) {
-      if (!p->is_number_integer()) return BodyError{"'priority' must be an integer", "priority"};
-      r.caller_priority = p->get<std::int64_t>();
-    }
-    j.erase(p);
+  if (auto p = find(ms, "priority"); p && !isNull(*p)) {
+    const std::optional<std::int64_t> v = asInteger(*p);
+    if (!v) return BodyError{"'priority' must be an integer", "priority"};
+    r.caller_priority = *v;
   }
-  if (auto n = j.find("n"); n != j.end() && !n->is_null()) {
-    if (!n->is_number_integer() || n->get<std::int64_t>() != 1) {
-      return BodyError{"only n = 1 is supported", "n"};
-    }
+  if (auto n = find(ms, "n"); n && !isNull(*n) && asInteger(*n) != 1) {
+    return BodyError{"only n = 1 is supported", "n"};
   }
-  if (auto b = j.find("best_of"); b != j.end() && !b->is_null()) {
-    if (!b->is_number_integer() || b->get<std::int64_t>() != 1) {
-      return BodyError{"only best_of = 1 is supported", "best_of"};
-    }
+  if (auto b = find(ms, "best_of"); b && !isNull(*b) && asInteger(*b) != 1) {
+    return BodyError{"only best_of = 1 is supported", "best_of"};
   }
   std::uint64_t bytes = 0;
   std::uint64_t overhead = 0;
-  if (route == Route::kEmbeddings) return embeddingsRequest(std::move(j), std::move(r));
+  if (route == Route::kEmbeddings) return embeddingsRequest(ms, std::move(r));
   if (route == Route::kCompletions) {
-    auto p = j.find("prompt");
-    if (p == j.end() || !(p->is_string() || p->is_array())) {
+    const std::optional<Val> p = find(ms, "prompt");
+    if (!p || !(p->is(Type::kString) || p->is(Type::kArray))) {
       return BodyError{"'prompt' must be a string or an array", "prompt"};
     }
-    if (p->is_array() && !p->empty() && (*p)[0].is_string() && p->size() > 1) {
-      return BodyError{"only one prompt per request is supported", "prompt"};
+    if (itemCount(*p) > 1) {
+      bool first = true;
+      bool first_is_string = false;
+      eachItem(*p, [&](const Val& e) {
+        if (first) first_is_string = e.is(Type::kString);
+        first = false;
+      });
+      if (first_is_string) return BodyError{"only one prompt per request is supported", "prompt"};
     }
     bytes = textBytes(*p);
     if (prefix.block_bytes > 0) {
@@ -170,220 +334,200 @@ std::variant<GenerateRequest, BodyError> parseGenerateRequest(Route route, std::
       }
     }
   } else {
-    auto m = j.find("messages");
-    if (m == j.end() || !m->is_array() || m->empty()) {
+    const std::optional<Val> m = find(ms, "messages");
+    if (!m || !m->is(Type::kArray) || itemCount(*m) == 0) {
       return BodyError{"'messages' must be a non-empty array", "messages"};
     }
     TextPrefixHasher h(prefix.block_bytes > 0 ? prefix.block_bytes : 1,
                        prefix.block_bytes > 0 ? prefix.max_blocks : 0);
-    for (const json& msg : *m) {
-      if (!msg.is_object()) return BodyError{"each message must be an object", "messages"};
-      if (auto role = msg.find("role"); role != msg.end() && role->is_string()) {
-        h.feed(role->get_ref<const std::string&>());
-      }
+    bool objects = true;
+    eachItem(*m, [&](const Val& msg) {
+      objects = objects && msg.is(Type::kObject);
+      if (!objects) return;
+      if (auto role = member(msg, "role"); role && role->is(Type::kString)) h.feed(str(*role));
       h.feed("\x1f");
-      if (auto c = msg.find("content"); c != msg.end()) {
+      if (auto c = member(msg, "content")) {
         bytes += textBytes(*c);
         feedText(*c, h);
       }
       h.feed("\x1e");
       overhead += 4;
-    }
+    });
+    if (!objects) return BodyError{"each message must be an object", "messages"};
     r.prefix = std::move(h.hashes());
   }
   r.prompt_tokens = clampTokens(std::max<std::uint64_t>(1, (bytes + 3) / 4 + overhead));
 
   // max_tokens (and chat's max_completion_tokens): the reservation, and what
   // the upstream is told, so it never produces more than was reserved.
-  const char* key = "max_tokens";
-  auto mt = j.find("max_tokens");
+  std::string key = "max_tokens";
+  std::optional<Val> mt = find(ms, key);
   if (route == Route::kChatCompletions) {
-    if (auto mct = j.find("max_completion_tokens"); mct != j.end() && !mct->is_null()) {
+    if (auto mct = find(ms, "max_completion_tokens"); mct && !isNull(*mct)) {
       mt = mct;
       key = "max_completion_tokens";
     }
   }
-  if (mt != j.end() && !mt->is_null()) {
-    if (!mt->is_number_integer() || mt->get<std::int64_t>() < 1 ||
-        mt->get<std::int64_t>() > std::numeric_limits<std::int32_t>::max()) {
-      return BodyError{std::string("'") + key + "' must be a positive integer", key};
+  if (mt && !isNull(*mt)) {
+    const std::optional<std::int64_t> v = asInteger(*mt);
+    if (!v || *v < 1 || *v > std::numeric_limits<std::int32_t>::max()) {
+      return BodyError{"'" + key + "' must be a positive integer", key};
     }
-    r.max_tokens = static_cast<std::uint32_t>(mt->get<std::int64_t>());
+    r.max_tokens = static_cast<std::uint32_t>(*v);
   } else {
     r.max_tokens = default_max_tokens;
     if (max_output_tokens != 0) r.max_tokens = std::min(r.max_tokens, max_output_tokens);
   }
   if (max_output_tokens != 0 && r.max_tokens > max_output_tokens) {
-    return BodyError{std::string("'") + key + "' is above this endpoint's limit of " +
-                         std::to_string(max_output_tokens),
-                     key};
+    return BodyError{
+        "'" + key + "' is above this endpoint's limit of " + std::to_string(max_output_tokens),
+        key};
   }
-  j[key] = r.max_tokens;
+  const std::string max_member = "\"" + key + "\":" + std::to_string(r.max_tokens);
 
+  // Streamed: the upstream is always asked for the usage chunk.
+  std::string options;
   if (r.stream) {
-    auto so = j.find("stream_options");
-    if (so != j.end() && !so->is_null() && !so->is_object()) {
+    const std::optional<Val> so = find(ms, "stream_options");
+    if (so && !isNull(*so) && !so->is(Type::kObject)) {
       return BodyError{"'stream_options' must be an object", "stream_options"};
     }
-    if (so != j.end() && so->is_object()) {
-      if (auto iu = so->find("include_usage"); iu != so->end() && iu->is_boolean()) {
-        r.caller_wants_usage = iu->get<bool>();
-      }
-    }
-    j["stream_options"]["include_usage"] = true;
+    options = streamOptions(so, r);
   }
-  r.upstream_body = j.dump();
+  r.upstream_body =
+      rebuild(ms, {"priority", key, r.stream ? "stream_options" : ""}, {max_member, options});
   return r;
 }
 
 namespace {
 
-std::optional<Usage> usageOf(const json& j) {
-  auto u = j.find("usage");
-  if (u == j.end() || !u->is_object()) return std::nullopt;
-  Usage out;
-  if (auto p = u->find("prompt_tokens"); p != u->end() && p->is_number_unsigned()) {
-    out.prompt_tokens = clampTokens(p->get<std::uint64_t>());
+// The counts of a usage object, the scan just inside it. A count that is
+// not an unsigned integer reads 0; of a key given twice, the last counts.
+Usage readUsage(Scan& s) {
+  Usage u;
+  std::string_view k;
+  while (s.nextMember(k)) {
+    std::uint32_t* field = Scan::keyIs(k, "prompt_tokens")       ? &u.prompt_tokens
+                           : Scan::keyIs(k, "completion_tokens") ? &u.completion_tokens
+                                                                 : nullptr;
+    if (field == nullptr || s.peek() != Scan::Type::kNumber) {
+      if (field != nullptr) *field = 0;
+      if (!s.skip()) break;
+      continue;
+    }
+    std::string_view num;
+    s.number(num);
+    const std::optional<std::uint64_t> v = Scan::unsignedValue(num);
+    *field = v ? clampTokens(*v) : 0;
   }
-  if (auto c = u->find("completion_tokens"); c != u->end() && c->is_number_unsigned()) {
-    out.completion_tokens = clampTokens(c->get<std::uint64_t>());
+  return u;
+}
+
+// A root member named "usage": its counts when it is an object, none else
+// (the last such member counts).
+void readUsageMember(Scan& s, std::optional<Usage>& usage) {
+  if (s.peek() == Scan::Type::kObject) {
+    s.enterObject();
+    usage = readUsage(s);
+  } else {
+    usage.reset();
+    s.skip();
   }
-  return out;
+}
+
+// A non-empty string value (the scan at the value), else the value skipped.
+bool nonEmptyString(Scan& s) {
+  std::string_view v;
+  if (s.peek() == Scan::Type::kString) return s.string(v) && !v.empty();
+  s.skip();
+  return false;
+}
+
+// A choice's delta: text in content or reasoning_content, or a tool call.
+void readDelta(Scan& s, StreamChunk& c) {
+  std::string_view k;
+  while (s.nextMember(k)) {
+    if (Scan::keyIs(k, "content") || Scan::keyIs(k, "reasoning_content")) {
+      if (nonEmptyString(s)) c.has_text = true;
+    } else if (Scan::keyIs(k, "tool_calls") && s.peek() == Scan::Type::kArray) {
+      s.enterArray();
+      while (s.nextItem()) {
+        c.has_text = true;
+        if (!s.skip()) return;
+      }
+    } else if (!s.skip()) {
+      return;
+    }
+  }
+}
+
+// One item of root.choices: text, or a delta that carries some.
+void readChoice(Scan& s, StreamChunk& c) {
+  if (s.peek() != Scan::Type::kObject) {
+    s.skip();
+    return;
+  }
+  s.enterObject();
+  std::string_view k;
+  while (s.nextMember(k)) {
+    if (Scan::keyIs(k, "text")) {
+      if (nonEmptyString(s)) c.has_text = true;
+    } else if (Scan::keyIs(k, "delta") && s.peek() == Scan::Type::kObject) {
+      s.enterObject();
+      readDelta(s, c);
+    } else if (!s.skip()) {
+      return;
+    }
+  }
 }
 
 }  // namespace
 
-namespace {
-
-// parseStreamChunk's reader: nlohmann's SAX interface, so an event is
-// scanned once without building a document (an SSE stream has one event
-// per token). It follows the path of each value and keeps what the chunk
-// says: root.error, root.usage.{prompt,completion}_tokens, root.choices[]
-// and in each choice text, delta.content, delta.reasoning_content and
-// delta.tool_calls[].
-class ChunkReader {
- public:
-  using string_t = json::string_t;
-  using binary_t = json::binary_t;
-
-  StreamChunk result() && {
-    if (!ok_) return {};
-    c_.valid = true;
-    c_.usage_only = choices_ == 0 && c_.usage.has_value();
-    return std::move(c_);
-  }
-
-  bool null() { return value(); }
-  bool boolean(bool) { return value(); }
-  bool number_integer(json::number_integer_t) { return value(); }
-  bool number_unsigned(json::number_unsigned_t v) {
-    if (at(2) && in(0, "usage") && c_.usage && !stack_[1].array) {
-      if (keyAt(1) == "prompt_tokens") c_.usage->prompt_tokens = clampTokens(v);
-      if (keyAt(1) == "completion_tokens") c_.usage->completion_tokens = clampTokens(v);
-    }
-    return value();
-  }
-  bool number_float(json::number_float_t, const string_t&) { return value(); }
-  bool string(string_t& v) {
-    if (!v.empty() && inChoice(3) && keyAt(2) == "text") c_.has_text = true;
-    if (!v.empty() && at(4) && inDelta() &&
-        (keyAt(3) == "content" || keyAt(3) == "reasoning_content")) {
-      c_.has_text = true;
-    }
-    return value();
-  }
-  bool binary(binary_t&) { return value(); }
-  bool start_object(std::size_t) {
-    if (stack_.empty()) {  // the root: an object, or not a chunk
-      if (seen_root_) return false;
-      seen_root_ = true;
-      stack_.push_back(Frame{false, {}, 0});
-      return true;
-    }
-    if (at(1) && keyAt(0) == "usage") c_.usage = Usage{};
-    if (!value()) return false;
-    stack_.push_back(Frame{false, {}, 0});
-    return true;
-  }
-  bool key(string_t& k) {
-    stack_.back().key.assign(k);
-    if (at(1) && k == "error") c_.is_error = true;
-    return true;
-  }
-  bool end_object() {
-    stack_.pop_back();
-    if (stack_.empty()) ok_ = true;
-    return true;
-  }
-  bool start_array(std::size_t) {
-    if (stack_.empty()) return false;  // an array is not a chunk
-    if (!value()) return false;
-    stack_.push_back(Frame{true, {}, 0});
-    return true;
-  }
-  bool end_array() {
-    stack_.pop_back();
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
-    return false;
-  }
-
- private:
-  struct Frame {
-    bool array = false;
-    std::string key;  // an object's current key
-    std::size_t items = 0;
-  };
-
-  // A value arrives in the innermost container.
-  bool value() {
-    if (stack_.empty()) return false;  // a bare value is not a chunk
-    Frame& top = stack_.back();
-    if (!top.array) return true;
-    ++top.items;
-    if (at(2) && in(0, "choices")) ++choices_;                          // a choice
-    if (stack_.size() == 5 && inDelta() && keyAt(3) == "tool_calls") {  // a tool call
-      c_.has_text = true;
-    }
-    return true;
-  }
-  // The stack is `depth` frames deep.
-  bool at(std::size_t depth) const { return stack_.size() == depth; }
-  const std::string& keyAt(std::size_t i) const { return stack_[i].key; }
-  // Frame i is an object whose current key is `k`.
-  bool in(std::size_t i, std::string_view k) const {
-    return stack_.size() > i && !stack_[i].array && stack_[i].key == k;
-  }
-  // Inside a choice object, `depth` frames deep (root, choices[], the choice, ...).
-  bool inChoice(std::size_t depth) const {
-    return stack_.size() == depth && in(0, "choices") && stack_[1].array && !stack_[2].array;
-  }
-  // Directly inside a choice's delta object (or one level below it, for tool_calls).
-  bool inDelta() const {
-    return stack_.size() >= 4 && in(0, "choices") && stack_[1].array && in(2, "delta") &&
-           !stack_[3].array;
-  }
-
-  std::vector<Frame> stack_;
-  StreamChunk c_;
-  std::size_t choices_ = 0;
-  bool seen_root_ = false;
-  bool ok_ = false;
-};
-
-}  // namespace
-
+// One scan of the event, building nothing (a stream has one event per
+// token): root.error, root.usage, root.choices[] and in each choice text,
+// delta.content, delta.reasoning_content and delta.tool_calls[].
 StreamChunk parseStreamChunk(std::string_view payload) {
-  ChunkReader r;
-  if (!json::sax_parse(payload.begin(), payload.end(), &r)) return {};
-  return std::move(r).result();
+  Scan s(payload);
+  StreamChunk c;
+  std::size_t choices = 0;
+  if (!s.enterObject()) return {};
+  std::string_view k;
+  while (s.nextMember(k)) {
+    if (Scan::keyIs(k, "error")) {
+      c.is_error = true;
+      s.skip();
+    } else if (Scan::keyIs(k, "usage")) {
+      readUsageMember(s, c.usage);
+    } else if (Scan::keyIs(k, "choices") && s.peek() == Scan::Type::kArray) {
+      s.enterArray();
+      while (s.nextItem()) {
+        ++choices;
+        readChoice(s, c);
+      }
+    } else {
+      s.skip();
+    }
+  }
+  if (!s.end()) return {};
+  c.valid = true;
+  c.usage_only = choices == 0 && c.usage.has_value();
+  return c;
 }
 
 std::optional<Usage> parseResponseUsage(std::string_view body) {
-  json j = json::parse(body.begin(), body.end(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;
-  return usageOf(j);
+  Scan s(body);
+  std::optional<Usage> usage;
+  if (!s.enterObject()) return std::nullopt;
+  std::string_view k;
+  while (s.nextMember(k)) {
+    if (Scan::keyIs(k, "usage")) {
+      readUsageMember(s, usage);
+    } else {
+      s.skip();
+    }
+  }
+  if (!s.end()) return std::nullopt;
+  return usage;
 }
 
 std::string errorJson(std::string_view message, std::string_view type, std::string_view param,

@@ -302,8 +302,8 @@ awaitable<bool> Relay::endWhole(Caller& c, Exchange& ex, UpstreamCall& up, Relay
   }
   if (r.status == 200) {
     const std::optional<Usage> us = parseResponseUsage(r.whole);
+    // The finish charges the output (nothing was streamed: no token is emitted).
     const std::uint32_t output = us ? us->completion_tokens : 0;
-    bridge_.emitTokens(ex, output);
     bridge_.finish(ex, Status::kOk, output, "", us ? us->prompt_tokens : 0);
   } else {
     const std::string why = "upstream answered HTTP " + std::to_string(r.status);

@@ -280,7 +280,92 @@ TEST(ParseStreamChunk, AgreesWithTheWholeDocumentOnRandomChunks) {
       ASSERT_EQ(got.usage->prompt_tokens, want.usage->prompt_tokens) << text;
       ASSERT_EQ(got.usage->completion_tokens, want.usage->completion_tokens) << text;
     }
+    // A whole response's usage is read the same way.
+    const std::optional<Usage> whole = parseResponseUsage(text);
+    ASSERT_EQ(whole.has_value(), want.usage.has_value()) << text;
+    if (want.usage) {
+      ASSERT_EQ(whole->prompt_tokens, want.usage->prompt_tokens) << text;
+      ASSERT_EQ(whole->completion_tokens, want.usage->completion_tokens) << text;
+    }
   }
+}
+
+// The body the upstream gets is the caller's with exactly the gateway's
+// edits (priority out, the max_tokens key set, include_usage asked for when
+// streamed), whatever else and in whatever order the caller sent.
+TEST(ParseGenerateRequest, TheUpstreamBodyIsTheCallersWithOnlyTheGatewaysEditsOnRandomBodies) {
+  using nlohmann::json;
+  std::mt19937_64 rng(fairsched::testing::testSeed());
+  const auto maybe = [&](json good) { return rng() % 5 == 0 ? randomValue(rng, 2) : good; };
+  int accepted = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const bool chat = rng() % 2 == 0;
+    json j = json::object();
+    if (chat) {
+      json msgs = json::array();
+      for (int m = 0, n = 1 + static_cast<int>(rng() % 3); m < n; ++m) {
+        json content = rng() % 2 == 0 ? json(std::string(rng() % 40, 'c') + "\u00e9\"\\\n")
+                                      : json::array({{{"type", "text"}, {"text", "part"}}});
+        msgs.push_back({{"role", m == 0 ? "system" : "user"}, {"content", content}});
+      }
+      j["messages"] = maybe(msgs);
+    } else {
+      j["prompt"] = maybe(std::string(rng() % 90, 'p'));
+    }
+    const char* const kOptional[] = {"model",          "stream",      "priority",
+                                     "max_tokens",     "n",           "max_completion_tokens",
+                                     "stream_options", "temperature", "x"};
+    for (const char* k : kOptional) {
+      if (rng() % 2 != 0) continue;
+      const std::string key = k;
+      if (key == "model") j[key] = maybe("m");
+      if (key == "stream") j[key] = maybe(rng() % 2 == 0);
+      if (key == "priority") j[key] = maybe(static_cast<std::int64_t>(rng() % 200) - 100);
+      if (key == "max_tokens" || key == "max_completion_tokens") {
+        j[key] = maybe(1 + static_cast<std::int64_t>(rng() % 5000));
+      }
+      if (key == "n") j[key] = maybe(1);
+      if (key == "stream_options") {
+        j[key] = maybe({{"include_usage", rng() % 2 == 0}, {"continuous", true}});
+      }
+      if (key == "temperature" || key == "x") j[key] = randomValue(rng, 3);
+    }
+    const std::string text = j.dump();
+    const Route route = chat ? Route::kChatCompletions : Route::kCompletions;
+    auto v = parseGenerateRequest(route, text, 16, 4096);
+    if (const auto* e = std::get_if<BodyError>(&v)) {
+      // Refused: for a field it names, present and of the wrong shape.
+      ASSERT_TRUE(j.contains(e->param)) << text << " -> " << e->message;
+      continue;
+    }
+    ++accepted;
+    const GenerateRequest& r = std::get<GenerateRequest>(v);
+    json want = j;
+    want.erase("priority");
+    std::string key = "max_tokens";
+    if (chat && j.contains("max_completion_tokens") && !j["max_completion_tokens"].is_null()) {
+      key = "max_completion_tokens";
+    }
+    if (j.contains(key) && !j[key].is_null()) {
+      ASSERT_EQ(r.max_tokens, j[key].get<std::uint32_t>()) << text;
+    }
+    want[key] = r.max_tokens;
+    ASSERT_EQ(r.stream, j.contains("stream") && j["stream"] == true) << text;
+    if (r.stream) {
+      ASSERT_EQ(r.caller_wants_usage,
+                j.contains("stream_options") && j["stream_options"].is_object() &&
+                    j["stream_options"].value("include_usage", json(false)) == true)
+          << text;
+      want["stream_options"]["include_usage"] = true;
+    }
+    ASSERT_EQ(r.model, j.contains("model") ? j["model"].get<std::string>() : "") << text;
+    ASSERT_EQ(r.caller_priority.has_value(), j.contains("priority") && !j["priority"].is_null());
+    if (r.caller_priority) {
+      ASSERT_EQ(*r.caller_priority, j["priority"].get<std::int64_t>());
+    }
+    ASSERT_EQ(json::parse(r.upstream_body), want) << text << "\n" << r.upstream_body;
+  }
+  EXPECT_GT(accepted, 1000);
 }
 
 TEST(ErrorJson, IsOpenAiShapedAndEscapes) {
