@@ -43,7 +43,10 @@ class Caller {
   awaitable<bool> sendError(ErrorReply e, std::vector<HttpHeader> more = {});
 
   // A 200 text/event-stream response's header, chunked, with `headers`.
-  virtual awaitable<bool> startStream(std::vector<HttpHeader> headers) = 0;
+  // `with_data`: the stream's first data has arrived already; the header
+  // waits for it, to go out in the same write (the next writeChunk or
+  // endStream).
+  virtual awaitable<bool> startStream(std::vector<HttpHeader> headers, bool with_data) = 0;
   virtual awaitable<bool> writeChunk(std::string data) = 0;
   // `tail` as the last data chunk, then the terminating chunk.
   virtual awaitable<bool> endStream(std::string tail) = 0;

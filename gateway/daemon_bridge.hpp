@@ -132,7 +132,9 @@ class DaemonBridge {
   // daemon settles the estimate the request was submitted with.
   void finish(Exchange& ex, Status status, std::uint32_t output, std::string_view msg,
               std::uint32_t input = 0);
-  // Reports `n` more output tokens of the exchange (capped at max_tokens).
+  // Reports `n` more output tokens of the exchange (capped at max_tokens):
+  // the first at once, later ones at most every kReportEvery, the rest with
+  // the finish.
   void emitTokens(Exchange& ex, std::uint32_t n);
   // The x-ratelimit-* headers for the exchange's tenant now.
   std::vector<HttpHeader> limitHeaders(const Exchange& ex,
@@ -183,6 +185,11 @@ class DaemonBridge {
   void endAssignment(                                                  // locked
       Replica& r, std::uint64_t id, std::uint64_t kv, Status status, std::uint32_t output,
       std::string_view message, std::uint32_t input = 0);
+  // Emits the exchange's tokens not yet emitted (as far as the ring takes
+  // them: the finish charges the rest). Locked.
+  static void reportLocked(Exchange& ex, Worker& w);
+  // How often a stream's tokens are emitted to the daemon after its first.
+  static constexpr TimeNs kReportEvery = 5'000'000;
 
   std::vector<asio::io_context*> threads_;
   asio::io_context& io_;  // the bridge's thread

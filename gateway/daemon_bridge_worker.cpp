@@ -255,6 +255,7 @@ void DaemonBridge::finish(Exchange& ex, Status status, std::uint32_t output, std
   if (it == by_assignment_.end()) return;  // its worker connection was lost: the daemon ended it
   const Assigned a = std::move(it->second);
   by_assignment_.erase(it);
+  if (a.replica->worker) reportLocked(ex, *a.replica->worker);
   if (a.via != a.replica) {  // taken over: its room there is free again
     release(*a.via, a.kv);
     stateCapacity(*a.via, !anyUsable());
@@ -268,16 +269,25 @@ void DaemonBridge::emitTokens(Exchange& ex, std::uint32_t n) {
   if (ex.worker_finished || !ex.assignment) return;
   n = std::min(n, ex.req.max_tokens - std::min(ex.emitted, ex.req.max_tokens));
   if (n == 0) return;
+  ex.emitted += n;
+  // The first tokens go at once (the daemon's time to first token), later
+  // ones at most every kReportEvery, and what is left just before the
+  // finish: a fast stream costs a ring event or two, not one per read.
+  const TimeNs now = env_.now();
+  if (ex.reported > 0 && now - ex.reported_at < kReportEvery) return;
   const std::lock_guard lock(mu_);
   const auto it = by_assignment_.find(*ex.assignment);
   if (it == by_assignment_.end() || !it->second.replica->worker) return;
-  Worker& w = *it->second.replica->worker;
+  reportLocked(ex, *it->second.replica->worker);
+  ex.reported_at = now;
+}
+
+void DaemonBridge::reportLocked(Exchange& ex, Worker& w) {
   static const std::vector<std::uint32_t> kZeros(256, 0);
-  while (n > 0) {
-    const std::uint32_t k = std::min<std::uint32_t>(n, 256);
-    if (!w.emit(*ex.assignment, std::span(kZeros.data(), k))) return;
-    ex.emitted += k;
-    n -= k;
+  while (ex.reported < ex.emitted) {
+    const std::uint32_t k = std::min<std::uint32_t>(ex.emitted - ex.reported, 256);
+    if (!w.emit(*ex.assignment, std::span(kZeros.data(), k))) return;  // charged by the finish
+    ex.reported += k;
   }
 }
 

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 
+#include "daemon/core/types.hpp"
 #include "fairsched/request.hpp"
 #include "gateway/coro.hpp"
 #include "gateway/gateway_config.hpp"
@@ -51,7 +52,9 @@ struct Exchange {
   bool aborted = false;              // the daemon sent ABORT, or the worker connection was lost
   bool caller_gone = false;          // the caller hung up
   bool worker_finished = false;
-  std::uint32_t emitted = 0;
+  std::uint32_t emitted = 0;   // output tokens relayed
+  std::uint32_t reported = 0;  // of those, emitted to the daemon (the rest go with the finish)
+  TimeNs reported_at = 0;
   UpstreamCall* upstream = nullptr;  // while the upstream call is open
   asio::steady_timer wake;           // cancelled on every change above
   // Set on the home thread once the exchange ran and its assignment ended

@@ -77,7 +77,7 @@ class HttpFront::Session final : public Caller {
 
   awaitable<bool> sendBody(int status, std::string body, std::string content_type,
                            std::vector<HttpHeader> headers) override;
-  awaitable<bool> startStream(std::vector<HttpHeader> headers) override;
+  awaitable<bool> startStream(std::vector<HttpHeader> headers, bool with_data) override;
   awaitable<bool> writeChunk(std::string data) override;
   awaitable<bool> endStream(std::string tail) override;
   void watchHangup(std::function<bool()> watching, std::function<void()> gone) override;
@@ -113,6 +113,7 @@ class HttpFront::Session final : public Caller {
   beast::tcp_stream stream_;
   beast::flat_buffer buf_;
   unsigned version_ = 11;
+  std::string stream_header_;  // an SSE header waiting for its first data
   bool keep_alive_ = true;
   bool head_ = false;  // answering HEAD: the headers of the answer alone
 };
@@ -403,14 +404,23 @@ awaitable<bool> HttpFront::Session::sendBody(int status, std::string body, std::
   co_return !ec;
 }
 
-awaitable<bool> HttpFront::Session::startStream(std::vector<HttpHeader> headers) {
+awaitable<bool> HttpFront::Session::startStream(std::vector<HttpHeader> headers, bool with_data) {
   http::response<http::empty_body> res{http::status::ok, version_};
-  http::response_serializer<http::empty_body> sr{res};
   commonHeaders(res);
   res.set(http::field::content_type, "text/event-stream");
   res.set(http::field::cache_control, "no-cache");
   for (const HttpHeader& h : headers) res.set(h.name, h.value);
   res.chunked(true);
+  if (with_data) {  // written with the first data
+    stream_header_ = version_ == 10 ? "HTTP/1.0 200 OK\r\n" : "HTTP/1.1 200 OK\r\n";
+    for (const auto& f : res) {
+      stream_header_.append(f.name_string().data(), f.name_string().size()).append(": ");
+      stream_header_.append(f.value().data(), f.value().size()).append("\r\n");
+    }
+    stream_header_ += "\r\n";
+    co_return true;
+  }
+  http::response_serializer<http::empty_body> sr{res};
   error_code ec;
   stream_.expires_after(milliseconds(cfg_->write_timeout_ms));
   co_await http::async_write_header(stream_, sr, asio::redirect_error(use_awaitable, ec));
@@ -419,18 +429,24 @@ awaitable<bool> HttpFront::Session::startStream(std::vector<HttpHeader> headers)
 
 awaitable<bool> HttpFront::Session::writeChunk(std::string data) {
   error_code ec;
+  const std::string header = std::exchange(stream_header_, {});  // "" once it went out
   stream_.expires_after(milliseconds(cfg_->write_timeout_ms));
-  co_await asio::async_write(stream_, http::make_chunk(asio::buffer(data)),
-                             asio::redirect_error(use_awaitable, ec));
+  co_await asio::async_write(
+      stream_, beast::buffers_cat(asio::buffer(header), http::make_chunk(asio::buffer(data))),
+      asio::redirect_error(use_awaitable, ec));
   co_return !ec;
 }
 
 awaitable<bool> HttpFront::Session::endStream(std::string tail) {
-  // The tail's chunk and the last chunk in one write.
+  // The tail's chunk and the last chunk in one write (with the header when
+  // it waited for data).
   error_code ec;
+  const std::string header = std::exchange(stream_header_, {});
   stream_.expires_after(milliseconds(cfg_->write_timeout_ms));
   co_await asio::async_write(
-      stream_, beast::buffers_cat(http::make_chunk(asio::buffer(tail)), http::make_chunk_last()),
+      stream_,
+      beast::buffers_cat(asio::buffer(header), http::make_chunk(asio::buffer(tail)),
+                         http::make_chunk_last()),
       asio::redirect_error(use_awaitable, ec));
   co_return !ec;
 }

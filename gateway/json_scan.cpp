@@ -319,8 +319,10 @@ std::string JsonScan::decode(std::string_view raw) {
 }
 
 bool JsonScan::keyIs(std::string_view raw, std::string_view plain) {
-  if (raw.find('\\') == std::string_view::npos) return raw == plain;
-  return decode(raw) == plain;
+  // An escape is longer than what it stands for: a raw text as long as
+  // `plain` matches only as is, a shorter one never.
+  if (raw.size() <= plain.size()) return raw == plain;
+  return raw.find('\\') != std::string_view::npos && decode(raw) == plain;
 }
 
 std::optional<std::uint64_t> JsonScan::unsignedValue(std::string_view number) {

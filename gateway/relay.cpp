@@ -225,7 +225,9 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
 // tokens. Stops at [DONE], at the body's end, or when something broke.
 awaitable<void> Relay::relayStream(Caller& c, Exchange& ex, UpstreamCall& up, Relayed& r) {
   std::vector<HttpHeader> headers = bridge_.limitHeaders(ex);
-  if (!co_await c.startStream(std::move(headers))) {
+  // Events that came with the upstream's header go out with ours.
+  const bool with_data = up.bodyBuffered();
+  if (!co_await c.startStream(std::move(headers), with_data)) {
     bridge_.callerGone(ex);
     co_return;
   }
@@ -302,8 +304,8 @@ awaitable<bool> Relay::endWhole(Caller& c, Exchange& ex, UpstreamCall& up, Relay
   }
   if (r.status == 200) {
     const std::optional<Usage> us = parseResponseUsage(r.whole);
-    // The finish charges the output (nothing was streamed: no token is emitted).
     const std::uint32_t output = us ? us->completion_tokens : 0;
+    bridge_.emitTokens(ex, output);
     bridge_.finish(ex, Status::kOk, output, "", us ? us->prompt_tokens : 0);
   } else {
     const std::string why = "upstream answered HTTP " + std::to_string(r.status);

@@ -4,22 +4,33 @@ namespace fairsched::gateway {
 
 bool SseParser::feed(std::string_view bytes, std::vector<std::string>& events) {
   if (failed_) return false;
-  for (const char c : bytes) {
-    if (c == '\n' && last_was_cr_) {  // the \n of a \r\n
+  std::size_t i = 0;
+  while (i < bytes.size()) {
+    if (last_was_cr_ && bytes[i] == '\n') {  // the \n of a \r\n
       last_was_cr_ = false;
+      ++i;
       continue;
     }
-    last_was_cr_ = c == '\r';
-    if (c == '\n' || c == '\r') {
-      line(partial_, events);
-      partial_.clear();
-      continue;
-    }
-    partial_ += c;
-    if (partial_.size() + data_.size() > max_) {
+    last_was_cr_ = false;
+    const std::size_t eol = bytes.find_first_of("\r\n", i);
+    const std::string_view piece = bytes.substr(i, eol == std::string_view::npos ? eol : eol - i);
+    if (partial_.size() + piece.size() + data_.size() > max_) {
       failed_ = true;
       return false;
     }
+    if (eol == std::string_view::npos) {  // a line continued by the next read
+      partial_ += piece;
+      break;
+    }
+    last_was_cr_ = bytes[eol] == '\r';
+    if (partial_.empty()) {
+      line(piece, events);
+    } else {
+      partial_ += piece;
+      line(partial_, events);
+      partial_.clear();
+    }
+    i = eol + 1;
   }
   return true;
 }

@@ -290,6 +290,10 @@ bool UpstreamCall::done() const {
   return impl_->parser->is_done();
 }
 
+bool UpstreamCall::bodyBuffered() const {
+  return !done() && impl_->conn && impl_->conn->buf.size() != 0;
+}
+
 awaitable<std::variant<std::size_t, UpstreamError>> UpstreamCall::read(std::span<char> buf) {
   Impl& m = *impl_;
   m.parser->get().body().data = buf.data();

@@ -101,6 +101,8 @@ class UpstreamCall {
   std::span<char> scratch();
   // The whole body has been read.
   bool done() const;
+  // Bytes of the body have arrived that no read() has handed out yet.
+  bool bodyBuffered() const;
   // Reads what has arrived of the body into `buf` (back with a token, not a
   // full buffer; every chunk that arrived, as far as `buf` holds): the bytes
   // read, or why the upstream's answer is unusable.
