@@ -111,6 +111,22 @@ def test_events_that_arrive_together_go_to_the_caller_in_one_write(stack: Stack)
     assert stack.tenant_counts("alice")["completed"] == 1
 
 
+def test_the_daemon_hears_every_output_token_streamed_or_whole(stack: Stack):
+    # The gateway emits a stream's first tokens at once and the rest in
+    # batches (at most every 5 ms, the remainder with the finish), and a
+    # whole response's tokens with its finish: the daemon's worker counts
+    # each token once either way.
+    stack.start()
+    status, _, body = stack.request("POST", "/v1/completions",
+                                    {"model": "test-model", "prompt": "hi", "max_tokens": 3})
+    assert status == 200, body
+    for model in ("burst", "test-model"):  # all in one read; a token a millisecond
+        chunks = raw_chunks(stack, {"model": model, "prompt": "x", "stream": True, "max_tokens": 8})
+        assert sse_events(b"".join(c for c in chunks if c))[-1] == "[DONE]"
+    assert stack.tenant_counts("alice")["completed"] == 3
+    assert sum(w["tokens"] for w in stack.status()["workers"]) == 3 + 8 + 8
+
+
 def test_non_streamed_completion_returns_the_upstream_json(stack: Stack):
     stack.start()
     status, headers, body = stack.request("POST", "/v1/completions",
