@@ -7,7 +7,8 @@
 // The prompt estimate, used when nothing better is known: ceil(UTF-8 bytes
 // of the prompt text / 4), plus 4 per chat message for the template, at
 // least 1. It is charged at admission (token limits, token-cost DRR); the
-// output is charged per streamed chunk and settled by the upstream's usage.
+// output is charged per streamed chunk (emitted at once, then at most
+// every 5 ms) and settled by the upstream's usage.
 #pragma once
 
 #include <cstdint>

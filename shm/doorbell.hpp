@@ -27,8 +27,20 @@
 //
 // Waking a sleeping thread costs microseconds to hundreds of microseconds
 // (deep C-states), a busy-poll round trip a fraction of one: hence the spin.
+//
+// Sleep epochs. The flag word counts: odd while its owner sleeps, even
+// while it is awake, and every announce stores a value it never stored
+// before (the next odd one; 1 is never used), every clear the next even
+// one. A waker that rang in epoch v need not ring again while the flag
+// still reads v (PeerSleepFlag::shouldRing): the sleeper wakes on that
+// ring and, before it sleeps again, announces v + 2 and re-checks, and by
+// the argument above sees whatever the waker published before it read v.
+// So a burst of publications costs one eventfd write per sleep, not one
+// each. A value must not come back while a waker may still remember it:
+// 2^31 sleeps in between.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 
@@ -65,22 +77,31 @@ class EventFd {
   UniqueFd fd_;
 };
 
-// The sleeper's own flag word (writable by it).
+// The sleeper's own flag word (writable by it, and by it alone).
 class SleepFlag {
  public:
   SleepFlag() = default;
   explicit SleepFlag(std::uint32_t* word) : word_(word) {}
 
-  // Store 1, then a seq_cst fence: the caller's re-check after this sees any
-  // publication whose waker did not see the flag.
+  // Store a new epoch (odd), then a seq_cst fence: the caller's re-check
+  // after this sees any publication whose waker did not see the flag.
   void announceSleep() {
-    sharedStore(*word_, std::uint32_t{1}, std::memory_order_relaxed);
+    announceSleepUnfenced();
     seqCstFence();
   }
   // The store alone, for announcing on many flags behind one seqCstFence().
-  void announceSleepUnfenced() { sharedStore(*word_, std::uint32_t{1}, std::memory_order_relaxed); }
-  // Relaxed: a waker that still sees 1 only rings once too often.
-  void clear() { sharedStore(*word_, std::uint32_t{0}, std::memory_order_relaxed); }
+  void announceSleepUnfenced() {
+    const std::uint32_t w = sharedLoad(*word_, std::memory_order_relaxed);
+    std::uint32_t next = w + ((w & 1u) != 0 ? 2u : 1u);
+    if (next == 1) next = 3;  // 1: a sleep without epochs
+    sharedStore(*word_, next, std::memory_order_relaxed);
+  }
+  // Awake (the next even value). Relaxed: a waker that still sees the epoch
+  // only rings once too often.
+  void clear() {
+    const std::uint32_t w = sharedLoad(*word_, std::memory_order_relaxed);
+    if ((w & 1u) != 0) sharedStore(*word_, w + 1, std::memory_order_relaxed);
+  }
 
  private:
   std::uint32_t* word_ = nullptr;
@@ -88,7 +109,7 @@ class SleepFlag {
 
 // The other side's flag word (read-only to us; the client's mapping of the
 // daemon's flag is read-only, the daemon's view of the client's flag is
-// client-writable and any nonzero value counts).
+// client-writable: a peer's garbage costs that peer its wake-ups at most).
 class PeerSleepFlag {
  public:
   PeerSleepFlag() = default;
@@ -102,7 +123,18 @@ class PeerSleepFlag {
   }
   // The load alone. REQUIRES: a seqCstFence() after the caller's
   // publication (one fence may serve many flags).
-  bool sleepingAfterFence() const { return sharedLoad(*word_, std::memory_order_relaxed) != 0; }
+  bool sleepingAfterFence() const {
+    return (sharedLoad(*word_, std::memory_order_relaxed) & 1u) != 0;
+  }
+  // sleeping(), less the epochs some waker sharing `rung` rang in already
+  // (the sleep epochs above). Call after publishing; ring on true.
+  bool shouldRing(std::atomic<std::uint32_t>& rung) const {
+    seqCstFence();
+    const std::uint32_t v = sharedLoad(*word_, std::memory_order_relaxed);
+    if ((v & 1u) == 0) return false;
+    if (v == 1) return true;  // a peer without epochs
+    return rung.exchange(v, std::memory_order_relaxed) != v;
+  }
 
  private:
   const std::uint32_t* word_ = nullptr;

@@ -55,7 +55,7 @@ namespace fairsched::shm {
 
 // "FSCHEDS1" as a big-endian number.
 inline constexpr std::uint64_t kMagic = 0x4653434845445331ULL;
-inline constexpr std::uint32_t kLayoutVersion = 4;
+inline constexpr std::uint32_t kLayoutVersion = 5;  // 5: sleep flags count epochs
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kHeaderBytes = 256;  // room reserved for SegmentHeader
 
@@ -226,9 +226,9 @@ struct alignas(kCacheLine) ClientControl {
   // bounds-checks every value it loads (completion_ring.hpp).
   std::uint64_t completion_read;
   std::uint8_t pad0[kCacheLine - 8];
-  // Nonzero while the client sleeps on its completion eventfd. Client:
-  // store, then seq_cst fence, then re-check the ring; daemon: publish, then
-  // seq_cst fence, then load (doorbell.hpp). Any nonzero value counts.
+  // Odd while the client sleeps on its completion eventfd (a new value each
+  // sleep: doorbell.hpp's epochs). Client: store, then seq_cst fence, then
+  // re-check the ring; daemon: publish, then seq_cst fence, then load.
   std::uint32_t client_sleeping;
   std::uint8_t pad1[kCacheLine - 4];
 };
@@ -236,9 +236,10 @@ static_assert(sizeof(ClientControl) == 2 * kCacheLine);
 
 // Daemon-written control words (part (b), read-only in the client).
 struct alignas(kCacheLine) CompletionControl {
-  // Nonzero while the daemon sleeps on the client's doorbell. Daemon: store,
-  // then seq_cst fence, then re-check the ready bitmap; client: mark the
-  // bitmap, then seq_cst fence, then load (doorbell.hpp).
+  // Odd while the daemon sleeps on the client's doorbell (a new value each
+  // sleep: doorbell.hpp's epochs, so a client rings once a sleep). Daemon:
+  // store, then seq_cst fence, then re-check the ready bitmap; client: mark
+  // the bitmap, then seq_cst fence, then load.
   std::uint32_t daemon_sleeping;
   std::uint8_t pad0[kCacheLine - 4];
 };

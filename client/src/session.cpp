@@ -245,9 +245,9 @@ const EndpointDescription* Session::findEndpoint(std::string_view name) const {
 
 void Session::enterLocked() {
   if (sleepers_++ == 0) {
-    own_sleeping_.announceSleep();  // store 1, seq_cst fence
+    own_sleeping_.announceSleep();  // a new epoch, seq_cst fence
   } else {
-    // The flag is already 1 (stored before our lock); this thread still needs
+    // The flag is set already (stored before our lock); this thread still needs
     // its own fence between that store and its re-check.
     shm::seqCstFence();
   }

@@ -96,6 +96,7 @@ class Session {
   shm::UniqueFd sock_;
   shm::Segment segment_;
   shm::SleepFlag own_sleeping_;
+  std::atomic<std::uint32_t> rung_epoch_{0};  // the daemon's sleep we last rang in
 
  public:
   const int sock;  // owned by sock_
@@ -107,6 +108,13 @@ class Session {
   shm::EventFd bell;      // ours: the daemon writes it when we said we sleep
   shm::PeerSleepFlag daemon_sleeping;
   std::vector<shm::SubmissionProducer> producers;  // one per lane
+  // After publishing: rings the doorbell if the daemon sleeps, once per
+  // sleep of it (doorbell.hpp's epochs). True when it rang.
+  bool ringIfAsleep() {
+    if (!daemon_sleeping.shouldRing(rung_epoch_)) return false;
+    doorbell.signal();
+    return true;
+  }
   // Cleared once, by whoever notices the loss first (ClientCore::handleLoss).
   std::atomic<bool> alive{true};
 

@@ -126,10 +126,7 @@ Result<RequestId> ClientCore::submit(const SubmitRequest& req, const shm::EventF
   // The daemon sleeps only after announcing it; fence, then look (doorbell.hpp).
   // The same fence orders the PendingTable insert before the load of
   // `alive` below, against handleLoss() (pending_table.hpp).
-  if (s->daemon_sleeping.sleeping()) {
-    s->doorbell.signal();
-    bump(counters_.doorbell_rings);
-  }
+  if (s->ringIfAsleep()) bump(counters_.doorbell_rings);
   if (!s->alive.load(std::memory_order_acquire) && withdraw(id, await_efd != nullptr)) {
     // Lost (or shut down) while we pushed, and the loss handler did not see
     // our entry: no completion will come, so the caller hears it now.
@@ -160,10 +157,7 @@ Result<void> ClientCore::cancel(RequestId id) {
     bump(counters_.ring_full);
     return Error{ErrorCode::kRingFull, 0, {}};
   }
-  if (s->daemon_sleeping.sleeping()) {
-    s->doorbell.signal();
-    bump(counters_.doorbell_rings);
-  }
+  if (s->ringIfAsleep()) bump(counters_.doorbell_rings);
   return {};
 }
 

@@ -343,10 +343,10 @@ class WorkerCore {
       if (closed_.load(std::memory_order_acquire)) return closedError();
       if (lost()) return daemonLost();
       if (Clock::now() >= deadline) return Error{ErrorCode::kRingFull, 0, "event ring full"};
-      if (s_->daemon_sleeping.sleeping()) s_->doorbell.signal();
+      s_->ringIfAsleep();
       std::this_thread::yield();
     }
-    if (s_->daemon_sleeping.sleeping()) s_->doorbell.signal();
+    s_->ringIfAsleep();
     if (broken_.load(std::memory_order_acquire)) return daemonLost();
     return {};
   }

@@ -201,15 +201,15 @@ std::vector<std::pair<std::string, std::string>> FakeDaemon::tenantsOpened() con
 bool FakeDaemon::daemonSleeping() const {
   std::lock_guard lk(mu_);
   if (conns_.empty() || !conns_.back()->segment) return false;
-  return shm::sharedLoad(conns_.back()->segment->completionRing().control->daemon_sleeping,
-                         std::memory_order_relaxed) != 0;
+  return (shm::sharedLoad(conns_.back()->segment->completionRing().control->daemon_sleeping,
+                          std::memory_order_relaxed) &
+          1u) != 0;  // odd: asleep (doorbell.hpp's epochs)
 }
 
 bool FakeDaemon::clientSleeping() const {
   std::lock_guard lk(mu_);
   if (conns_.empty() || !conns_.back()->segment) return false;
-  return shm::sharedLoad(conns_.back()->segment->completionRing().client->client_sleeping,
-                         std::memory_order_relaxed) != 0;
+  return conns_.back()->segment->peerSleepFlag().sleepingAfterFence();  // odd: asleep
 }
 
 std::uint64_t FakeDaemon::takeDoorbellCount() {

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 #include <variant>
+#include <vector>
 
 namespace fairsched::shm {
 namespace {
@@ -71,8 +72,94 @@ TEST(SleepFlag, AnnounceAndClearAreWhatThePeerSees) {
   EXPECT_TRUE(peer.sleeping());
   own.clear();
   EXPECT_FALSE(peer.sleeping());
-  word = 0xdeadbeef;  // a client's garbage counts as "sleeping": one extra ring at most
+  word = 0xdeadbeef;  // a client's garbage (odd) counts as "sleeping": one extra ring at most
   EXPECT_TRUE(peer.sleeping());
+}
+
+// Each announce is a sleep never announced before (odd, never 1), each clear
+// the next even value; a waker rings once per sleep, and a peer without
+// epochs (always 1) on every publication.
+TEST(SleepFlag, EachSleepIsANewEpochAndAWakerRingsOncePerSleep) {
+  std::uint32_t word = 0;
+  SleepFlag own(&word);
+  PeerSleepFlag peer(&word);
+  std::atomic<std::uint32_t> rung{0};
+  EXPECT_FALSE(peer.shouldRing(rung));  // awake
+  std::uint32_t last = word;
+  for (int sleep = 0; sleep < 5; ++sleep) {
+    own.announceSleep();
+    EXPECT_EQ(word % 2, 1u);
+    EXPECT_NE(word, 1u);
+    EXPECT_GT(word, last);
+    last = word;
+    EXPECT_TRUE(peer.shouldRing(rung)) << "the first publication of sleep " << sleep;
+    EXPECT_FALSE(peer.shouldRing(rung)) << "a second one in the same sleep";
+    if (sleep == 2) {  // announced again without waking: a new epoch all the same
+      own.announceSleepUnfenced();
+      EXPECT_GT(word, last);
+      last = word;
+      EXPECT_TRUE(peer.shouldRing(rung));
+    }
+    own.clear();
+    EXPECT_EQ(word % 2, 0u);
+    EXPECT_FALSE(peer.shouldRing(rung));
+  }
+  word = 0xffffffffu;  // the count wraps past 1
+  own.announceSleep();
+  EXPECT_EQ(word, 3u);
+  word = 1;  // a sleeper without epochs
+  EXPECT_TRUE(peer.shouldRing(rung));
+  EXPECT_TRUE(peer.shouldRing(rung));
+}
+
+// Three threads publish in bursts and ring through one `rung` (once per
+// sleep between them); the consumer sleeps as soon as it finds nothing. A
+// lost wake-up leaves it blocked until its deadline.
+TEST(SleepFlag, ManyWakersSharingAnEpochLoseNoWakeUp) {
+  const std::uint64_t seed = testSeed();
+  constexpr std::uint64_t kPerWaker = 4000;
+  constexpr int kWakers = 3;
+  std::uint32_t flag = 0;
+  EventFd bell = makeEventFd();
+  std::atomic<std::uint32_t> rung{0};
+  std::atomic<std::uint64_t> published{0};
+  std::atomic<std::uint64_t> rings{0};
+  std::vector<std::thread> wakers;
+  for (int w = 0; w < kWakers; ++w) {
+    wakers.emplace_back([&, w] {
+      std::mt19937_64 rng(seed + static_cast<std::uint64_t>(w));
+      for (std::uint64_t i = 0; i < kPerWaker; ++i) {
+        published.fetch_add(1, std::memory_order_release);
+        if (PeerSleepFlag(&flag).shouldRing(rung)) {
+          bell.signal();
+          rings.fetch_add(1, std::memory_order_relaxed);
+        }
+        // Bursts, then a pause: the pauses overlap, and the consumer sleeps.
+        if (i % 32 == 31) std::this_thread::sleep_for(std::chrono::microseconds(50 + rng() % 200));
+      }
+    });
+  }
+  std::uint64_t consumed = 0;
+  bool lost = false;
+  std::mt19937_64 rng(seed + 100);
+  while (consumed < kWakers * kPerWaker) {
+    const SpinPolicy spin{std::chrono::nanoseconds(rng() % 3 == 0 ? 2000 : 0)};
+    // A wait that runs to its deadline was not woken (sleepUntil then finds
+    // the work and says ready): the wakers are done in milliseconds.
+    const auto began = std::chrono::steady_clock::now();
+    const WaitOutcome r =
+        sleepUntil([&] { return published.load(std::memory_order_acquire) > consumed; },
+                   SleepFlag(&flag), bell, spin, 5s);
+    if (r != WaitOutcome::kReady || std::chrono::steady_clock::now() - began >= 5s) {
+      lost = true;
+      break;
+    }
+    consumed = published.load(std::memory_order_acquire);
+  }
+  for (std::thread& t : wakers) t.join();
+  std::cout << rings.load() << " rings for " << kWakers * kPerWaker << " publications\n";
+  EXPECT_FALSE(lost);
+  EXPECT_EQ(consumed, kWakers * kPerWaker);
 }
 
 TEST(SleepUntil, ReturnsReadyWithoutSleepingWhenWorkIsThere) {
@@ -88,7 +175,7 @@ TEST(SleepUntil, TimesOutAndLeavesTheFlagClear) {
   std::uint32_t flag = 0;
   EXPECT_EQ(sleepUntil([] { return false; }, SleepFlag(&flag), bell, SpinPolicy{0ns}, 3ms),
             WaitOutcome::kTimedOut);
-  EXPECT_EQ(flag, 0u);
+  EXPECT_EQ(flag % 2, 0u);  // awake
 }
 
 // Two threads bounce a counter, each side sleeping on its own eventfd as soon
