@@ -92,20 +92,19 @@ JsonScan::Type JsonScan::peek() {
   return Type::kBad;
 }
 
-bool JsonScan::enterObject() {
-  if (peek() != Type::kObject || depth_ >= kMaxDepth) return fail();
+bool JsonScan::enter(Type container) {
+  if (peek() != container || depth_ >= kMaxDepth) return fail();
   ++i_;
   ++depth_;
   first_ = true;
   return true;
 }
 
+bool JsonScan::enterObject() {
+  return enter(Type::kObject);
+}
 bool JsonScan::enterArray() {
-  if (peek() != Type::kArray || depth_ >= kMaxDepth) return fail();
-  ++i_;
-  ++depth_;
-  first_ = true;
-  return true;
+  return enter(Type::kArray);
 }
 
 bool JsonScan::closeContainer(char close) {
@@ -116,17 +115,22 @@ bool JsonScan::closeContainer(char close) {
   return false;
 }
 
-bool JsonScan::nextMember(std::string_view& key) {
+bool JsonScan::nextEntry(char close) {
   if (!ok_) return false;
   ws();
   if (i_ >= s_.size()) return fail();
-  if (s_[i_] == '}') return closeContainer('}');
+  if (s_[i_] == close) return closeContainer(close);
   if (!first_) {
     if (s_[i_] != ',') return fail();
     ++i_;
     ws();
   }
   first_ = false;
+  return true;
+}
+
+bool JsonScan::nextMember(std::string_view& key) {
+  if (!nextEntry('}')) return false;
   if (i_ >= s_.size() || s_[i_] != '"') return fail();
   ++i_;
   if (!scanString(key)) return false;
@@ -137,16 +141,7 @@ bool JsonScan::nextMember(std::string_view& key) {
 }
 
 bool JsonScan::nextItem() {
-  if (!ok_) return false;
-  ws();
-  if (i_ >= s_.size()) return fail();
-  if (s_[i_] == ']') return closeContainer(']');
-  if (!first_) {
-    if (s_[i_] != ',') return fail();
-    ++i_;
-  }
-  first_ = false;
-  return true;
+  return nextEntry(']');
 }
 
 bool JsonScan::scanString(std::string_view& raw) {

@@ -75,6 +75,9 @@ class JsonScan {
   }
   void ws();
   bool scanString(std::string_view& raw);
+  bool enter(Type container);
+  // Past the ',' before the next entry: true; at `close` (read): false.
+  bool nextEntry(char close);
   bool closeContainer(char close);
 
   std::string_view s_;
