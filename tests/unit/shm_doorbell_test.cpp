@@ -203,13 +203,19 @@ TEST(SleepUntil, PingPongLosesNoWakeUp) {
       rings.fetch_add(1, std::memory_order_relaxed);
     }
   };
+  // Ready before its deadline: a wait that ran to it was not woken (after
+  // the deadline sleepUntil finds the ball and says ready all the same).
+  auto wokeInTime = [](auto ready, Side& own, SpinPolicy spin) {
+    const auto began = std::chrono::steady_clock::now();
+    return sleepUntil(ready, SleepFlag(&own.sleeping), own.bell, spin, 5s) == WaitOutcome::kReady &&
+           std::chrono::steady_clock::now() - began < 5s;
+  };
   std::atomic<std::uint64_t> lost{0};
   std::thread answerer([&] {
     std::mt19937_64 rng(seed + 1);
     for (std::uint64_t r = 0; r < kRounds; ++r) {
       const SpinPolicy spin{std::chrono::nanoseconds(rng() % 3 == 0 ? 2000 : 0)};
-      if (sleepUntil(ballIs(2 * r + 1), SleepFlag(&b.sleeping), b.bell, spin, 5s) !=
-          WaitOutcome::kReady) {
+      if (!wokeInTime(ballIs(2 * r + 1), b, spin)) {
         lost.fetch_add(1);
         return;
       }
@@ -220,8 +226,7 @@ TEST(SleepUntil, PingPongLosesNoWakeUp) {
   for (std::uint64_t r = 0; r < kRounds; ++r) {
     throwTo(b, 2 * r + 1);
     const SpinPolicy spin{std::chrono::nanoseconds(rng() % 3 == 0 ? 2000 : 0)};
-    if (sleepUntil(ballIs(2 * r + 2), SleepFlag(&a.sleeping), a.bell, spin, 5s) !=
-        WaitOutcome::kReady) {
+    if (!wokeInTime(ballIs(2 * r + 2), a, spin)) {
       lost.fetch_add(1);
       break;
     }
