@@ -47,6 +47,8 @@ class Caller {
   // waits for it, to go out in the same write (the next writeChunk or
   // endStream).
   virtual awaitable<bool> startStream(std::vector<HttpHeader> headers, bool with_data) = 0;
+  // `data` as one chunk (the header first, when it waits); empty: only a
+  // waiting header.
   virtual awaitable<bool> writeChunk(std::string data) = 0;
   // `tail` as the last data chunk, then the terminating chunk.
   virtual awaitable<bool> endStream(std::string tail) = 0;

@@ -382,6 +382,7 @@ awaitable<bool> HttpFront::Session::generate(http::request<http::string_body>& r
 awaitable<bool> HttpFront::Session::sendBody(int status, std::string body, std::string content_type,
                                              std::vector<HttpHeader> headers) {
   error_code ec;
+  stream_header_.clear();  // a stream's header never goes out before another answer
   stream_.expires_after(milliseconds(cfg_->write_timeout_ms));
   if (head_) {
     head_ = false;
@@ -431,6 +432,13 @@ awaitable<bool> HttpFront::Session::writeChunk(std::string data) {
   error_code ec;
   const std::string header = std::exchange(stream_header_, {});  // "" once it went out
   stream_.expires_after(milliseconds(cfg_->write_timeout_ms));
+  if (data.empty()) {  // an empty chunk would end the body: the header alone
+    if (!header.empty()) {
+      co_await asio::async_write(stream_, asio::buffer(header),
+                                 asio::redirect_error(use_awaitable, ec));
+    }
+    co_return !ec;
+  }
   co_await asio::async_write(
       stream_, beast::buffers_cat(asio::buffer(header), http::make_chunk(asio::buffer(data))),
       asio::redirect_error(use_awaitable, ec));

@@ -232,6 +232,7 @@ awaitable<void> Relay::relayStream(Caller& c, Exchange& ex, UpstreamCall& up, Re
     co_return;
   }
   r.header_sent = true;
+  bool header_waits = with_data;  // not written yet: it goes with the first events
   const std::size_t limit = ex.via->pools[thread_]->config().max_response_bytes;
   const std::span<char> tmp = up.scratch();
   std::vector<std::string> events;
@@ -266,7 +267,10 @@ awaitable<void> Relay::relayStream(Caller& c, Exchange& ex, UpstreamCall& up, Re
       r.held = std::move(out);
       break;
     }
-    if (!out.empty()) {
+    // What the first read brought held no event (a comment, half an
+    // event): the header waits no longer.
+    if (!out.empty() || header_waits) {
+      header_waits = false;
       const bool written = co_await c.writeChunk(std::move(out));
       if (!written) {
         bridge_.callerGone(ex);

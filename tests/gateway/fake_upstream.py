@@ -14,6 +14,8 @@ has max_tokens tokens. The model name picks a behaviour:
   "bad-request" HTTP 400 with an OpenAI error body
   "hang"        never answers (until the connection closes)
   "held"        streams its first token, then holds the rest until GET /release
+  "ping-held"   sends its header and an SSE comment in one write, then holds
+                its tokens until GET /release
   "drop"        streams 2 tokens, then closes the connection without [DONE]
   "short-usage" reports a usage of 1 prompt token whatever the prompt
 
@@ -374,7 +376,14 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        if model == "ping-held":  # the header and a comment in one write, then held
+            ping = b": ping\n\n"
+            self._headers_buffer.append(b"\r\n" + b"%x\r\n%s\r\n" % (len(ping), ping))
+            self.flush_headers()
+            while not RELEASED.wait(0.05):
+                self._raise_if_peer_closed()
+        else:
+            self.end_headers()
         # "burst": every token's chunk, the usage and [DONE] in one write, as
         # an engine that emits several tokens a step (or a proxy) sends them.
         burst = bytearray() if model == "burst" else None

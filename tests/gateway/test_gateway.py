@@ -127,6 +127,30 @@ def test_the_daemon_hears_every_output_token_streamed_or_whole(stack: Stack):
     assert sum(w["tokens"] for w in stack.status()["workers"]) == 3 + 8 + 8
 
 
+def test_a_stream_header_waits_for_events_only_when_they_came_with_the_upstreams(stack: Stack):
+    # "ping-held" sends its header and a comment (no event) in one write,
+    # then holds its tokens until released: the caller has the response's
+    # header while the tokens are held (the gateway writes its header with
+    # the first events only when those came with the upstream's header).
+    stack.start(**NO_TIMEOUTS)
+    c = stack.conn(60)
+    c.request("POST", "/v1/completions",
+              body=json.dumps({"model": "ping-held", "prompt": "p", "stream": True,
+                               "max_tokens": 3}),
+              headers={"Authorization": f"Bearer {KEYS['alice'][0]}",
+                       "Content-Type": "application/json"})
+    r = c.getresponse()  # the header, while the upstream holds every token
+    assert r.status == 200
+    assert r.getheader("content-type") == "text/event-stream"
+    release = http.client.HTTPConnection("127.0.0.1", stack.upstream_port, timeout=10)
+    release.request("GET", "/release")
+    assert release.getresponse().status == 200
+    events = sse_events(r.read())
+    c.close()
+    assert events[-1] == "[DONE]"
+    assert len([e for e in events if '"text"' in e]) == 3, events
+
+
 def test_non_streamed_completion_returns_the_upstream_json(stack: Stack):
     stack.start()
     status, headers, body = stack.request("POST", "/v1/completions",
