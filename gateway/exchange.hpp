@@ -31,13 +31,13 @@ class UpstreamCall;
 struct Replica;
 
 struct Exchange {
-  explicit Exchange(const asio::any_io_executor& ex) : home_(ex), wake(ex) {
-    wake.expires_at(asio::steady_timer::time_point::max());
+  explicit Exchange(const Executor& ex) : home_(ex), wake(ex) {
+    wake.expires_at(SteadyTimer::time_point::max());
   }
   void notify() { wake.cancel(); }
-  const asio::any_io_executor& home() const { return home_; }
+  const Executor& home() const { return home_; }
 
-  asio::any_io_executor home_;
+  Executor home_;
   std::uint64_t serial = 0;
   RequestId request_id = 0;
   std::string tenant;
@@ -56,7 +56,7 @@ struct Exchange {
   std::uint32_t reported = 0;  // of those, emitted to the daemon (the rest go with the finish)
   TimeNs reported_at = 0;
   UpstreamCall* upstream = nullptr;  // while the upstream call is open
-  asio::steady_timer wake;           // cancelled on every change above
+  SteadyTimer wake;                  // cancelled on every change above
   // Set on the home thread once the exchange ran and its assignment ended
   // (nothing waits on it any more): the bridge need not post the daemon's
   // final completion to it. Read on the bridge's thread.

@@ -172,7 +172,7 @@ awaitable<void> GatewayServer::Parts::drain() {
   front.drain();
   const auto until =
       Clock::now() + milliseconds(std::min<std::uint64_t>(cfg.request_timeout_ms, 30'000));
-  asio::steady_timer t(*ios.front());
+  SteadyTimer t(*ios.front());
   error_code ec;
   while (!bridge.idle() && Clock::now() < until) {
     t.expires_after(milliseconds(20));

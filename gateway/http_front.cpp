@@ -32,6 +32,8 @@ namespace {
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+using Socket = asio::basic_stream_socket<tcp, Executor>;
+using TcpStream = beast::basic_stream<tcp, Executor>;
 
 constexpr std::string_view kServerName = "fairsched-gateway";
 
@@ -63,14 +65,14 @@ awaitable<bool> Caller::sendError(ErrorReply e, std::vector<HttpHeader> more) {
 
 struct HttpFront::Acceptor {
   explicit Acceptor(asio::io_context& io) : a(io) {}
-  tcp::acceptor a;
+  asio::basic_socket_acceptor<tcp, Executor> a;
 };
 
 // One accepted connection: its requests one after the other, and the
 // Caller the relay answers through. On its thread `t_` only.
 class HttpFront::Session final : public Caller {
  public:
-  Session(HttpFront& front, GatewayThread& t, tcp::socket s)
+  Session(HttpFront& front, GatewayThread& t, Socket s)
       : f_(front), t_(t), cfg_(t.cfg), stream_(std::move(s)) {}
 
   awaitable<void> serve();
@@ -110,7 +112,7 @@ class HttpFront::Session final : public Caller {
   HttpFront& f_;
   GatewayThread& t_;
   std::shared_ptr<const GatewayConfig> cfg_;  // the thread's, as the request being read began
-  beast::tcp_stream stream_;
+  TcpStream stream_;
   beast::flat_buffer buf_;
   unsigned version_ = 11;
   std::string stream_header_;  // an SSE header waiting for its first data
@@ -134,7 +136,7 @@ bool HttpFront::listen() {
     spdlog::error("gateway.listen: bad address '{}': {}", cfg_.listen_host, ec.message());
     return false;
   }
-  tcp::acceptor& a = acceptor_->a;
+  asio::basic_socket_acceptor<tcp, Executor>& a = acceptor_->a;
   const tcp::endpoint ep(addr, cfg_.listen_port);
   a.open(ep.protocol(), ec);
   if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
@@ -195,16 +197,16 @@ void HttpFront::drain() {
 }
 
 awaitable<void> HttpFront::acceptLoop() {
-  tcp::acceptor& a = acceptor_->a;
+  asio::basic_socket_acceptor<tcp, Executor>& a = acceptor_->a;
   for (;;) {
     error_code ec;
     GatewayThread& to = quietest();
-    tcp::socket s =
+    Socket s =
         co_await a.async_accept(to.io.get_executor(), asio::redirect_error(use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !a.is_open()) co_return;
       spdlog::warn("accept: {}", ec.message());
-      asio::steady_timer t(threads_.front()->io, milliseconds(50));  // EMFILE: do not spin
+      SteadyTimer t(threads_.front()->io, milliseconds(50));  // EMFILE: do not spin
       co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
       continue;
     }
@@ -214,7 +216,7 @@ awaitable<void> HttpFront::acceptLoop() {
     s.set_option(asio::socket_base::send_buffer_size(static_cast<int>(cfg_.send_buffer_bytes)), ec);
     // Counted at once, so the next accept sees it.
     to.connections->fetch_add(1, std::memory_order_relaxed);
-    spawn(to.io, [](HttpFront& f, GatewayThread& t, tcp::socket sock) -> awaitable<void> {
+    spawn(to.io, [](HttpFront& f, GatewayThread& t, Socket sock) -> awaitable<void> {
       Session session(f, t, std::move(sock));
       co_await session.serve();
     }(*this, to, std::move(s)));
@@ -235,7 +237,7 @@ awaitable<void> HttpFront::Session::serve() {
   if (open > cfg_->max_connections) {
     keep_alive_ = false;
     co_await sendError(tooManyConnections());
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.socket().shutdown(Socket::shutdown_send, ec);
     co_return;
   }
   for (;;) {
@@ -248,7 +250,7 @@ awaitable<void> HttpFront::Session::serve() {
     const bool ok = co_await handle(req);
     if (!ok || !keep_alive_) break;
   }
-  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  stream_.socket().shutdown(Socket::shutdown_send, ec);
 }
 
 awaitable<bool> HttpFront::Session::read(http::request_parser<http::string_body>& parser) {
@@ -461,7 +463,7 @@ awaitable<bool> HttpFront::Session::endStream(std::string tail) {
 
 void HttpFront::Session::watchHangup(std::function<bool()> watching, std::function<void()> gone) {
   stream_.socket().async_wait(
-      tcp::socket::wait_read,
+      Socket::wait_read,
       [this, watching = std::move(watching), gone = std::move(gone)](const error_code& ec) mutable {
         if (ec || !watching()) return;
         char b = 0;

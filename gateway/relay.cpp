@@ -58,7 +58,7 @@ awaitable<bool> Relay::generate(Caller& c, const ApiKeyConfig& key, Route route,
 
   error_code ec;
   while (!ex->assignment && !ex->final && !ex->caller_gone) {
-    ex->wake.expires_at(asio::steady_timer::time_point::max());
+    ex->wake.expires_at(SteadyTimer::time_point::max());
     co_await ex->wake.async_wait(asio::redirect_error(use_awaitable, ec));
   }
   c.timing.queued = std::chrono::steady_clock::now() - submitted_at;
@@ -132,7 +132,7 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
     if (attempt >= kMaxTakeOvers) break;
     std::shared_ptr<Replica> next = bridge_.takeOver(ex);
     while (!next && bridge_.roomLater(ex) && !ex.caller_gone && !ex.aborted) {
-      asio::steady_timer pause(co_await asio::this_coro::executor);
+      SteadyTimer pause(co_await asio::this_coro::executor);
       pause.expires_after(kRoomPoll);
       error_code ec;
       co_await pause.async_wait(asio::redirect_error(use_awaitable, ec));

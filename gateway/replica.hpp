@@ -94,9 +94,9 @@ struct Replica {
   AutoCapacity autocap;      // its limit applies under capacity = "auto"
   std::string scrape_error;  // the last failed metrics scrape ("" when it passed)
   std::optional<Worker> worker;
-  std::optional<asio::posix::stream_descriptor> worker_fd;
-  asio::steady_timer kick;     // wakes its health loop (an ejection changes its next wake)
-  asio::steady_timer scrape;   // paces its metrics loop
+  std::optional<asio::posix::basic_stream_descriptor<Executor>> worker_fd;
+  SteadyTimer kick;            // wakes its health loop (an ejection changes its next wake)
+  SteadyTimer scrape;          // paces its metrics loop
   std::uint32_t running = 0;   // calls on it: assigned to its worker, or taken over from another
   std::uint64_t reserved = 0;  // their prompt + max output tokens
   // Calls of each tenant whose upstream call is open on it (engine_priority).

@@ -39,7 +39,7 @@ struct Conn {
   // Where a call's body reads land: allocated once per connection, not in
   // every call's coroutine frame.
   std::array<char, kReadBytes> scratch{};
-  beast::tcp_stream stream;
+  beast::basic_stream<tcp, Executor> stream;
   beast::flat_buffer buf;
   Clock::time_point idle_since{};
 };
@@ -155,7 +155,7 @@ struct UpstreamCall::Impl {
 
   std::shared_ptr<UpstreamPool::Impl> pool;
   const UpstreamConfig& u;  // the pool's: it lives as long as the call
-  tcp::resolver resolver;
+  asio::ip::basic_resolver<tcp, Executor> resolver;
   milliseconds response_timeout;
   std::unique_ptr<Conn> conn;
   std::optional<http::response_parser<http::buffer_body>> parser;
