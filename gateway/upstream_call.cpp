@@ -15,6 +15,9 @@
 #include <limits>
 #include <vector>
 
+#include "gateway/http_head.hpp"
+#include "gateway/socket_write.hpp"
+
 namespace fairsched::gateway {
 
 namespace beast = boost::beast;
@@ -149,7 +152,7 @@ struct UpstreamCall::Impl {
     return UpstreamError{timeout, bad, timeout ? timed_out : ec.message()};
   }
   awaitable<std::optional<UpstreamError>> connectNew();
-  awaitable<error_code> send(http::request<http::string_body>& req);
+  awaitable<error_code> send(const std::string& head, const std::string& body);
   // Reads the rest of a body nobody waits for, then pools the connection.
   static awaitable<void> drain(std::unique_ptr<Impl> m);
 
@@ -228,11 +231,11 @@ awaitable<std::optional<UpstreamError>> UpstreamCall::connect() {
   co_return co_await m.connectNew();
 }
 
-awaitable<error_code> UpstreamCall::Impl::send(http::request<http::string_body>& req) {
-  error_code ec;
-  conn->stream.expires_after(response_timeout);
-  co_await http::async_write(conn->stream, req, asio::redirect_error(use_awaitable, ec));
+awaitable<error_code> UpstreamCall::Impl::send(const std::string& head, const std::string& body) {
+  error_code ec =
+      co_await writeBuffers(conn->stream, std::array{bytes(head), bytes(body)}, response_timeout);
   if (!ec) {
+    conn->stream.expires_after(response_timeout);
     co_await http::async_read_header(conn->stream, conn->buf, *parser,
                                      asio::redirect_error(use_awaitable, ec));
   }
@@ -249,23 +252,19 @@ awaitable<std::optional<UpstreamError>> UpstreamCall::request(Method method, std
   Impl& m = *impl_;
   const bool post = method == Method::kPost;
   std::string target = under_prefix ? m.u.prefix + path : std::move(path);
-  http::request<http::string_body> req{post ? http::verb::post : http::verb::get, target, 11};
-  req.set(http::field::host, m.u.host + ":" + std::to_string(m.u.port));
-  if (post) {
-    req.set(http::field::content_type, "application/json");
-    req.set(http::field::accept, accept);
-  }
-  req.set(http::field::user_agent, "fairsched-gateway");
-  req.keep_alive(m.u.pool_connections > 0);
-  req.body() = std::move(body);
-  req.prepare_payload();
-  error_code ec = co_await m.send(req);
+  HttpHead h = HttpHead::request(post ? "POST" : "GET", target);
+  h.set("Host", m.u.host + ":" + std::to_string(m.u.port));
+  if (post) h.set("Content-Type", "application/json").set("Accept", accept);
+  h.set("User-Agent", "fairsched-gateway").keepAlive(11, m.u.pool_connections > 0);
+  if (post || !body.empty()) h.set("Content-Length", std::to_string(body.size()));
+  const std::string head = std::move(h).finish();
+  error_code ec = co_await m.send(head, body);
   if (ec && m.reused && !m.failed && closedUnderUs(ec)) {
     // The upstream closed the pooled connection as the request went out.
     m.conn.reset();
     m.newParser();
     if (auto e = co_await m.connectNew()) co_return e;
-    ec = co_await m.send(req);
+    ec = co_await m.send(head, body);
   }
   if (ec) {
     m.failed = true;
