@@ -98,6 +98,18 @@ class HttpFront::Session final : public Caller {
   // Reads the next request into `parser`. False: the connection ends
   // (after an error reply where one is due).
   awaitable<bool> read(http::request_parser<http::string_body>& parser);
+  // Feeds `parser` what is buffered, up to the end of the header
+  // (`header_only`) or of the message; stops early, with no error, where
+  // more bytes are needed.
+  void parseBuffered(http::request_parser<http::string_body>& parser, bool header_only,
+                     error_code& ec) {
+    while (buf_.size() != 0 && !(header_only ? parser.is_header_done() : parser.is_done())) {
+      const std::size_t used = parser.put(buf_.data(), ec);
+      buf_.consume(used);
+      if (ec == http::error::need_more) ec = {};
+      if (ec || used == 0) return;
+    }
+  }
   // Answers one request. False when the connection must close.
   awaitable<bool> handle(http::request<http::string_body>& req);
   awaitable<bool> generate(http::request<http::string_body>& req, const ApiKeyConfig& key,
@@ -277,8 +289,14 @@ awaitable<bool> HttpFront::Session::read(http::request_parser<http::string_body>
   }
   parser.header_limit(cfg.max_header_bytes);
   parser.body_limit(cfg.max_body_bytes);
-  stream_.expires_after(milliseconds(cfg.header_timeout_ms));
-  co_await http::async_read_header(stream_, buf_, parser, asio::redirect_error(use_awaitable, ec));
+  // What came already is parsed here; the loop is waited on only for the
+  // rest (nearly always the whole request came with its first byte).
+  parseBuffered(parser, true, ec);
+  if (!ec && !parser.is_header_done()) {
+    stream_.expires_after(milliseconds(cfg.header_timeout_ms));
+    co_await http::async_read_header(stream_, buf_, parser,
+                                     asio::redirect_error(use_awaitable, ec));
+  }
   bool in_body = false;
   if (!ec) {
     auto& hdr = parser.get();
@@ -294,6 +312,9 @@ awaitable<bool> HttpFront::Session::read(http::request_parser<http::string_body>
     }
     if (!ec) {
       in_body = true;
+      parseBuffered(parser, false, ec);
+    }
+    if (!ec && !parser.is_done()) {
       stream_.expires_after(milliseconds(cfg.body_timeout_ms));
       co_await http::async_read(stream_, buf_, parser, asio::redirect_error(use_awaitable, ec));
     }

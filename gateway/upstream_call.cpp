@@ -153,6 +153,8 @@ struct UpstreamCall::Impl {
   }
   awaitable<std::optional<UpstreamError>> connectNew();
   awaitable<error_code> send(const std::string& head, const std::string& body);
+  // Parses what is buffered into the body's buffer, without waiting.
+  std::optional<UpstreamError> parseBuffered();
   // Reads the rest of a body nobody waits for, then pools the connection.
   static awaitable<void> drain(std::unique_ptr<Impl> m);
 
@@ -297,6 +299,12 @@ awaitable<std::variant<std::size_t, UpstreamError>> UpstreamCall::read(std::span
   Impl& m = *impl_;
   m.parser->get().body().data = buf.data();
   m.parser->get().body().size = buf.size();
+  // What came with the header or an earlier read is parsed without waiting
+  // (nearly always a whole JSON body comes with its header).
+  if (auto e = m.parseBuffered()) co_return std::move(*e);
+  if (buf.size() != m.parser->get().body().size || m.parser->is_done()) {
+    co_return buf.size() - m.parser->get().body().size;
+  }
   m.conn->stream.expires_after(milliseconds(m.u.idle_timeout_ms));
   error_code ec;
   // read_some: back with whatever arrived (a token), not when the buffer is full.
@@ -310,17 +318,23 @@ awaitable<std::variant<std::size_t, UpstreamError>> UpstreamCall::read(std::span
   // read_some hands out one chunk of a chunked body at a time; the chunks
   // that arrived with it are parsed on here, without waiting, so that the
   // events one read brought go out in one write.
-  while (!m.parser->is_done() && m.conn->buf.size() != 0 && m.parser->get().body().size != 0) {
-    const std::size_t used = m.parser->put(m.conn->buf.data(), ec);
-    m.conn->buf.consume(used);
+  if (auto e = m.parseBuffered()) co_return std::move(*e);
+  co_return buf.size() - m.parser->get().body().size;
+}
+
+std::optional<UpstreamError> UpstreamCall::Impl::parseBuffered() {
+  error_code ec;
+  while (!parser->is_done() && conn->buf.size() != 0 && parser->get().body().size != 0) {
+    const std::size_t used = parser->put(conn->buf.data(), ec);
+    conn->buf.consume(used);
     if (ec == http::error::need_more || ec == http::error::need_buffer) break;
     if (ec) {
-      m.failed = true;
-      co_return Impl::failure(ec, "an unreadable chunk");
+      failed = true;
+      return failure(ec, "an unreadable chunk");
     }
     if (used == 0) break;
   }
-  co_return buf.size() - m.parser->get().body().size;
+  return std::nullopt;
 }
 
 std::span<char> UpstreamCall::scratch() {
