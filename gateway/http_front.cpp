@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <optional>
@@ -120,14 +121,17 @@ class HttpFront::Session final : public Caller {
         status == 499 ? "Client Closed Request"
                       : ssv(http::obsolete_reason(static_cast<http::status>(status)));
     HttpHead h = HttpHead::response(version_, status, reason);
-    h.set("Server", kServerName).keepAlive(version_, keep_alive_);
+    h.add("Server", kServerName).keepAlive(version_, keep_alive_);
     const auto spent = std::chrono::steady_clock::now() - timing.received;
     const auto own = spent - timing.queued - timing.upstream;
-    const auto ms = [](std::chrono::nanoseconds d) {
-      return fmt::format("{:.3f}", static_cast<double>(std::max<std::int64_t>(d.count(), 0)) / 1e6);
+    char b[32];
+    const auto ms = [&b](std::chrono::nanoseconds d) {
+      const double v = static_cast<double>(std::max<std::int64_t>(d.count(), 0)) / 1e6;
+      const auto r = std::to_chars(b, b + sizeof b, v, std::chars_format::fixed, 3);
+      return std::string_view(b, static_cast<std::size_t>(r.ptr - b));
     };
-    h.set("x-fairsched-overhead-ms", ms(own));
-    if (timing.submitted) h.set("x-fairsched-queue-ms", ms(timing.queued));
+    h.add("x-fairsched-overhead-ms", ms(own));
+    if (timing.submitted) h.add("x-fairsched-queue-ms", ms(timing.queued));
     return h;
   }
   milliseconds writeTimeout() const { return milliseconds(cfg_->write_timeout_ms); }
@@ -416,7 +420,7 @@ awaitable<bool> HttpFront::Session::sendBody(int status, std::string body, std::
                                              std::vector<HttpHeader> headers) {
   stream_header_.clear();  // a stream's header never goes out before another answer
   HttpHead h = head(status);
-  h.set("Content-Type", content_type);
+  h.add("Content-Type", content_type);
   for (const HttpHeader& f : headers) h.set(f.name, f.value);
   h.set("Content-Length", std::to_string(body.size()));
   const std::string text = std::move(h).finish();
@@ -428,7 +432,7 @@ awaitable<bool> HttpFront::Session::sendBody(int status, std::string body, std::
 
 awaitable<bool> HttpFront::Session::startStream(std::vector<HttpHeader> headers, bool with_data) {
   HttpHead h = head(200);
-  h.set("Content-Type", "text/event-stream").set("Cache-Control", "no-cache");
+  h.add("Content-Type", "text/event-stream").add("Cache-Control", "no-cache");
   for (const HttpHeader& f : headers) h.set(f.name, f.value);
   h.set("Transfer-Encoding", "chunked");
   stream_header_ = std::move(h).finish();

@@ -42,9 +42,9 @@ HttpHead HttpHead::request(std::string_view method, std::string_view target) {
 HttpHead& HttpHead::set(std::string_view name, std::string_view value) {
   if (name.empty() || splits(name) || splits(value)) return *this;
   // An earlier field of the same name goes (the first line is the start line).
-  std::size_t at = out_.find("\r\n") + 2;
+  std::size_t at = out_.find('\n') + 1;
   while (at < out_.size()) {
-    const std::size_t end = out_.find("\r\n", at) + 2;
+    const std::size_t end = out_.find('\n', at) + 1;
     bool same = end - at > name.size() && out_[at + name.size()] == ':';
     for (std::size_t i = 0; same && i < name.size(); ++i) {
       same = lower(out_[at + i]) == lower(name[i]);
@@ -55,6 +55,11 @@ HttpHead& HttpHead::set(std::string_view name, std::string_view value) {
     }
     at = end;
   }
+  return add(name, value);
+}
+
+HttpHead& HttpHead::add(std::string_view name, std::string_view value) {
+  if (name.empty() || splits(name) || splits(value)) return *this;
   out_ += name;
   out_ += ": ";
   out_ += value;
@@ -63,8 +68,8 @@ HttpHead& HttpHead::set(std::string_view name, std::string_view value) {
 }
 
 HttpHead& HttpHead::keepAlive(unsigned version, bool keep_alive) {
-  if (version == 10 && keep_alive) return set("Connection", "keep-alive");
-  if (version != 10 && !keep_alive) return set("Connection", "close");
+  if (version == 10 && keep_alive) return add("Connection", "keep-alive");
+  if (version != 10 && !keep_alive) return add("Connection", "close");
   return *this;
 }
 

@@ -6,8 +6,8 @@
 // I/O, no clock.
 //
 // Fields are written in the order set; setting a name that is there already
-// (in any case) replaces it, as Beast's `set` did. A name or value holding CR
-// or LF is refused (the field is dropped), so nothing set can split the head.
+// (in any case) replaces it, as Beast's `set` did (`add` skips that look). A name or value holding
+// CR or LF is refused (the field is dropped), so nothing set can split the head.
 #pragma once
 
 #include <cstddef>
@@ -24,8 +24,12 @@ class HttpHead {
   static HttpHead request(std::string_view method, std::string_view target);
 
   HttpHead& set(std::string_view name, std::string_view value);
+  // `set` for a name the caller knows is not there yet (the fields it
+  // writes itself before any that come from elsewhere): no look for it.
+  HttpHead& add(std::string_view name, std::string_view value);
   // The "Connection" field that keep-alive needs for `version`: "close" on
-  // 1.1 when it ends, "keep-alive" on 1.0 when it goes on, none otherwise.
+  // 1.1 when it ends, "keep-alive" on 1.0 when it goes on, none otherwise
+  // (added as `add` does).
   HttpHead& keepAlive(unsigned version, bool keep_alive);
   // The head, ended by the empty line; the builder is spent.
   std::string finish() &&;

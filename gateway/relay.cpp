@@ -309,7 +309,7 @@ awaitable<bool> Relay::endWhole(Caller& c, Exchange& ex, UpstreamCall& up, Relay
   if (r.status == 200) {
     const std::optional<Usage> us = parseResponseUsage(r.whole);
     const std::uint32_t output = us ? us->completion_tokens : 0;
-    ex.emitted = std::min(output, ex.req.max_tokens);  // relayed whole: the finish emits them
+    // Relayed whole: the tokens go with the finish (one ring event, not two).
     bridge_.finish(ex, Status::kOk, output, "", us ? us->prompt_tokens : 0);
   } else {
     const std::string why = "upstream answered HTTP " + std::to_string(r.status);

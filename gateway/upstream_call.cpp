@@ -255,10 +255,10 @@ awaitable<std::optional<UpstreamError>> UpstreamCall::request(Method method, std
   const bool post = method == Method::kPost;
   std::string target = under_prefix ? m.u.prefix + path : std::move(path);
   HttpHead h = HttpHead::request(post ? "POST" : "GET", target);
-  h.set("Host", m.u.host + ":" + std::to_string(m.u.port));
-  if (post) h.set("Content-Type", "application/json").set("Accept", accept);
-  h.set("User-Agent", "fairsched-gateway").keepAlive(11, m.u.pool_connections > 0);
-  if (post || !body.empty()) h.set("Content-Length", std::to_string(body.size()));
+  h.add("Host", m.u.host + ":" + std::to_string(m.u.port));
+  if (post) h.add("Content-Type", "application/json").add("Accept", accept);
+  h.add("User-Agent", "fairsched-gateway").keepAlive(11, m.u.pool_connections > 0);
+  if (post || !body.empty()) h.add("Content-Length", std::to_string(body.size()));
   const std::string head = std::move(h).finish();
   error_code ec = co_await m.send(head, body);
   if (ec && m.reused && !m.failed && closedUnderUs(ec)) {

@@ -244,6 +244,7 @@ std::string Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
       }
       if (ev.output_tokens > p->streamed) {  // generated but not streamed: charged now
         sched_.charge(p->handle, ev.output_tokens - p->streamed, now);
+        w.tokens += ev.output_tokens - p->streamed;  // the worker's, told with its finish
       }
       if (w.running > 0) --w.running;
       ++w.finished;

@@ -23,6 +23,15 @@ TEST(HttpHead, ASecondFieldOfTheSameNameInAnyCaseReplacesTheFirst) {
   EXPECT_EQ(std::move(h).finish(), "HTTP/1.1 200 OK\r\nx-b: 2\r\nretry-after: 3\r\nX-A: 4\r\n\r\n");
 }
 
+TEST(HttpHead, AFieldAddedWithoutALookIsStillReplacedByALaterSet) {
+  HttpHead h = HttpHead::response(11, 200, "OK");
+  h.add("Server", "a").keepAlive(11, false).add("Content-Type", "text/plain");
+  h.set("content-type", "application/json").set("CONNECTION", "keep-alive");
+  EXPECT_EQ(std::move(h).finish(),
+            "HTTP/1.1 200 OK\r\nServer: a\r\ncontent-type: application/json\r\nCONNECTION: "
+            "keep-alive\r\n\r\n");
+}
+
 TEST(HttpHead, ANameThatOnlyStartsLikeAnotherIsADifferentField) {
   HttpHead h = HttpHead::response(11, 200, "OK");
   h.set("x-ratelimit-limit-requests", "10").set("x-ratelimit-limit", "5");
