@@ -56,6 +56,7 @@
 #include "daemon/env.hpp"
 #include "fairsched/client.hpp"
 #include "fairsched/worker.hpp"
+#include "gateway/adaptive_mutex.hpp"
 #include "gateway/coro.hpp"
 #include "gateway/error_reply.hpp"
 #include "gateway/exchange.hpp"
@@ -196,7 +197,7 @@ class DaemonBridge {
   const GatewayConfig& cfg_;
   const std::string endpoint_;  // cfg_.endpoint, read on any thread
   daemon::Env& env_;
-  mutable std::mutex mu_;
+  mutable AdaptiveMutex mu_;
   RateLimitHeaders limits_;
   std::optional<Client> client_;
   std::vector<std::shared_ptr<Replica>> replicas_;  // config order; drained ones leave
