@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "gateway/line_break.hpp"
+
 namespace fairsched::gateway {
 
 namespace {
@@ -11,7 +13,7 @@ char lower(char c) {
 }
 
 bool splits(std::string_view s) {
-  return s.find_first_of("\r\n") != std::string_view::npos;
+  return findLineBreak(s) != std::string_view::npos;
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "gateway/sse.hpp"
 
+#include "gateway/line_break.hpp"
+
 namespace fairsched::gateway {
 
 bool SseParser::feed(std::string_view bytes, std::vector<std::string>& events) {
@@ -12,7 +14,7 @@ bool SseParser::feed(std::string_view bytes, std::vector<std::string>& events) {
       continue;
     }
     last_was_cr_ = false;
-    const std::size_t eol = bytes.find_first_of("\r\n", i);
+    const std::size_t eol = findLineBreak(bytes, i);
     const std::string_view piece = bytes.substr(i, eol == std::string_view::npos ? eol : eol - i);
     if (partial_.size() + piece.size() + data_.size() > max_) {
       failed_ = true;

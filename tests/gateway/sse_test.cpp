@@ -1,5 +1,7 @@
 #include "gateway/sse.hpp"
 
+#include "gateway/line_break.hpp"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -42,6 +44,26 @@ TEST(SseParser, FailsForGoodPastTheEventBound) {
   EXPECT_TRUE(p.failed());
   EXPECT_FALSE(p.feed("\n\n", events));
   EXPECT_TRUE(events.empty());
+}
+
+TEST(SseParser, AcceptsLinesEndedByALoneCr) {
+  SseParser p(1024);
+  std::vector<std::string> events;
+  ASSERT_TRUE(p.feed("data: a\r\rdata: b\n\ndata: c\r", events));
+  ASSERT_TRUE(p.feed("\n\r\n", events));
+  EXPECT_EQ(events, (std::vector<std::string>{"a", "b", "c"}));
+}
+
+TEST(FindLineBreak, FindsTheFirstCrOrLfFromAnOffset) {
+  constexpr auto npos = std::string_view::npos;
+  EXPECT_EQ(findLineBreak("abc"), npos);
+  EXPECT_EQ(findLineBreak(""), npos);
+  EXPECT_EQ(findLineBreak("ab\ncd\r"), 2u);
+  EXPECT_EQ(findLineBreak("ab\rcd\n"), 2u);
+  EXPECT_EQ(findLineBreak("ab\r\n", 3), 3u);
+  EXPECT_EQ(findLineBreak("a\nb\rc", 2), 3u);
+  EXPECT_EQ(findLineBreak("a\nb", 2), npos);
+  EXPECT_EQ(findLineBreak("a\n", 5), npos);
 }
 
 TEST(SseEvent, FramesOnePayload) {
