@@ -133,10 +133,13 @@ class DaemonBridge {
   // daemon settles the estimate the request was submitted with.
   void finish(Exchange& ex, Status status, std::uint32_t output, std::string_view msg,
               std::uint32_t input = 0);
-  // Reports `n` more output tokens of the exchange (capped at max_tokens):
-  // the first at once, later ones at most every kReportEvery, the rest with
-  // the finish.
-  void emitTokens(Exchange& ex, std::uint32_t n);
+  // Counts `n` more output tokens of the exchange (capped at max_tokens)
+  // and reports them: the first at once, later ones at most every
+  // kReportEvery. What is not reported goes with the finish, whose output
+  // tokens the daemon charges beyond those it heard. `finish_follows`: the
+  // stream's last read; they are counted only (a stream whose tokens and
+  // end came in one read costs one ring event, as a whole response does).
+  void emitTokens(Exchange& ex, std::uint32_t n, bool finish_follows = false);
   // The x-ratelimit-* headers for the exchange's tenant now.
   std::vector<HttpHeader> limitHeaders(const Exchange& ex,
                                        std::optional<std::chrono::nanoseconds> retry_after = {});

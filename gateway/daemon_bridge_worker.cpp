@@ -255,7 +255,6 @@ void DaemonBridge::finish(Exchange& ex, Status status, std::uint32_t output, std
   if (it == by_assignment_.end()) return;  // its worker connection was lost: the daemon ended it
   const Assigned a = std::move(it->second);
   by_assignment_.erase(it);
-  if (a.replica->worker) reportLocked(ex, *a.replica->worker);
   if (a.via != a.replica) {  // taken over: its room there is free again
     release(*a.via, a.kv);
     stateCapacity(*a.via, !anyUsable());
@@ -265,14 +264,15 @@ void DaemonBridge::finish(Exchange& ex, Status status, std::uint32_t output, std
                 input);
 }
 
-void DaemonBridge::emitTokens(Exchange& ex, std::uint32_t n) {
+void DaemonBridge::emitTokens(Exchange& ex, std::uint32_t n, bool finish_follows) {
   if (ex.worker_finished || !ex.assignment) return;
   n = std::min(n, ex.req.max_tokens - std::min(ex.emitted, ex.req.max_tokens));
   if (n == 0) return;
   ex.emitted += n;
+  if (finish_follows) return;
   // The first tokens go at once (the daemon's time to first token), later
-  // ones at most every kReportEvery, and what is left just before the
-  // finish: a fast stream costs a ring event or two, not one per read.
+  // ones at most every kReportEvery, and what is left with the finish: a
+  // fast stream costs a ring event or two, not one per read.
   const TimeNs now = env_.now();
   if (ex.reported > 0 && now - ex.reported_at < kReportEvery) return;
   const std::lock_guard lock(mu_);

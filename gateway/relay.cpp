@@ -262,7 +262,7 @@ awaitable<void> Relay::relayStream(Caller& c, Exchange& ex, UpstreamCall& up, Re
       if (ch.usage_only && !ex.req.caller_wants_usage) continue;
       out += sseEvent(data);
     }
-    bridge_.emitTokens(ex, pieces);
+    bridge_.emitTokens(ex, pieces, r.done);
     if (r.done) {  // the last read: its events go out with the end, in one write
       r.held = std::move(out);
       break;

@@ -229,6 +229,8 @@ class Server {
   // of a STEP record): charged, relayed. Empty, or the rule they break.
   std::string onTokens(Connection& c, std::uint64_t assignment,
                        std::span<const std::uint32_t> tokens, std::int64_t emit_ns, TimeNs now);
+  // The request's first output token came now (its time to first token).
+  void noteFirstToken(Pending& p, TimeNs now);
   bool assignToWorkers(TimeNs now);
   // routing = "prefix" (server_assign.cpp): one request at a time, each to
   // the worker core::chooseWorker names.

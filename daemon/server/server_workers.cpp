@@ -140,6 +140,11 @@ bool Server::dropWorker(Connection& c, std::string why) {
   return true;
 }
 
+void Server::noteFirstToken(Pending& p, TimeNs now) {
+  p.first_token = now;
+  if (metrics_ && !p.aborted) metrics_->firstToken(p.tenant, p.endpoint, now - p.dispatched);
+}
+
 std::string Server::onTokens(Connection& c, std::uint64_t assignment,
                              std::span<const std::uint32_t> tokens, std::int64_t emit_ns,
                              TimeNs now) {
@@ -156,10 +161,7 @@ std::string Server::onTokens(Connection& c, std::uint64_t assignment,
     p->generated.insert(p->generated.end(), tokens.begin(), tokens.end());
   }
   if (metrics_) metrics_->tokensStreamed(p->tenant, p->endpoint, count);
-  if (p->streamed == 0) {
-    p->first_token = now;
-    if (metrics_ && !p->aborted) metrics_->firstToken(p->tenant, p->endpoint, now - p->dispatched);
-  }
+  if (p->streamed == 0) noteFirstToken(*p, now);
   p->streamed += static_cast<std::uint32_t>(count);
   w.tokens += count;
   stats_.tokens_streamed += count;
@@ -243,6 +245,8 @@ std::string Server::onWorkerEvent(Connection& c, const shm::WorkerEvent& ev,
         p->prompt_tokens = ev.input_tokens;
       }
       if (ev.output_tokens > p->streamed) {  // generated but not streamed: charged now
+        // A stream whose tokens all came with its end: its first token is now.
+        if (p->streamed == 0 && p->stream) noteFirstToken(*p, now);
         sched_.charge(p->handle, ev.output_tokens - p->streamed, now);
         w.tokens += ev.output_tokens - p->streamed;  // the worker's, told with its finish
       }

@@ -1214,6 +1214,52 @@ TEST_F(Workers, AWorkerThatCountsThePromptSettlesItAndTheClientHearsTheCount) {
   EXPECT_EQ(d.value().terminate(), 0);
 }
 
+// A stream whose tokens all came with its end (a proxy worker that read
+// them and [DONE] at once reports them with its finish alone): the daemon
+// charges them and its first token is the finish, so the client still
+// hears a time to first token.
+TEST_F(Workers, AStreamWhoseTokensAllComeWithTheFinishHasATimeToFirstToken) {
+  auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  const pid_t worker = fork();
+  if (worker == 0) {
+    Worker w = attachChildWorker(socket(), 4);
+    const std::vector<WorkItem> items = firstWork(w);
+    std::this_thread::sleep_for(2ms);  // so the time to first token is above 0 us
+    if (!w.finish(items[0].id, Status::kOk, 5, {})) _exit(1);
+    while (w.connected()) std::this_thread::sleep_for(10ms);
+    _exit(0);
+  }
+  auto client = connectClient(socket());
+  ASSERT_TRUE(client);
+  auto tenant = client->openTenant("acme");
+  ASSERT_TRUE(tenant);
+  SubmitRequest r;
+  r.tenant = *tenant;
+  r.endpoint = "chat";
+  r.prompt_token_count = 10;
+  r.max_output_tokens = 8;
+  r.stream = true;
+  auto id = client->submit(r);
+  ASSERT_TRUE(id) << id.error().message;
+  std::vector<Completion> got;
+  ASSERT_TRUE(pollUntil(
+      *client, [&](const Completion& c) { got.push_back(c); },
+      [&] { return !got.empty() && !got.back().partial; }, 10s));
+  const Completion& last = got.back();
+  EXPECT_EQ(last.status, Status::kOk);
+  EXPECT_EQ(last.output_tokens, 5u);
+  EXPECT_GE(last.time_to_first_token.count(), 2000);
+  EXPECT_LE(last.time_to_first_token, last.service);
+  std::string out;
+  ASSERT_EQ(testing::runFairschedctl("--socket " + socket() + " tenants --json", &out), 0) << out;
+  EXPECT_NE(out.find("\"tokens_served\": 15"), std::string::npos)
+      << "10 prompt + 5 output: " << out;
+  ::kill(worker, SIGKILL);
+  ::waitpid(worker, nullptr, 0);
+  EXPECT_EQ(d.value().terminate(), 0);
+}
+
 // The daemon, forked with its log (stderr) going to the file `log`, at
 // level info.
 daemon::Result<daemon::ForkedDaemon> startLogging(config::Config cfg, const std::string& log) {
