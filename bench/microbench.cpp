@@ -1,8 +1,9 @@
 // fairsched-microbench: Google Benchmark microbenchmarks of the scheduling
-// core's hot paths. Every benchmark reports items/s (one item = one limiter
-// check, one window update, one DRR decision, one push+pop pair, one
-// submitted or scheduled request, one prompt routed by its prefix). Inputs
-// come from a fixed seed.
+// core's and the gateway's hot paths. Every benchmark reports items/s (one
+// item = one limiter check, one window update, one DRR decision, one
+// push+pop pair, one submitted or scheduled request, one prompt routed by
+// its prefix, one upstream stream event scanned); the scan also reports
+// bytes/s. Inputs come from a fixed seed.
 //
 //   fairsched-microbench [--benchmark_filter=REGEX] [--benchmark_min_time=0.2]
 #include <benchmark/benchmark.h>
@@ -22,6 +23,7 @@
 #include "daemon/core/scheduler.hpp"
 #include "daemon/core/sliding_window.hpp"
 #include "daemon/core/tenant_queue.hpp"
+#include "gateway/openai_json.hpp"
 
 namespace {
 
@@ -330,6 +332,25 @@ void BM_BlockLruRouteOne(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
 }
 BENCHMARK(BM_BlockLruRouteOne)->ArgName("blocks")->Arg(16)->Arg(256);
+
+// One event of an upstream's SSE stream scanned for what the gateway
+// charges (its text, its usage), as the relay does for each event.
+void BM_ScanStreamEvent(benchmark::State& state) {
+  std::string event =
+      R"({"id":"cmpl-1","object":"text_completion.chunk","model":"m","choices":[{"index":0,)"
+      R"("text":"t0 ","finish_reason":null}]})";
+  const std::size_t digit = event.find("t0") + 1;
+  std::uint64_t texts = 0;
+  std::uint64_t i = 0;
+  for (auto _ : state) {
+    event[digit] = static_cast<char>('0' + (i++ % 10));
+    texts += fairsched::gateway::parseStreamChunk(event).has_text ? 1 : 0;
+  }
+  benchmark::DoNotOptimize(texts);
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * event.size()));
+}
+BENCHMARK(BM_ScanStreamEvent);
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 #include "gateway/json_scan.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
 namespace fairsched::gateway {
@@ -51,6 +52,14 @@ std::size_t utf8Length(std::string_view s, std::size_t i) {
   return 0;
 }
 
+// Characters a string may hold as they are with nothing to check: ASCII
+// from 0x20, except '"' and '\\'.
+constexpr auto kPlain = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0x20; c < 0x80; ++c) t[c] = c != '"' && c != '\\';
+  return t;
+}();
+
 void appendUtf8(std::string& out, std::uint32_t cp) {
   if (cp < 0x80) {
     out += static_cast<char>(cp);
@@ -70,27 +79,6 @@ void appendUtf8(std::string& out, std::uint32_t cp) {
 }
 
 }  // namespace
-
-void JsonScan::ws() {
-  while (i_ < s_.size()) {
-    const char c = s_[i_];
-    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return;
-    ++i_;
-  }
-}
-
-JsonScan::Type JsonScan::peek() {
-  if (!ok_) return Type::kBad;
-  ws();
-  if (i_ >= s_.size()) return Type::kBad;
-  const char c = s_[i_];
-  if (c == '{') return Type::kObject;
-  if (c == '[') return Type::kArray;
-  if (c == '"') return Type::kString;
-  if (c == '-' || isDigit(c)) return Type::kNumber;
-  if (c == 't' || c == 'f' || c == 'n') return Type::kLiteral;
-  return Type::kBad;
-}
 
 bool JsonScan::enter(Type container) {
   if (peek() != container || depth_ >= kMaxDepth) return fail();
@@ -148,6 +136,9 @@ bool JsonScan::scanString(std::string_view& raw) {
   const std::size_t start = i_;
   const std::size_t n = s_.size();
   while (i_ < n) {
+    // A run of characters that need no look: printable ASCII but '"' and '\\'.
+    while (i_ < n && kPlain[static_cast<unsigned char>(s_[i_])]) ++i_;
+    if (i_ >= n) break;
     const auto c = static_cast<unsigned char>(s_[i_]);
     if (c == '"') {
       raw = s_.substr(start, i_ - start);
@@ -222,14 +213,12 @@ bool JsonScan::number(std::string_view& text) {
 
 bool JsonScan::literal(std::string_view& text) {
   if (peek() != Type::kLiteral) return fail();
-  for (const std::string_view word : {"true", "false", "null"}) {
-    if (s_.substr(i_, word.size()) == word) {
-      text = s_.substr(i_, word.size());
-      i_ += word.size();
-      return true;
-    }
-  }
-  return fail();
+  const char c = s_[i_];
+  const std::string_view word = c == 't' ? "true" : c == 'f' ? "false" : "null";
+  if (s_.substr(i_, word.size()) != word) return fail();
+  text = s_.substr(i_, word.size());
+  i_ += word.size();
+  return true;
 }
 
 bool JsonScan::skip() {
@@ -314,6 +303,9 @@ std::string JsonScan::decode(std::string_view raw) {
 }
 
 bool JsonScan::keyIs(std::string_view raw, std::string_view plain) {
+  // Most keys that differ differ in their first character (an escape
+  // there stands for something else).
+  if (!raw.empty() && !plain.empty() && raw[0] != plain[0] && raw[0] != '\\') return false;
   // An escape is longer than what it stands for: a raw text as long as
   // `plain` matches only as is, a shorter one never.
   if (raw.size() <= plain.size()) return raw == plain;

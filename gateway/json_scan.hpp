@@ -34,7 +34,18 @@ class JsonScan {
   explicit JsonScan(std::string_view text) : s_(text) {}
 
   // The next value's type (whitespace skipped), kBad at the end or after an error.
-  Type peek();
+  Type peek() {
+    if (!ok_) return Type::kBad;
+    ws();
+    if (i_ >= s_.size()) return Type::kBad;
+    const char c = s_[i_];
+    if (c == '{') return Type::kObject;
+    if (c == '[') return Type::kArray;
+    if (c == '"') return Type::kString;
+    if (c == '-' || (c >= '0' && c <= '9')) return Type::kNumber;
+    if (c == 't' || c == 'f' || c == 'n') return Type::kLiteral;
+    return Type::kBad;
+  }
   bool enterObject();
   // The next member's key (raw: between the quotes, escapes as written),
   // its ':' read; false at the closing '}' (read) or on an error.
@@ -73,7 +84,13 @@ class JsonScan {
     ok_ = false;
     return false;
   }
-  void ws();
+  void ws() {
+    while (i_ < s_.size()) {
+      const char c = s_[i_];
+      if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return;
+      ++i_;
+    }
+  }
   bool scanString(std::string_view& raw);
   bool enter(Type container);
   // Past the ',' before the next entry: true; at `close` (read): false.

@@ -135,6 +135,12 @@ TEST(JsonScan, DecodesStringsAsNlohmann) {
   EXPECT_TRUE(JsonScan::keyIs("usage", "usage"));
   EXPECT_TRUE(JsonScan::keyIs("us\\u0061ge", "usage"));
   EXPECT_FALSE(JsonScan::keyIs("usages", "usage"));
+  EXPECT_TRUE(JsonScan::keyIs("\\u0075sage", "usage"));  // an escape in the first place
+  EXPECT_FALSE(JsonScan::keyIs("\\u0076sage", "usage"));
+  EXPECT_FALSE(JsonScan::keyIs("xsage", "usage"));
+  EXPECT_FALSE(JsonScan::keyIs("u", "usage"));
+  EXPECT_TRUE(JsonScan::keyIs("", ""));
+  EXPECT_FALSE(JsonScan::keyIs("", "usage"));
 }
 
 TEST(JsonScan, ReadsIntegersAsNlohmannTypesThem) {
