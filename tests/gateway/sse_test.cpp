@@ -54,6 +54,14 @@ TEST(SseParser, AcceptsLinesEndedByALoneCr) {
   EXPECT_EQ(events, (std::vector<std::string>{"a", "b", "c"}));
 }
 
+TEST(SseParser, DataLinesOfOneEventCountTogetherTowardsTheBound) {
+  SseParser p(16);
+  std::vector<std::string> events;
+  EXPECT_TRUE(p.feed("data: aaaaaaaa\n", events));
+  EXPECT_FALSE(p.feed("data: bbbbbbbb\n\n", events));
+  EXPECT_TRUE(events.empty());
+}
+
 TEST(FindLineBreak, FindsTheFirstCrOrLfFromAnOffset) {
   constexpr auto npos = std::string_view::npos;
   EXPECT_EQ(findLineBreak("abc"), npos);
