@@ -119,15 +119,50 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
 
   const auto called_at = std::chrono::steady_clock::now();
   std::optional<UpstreamError> err;
-  // Connect; a replica that refuses hands the call to another with room
-  // (nothing was sent: safe to run elsewhere) — when every other one that
-  // is up is full, once one of its calls ends.
+  // The tenant's calls open on an upstream, this one included, while it is.
+  struct TenantCall {
+    std::shared_ptr<Replica> on;
+    const std::string& tenant;
+    std::uint32_t before;
+    explicit TenantCall(std::shared_ptr<Replica> r, const std::string& t)
+        : on(std::move(r)), tenant(t), before(on->callOpened(tenant)) {}
+    ~TenantCall() { on->callClosed(tenant); }
+    TenantCall(const TenantCall&) = delete;
+    TenantCall& operator=(const TenantCall&) = delete;
+  };
+  std::optional<TenantCall> tenant_call;
+  std::string rebuilt;  // the body with the engine's priority, where it has one
+  bool sent = false;    // the request went out (or failed going out) on a connection
+  // Connect and send; a replica that cannot be reached (its connection
+  // refused, or a pooled one found closed and a new one refused) hands the
+  // call to another with room (nothing reached it: safe to run elsewhere)
+  // — when every other one that is up is full, once one of its calls ends.
   for (int attempt = 0;; ++attempt) {
     ex.upstream = nullptr;
+    tenant_call.reset();
     call.emplace(*ex.via->pools[thread_]);
     ex.upstream = &*call;
     err = co_await call->connect();
-    if (!err || ex.caller_gone || ex.aborted) break;
+    sent = false;
+    if (!err && !ex.caller_gone && !ex.aborted) {
+      sent = true;
+      const UpstreamConfig& via = ex.via->pools[thread_]->config();  // this thread's copy
+      tenant_call.emplace(ex.via, ex.tenant);
+      const std::string* body = &ex.req.upstream_body;
+      if (via.engine_priority != UpstreamConfig::EnginePriority::kOff || ex.req.caller_priority) {
+        rebuilt = bodyForEngine(ex.req.upstream_body, via.engine_priority, tenant_call->before,
+                                ex.req.caller_priority);
+        body = &rebuilt;
+      }
+      std::string accept = ex.req.stream ? "text/event-stream" : "application/json";
+      err = co_await call->request(UpstreamCall::Method::kPost, std::string(routePath(ex.route)),
+                                   *body, std::move(accept));
+      if (err && !err->not_connected && !ex.caller_gone && !ex.aborted) {
+        bridge_.upstreamFailed(*ex.via, false, err->why);
+      }
+    }
+    if (!err || !err->not_connected || ex.caller_gone || ex.aborted) break;
+    sent = false;  // nothing reached it
     bridge_.upstreamFailed(*ex.via, /*certain=*/true, err->why);
     if (attempt >= kMaxTakeOvers) break;
     std::shared_ptr<Replica> next = bridge_.takeOver(ex);
@@ -141,35 +176,13 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
     if (!next) break;
   }
   UpstreamCall& up = *call;
+  const UpstreamConfig& via = ex.via->pools[thread_]->config();  // this thread's copy
   // Gone while connecting (its close may have come before there was a socket
   // to close): nothing is sent, the assignment ends now.
-  if (ex.caller_gone || ex.aborted) {
+  if (!sent && (ex.caller_gone || ex.aborted)) {
     up.close();
     c.timing.upstream = std::chrono::steady_clock::now() - called_at;
     co_return co_await endBeforeResponse(c, ex);
-  }
-  const UpstreamConfig& via = ex.via->pools[thread_]->config();  // this thread's copy
-  // The tenant's calls open on this upstream, this one included, while it is.
-  struct TenantCall {
-    std::shared_ptr<Replica> on;
-    const std::string& tenant;
-    std::uint32_t before;
-    explicit TenantCall(std::shared_ptr<Replica> r, const std::string& t)
-        : on(std::move(r)), tenant(t), before(on->callOpened(tenant)) {}
-    ~TenantCall() { on->callClosed(tenant); }
-    TenantCall(const TenantCall&) = delete;
-    TenantCall& operator=(const TenantCall&) = delete;
-  };
-  std::optional<TenantCall> tenant_call;
-  if (!err) {
-    tenant_call.emplace(ex.via, ex.tenant);
-    std::string body = std::move(ex.req.upstream_body);
-    body = bodyForEngine(std::move(body), via.engine_priority, tenant_call->before,
-                         ex.req.caller_priority);
-    std::string accept = ex.req.stream ? "text/event-stream" : "application/json";
-    err = co_await up.request(UpstreamCall::Method::kPost, std::string(routePath(ex.route)),
-                              std::move(body), std::move(accept));
-    if (err && !ex.caller_gone && !ex.aborted) bridge_.upstreamFailed(*ex.via, false, err->why);
   }
   if (err) {
     c.timing.upstream = std::chrono::steady_clock::now() - called_at;

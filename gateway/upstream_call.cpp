@@ -62,19 +62,26 @@ bool closedUnderUs(const error_code& ec) {
 }
 
 constexpr std::size_t kDrainLimit = 64 * 1024;
+constexpr milliseconds kTrustedIdle{1000};
 
 }  // namespace
 
 struct UpstreamPool::Impl {
   Impl(asio::io_context& i, UpstreamConfig cfg) : io(i), u(std::move(cfg)) {}
 
-  // A live pooled connection, newest first; none: nullptr.
+  // A live pooled connection, newest first; none: nullptr. One idle for
+  // less than kTrustedIdle is taken without a look: an upstream closes a
+  // connection it keeps alive after seconds of idleness, and one it closed
+  // sooner (it went down) fails as the request goes out, which
+  // request() meets with a new connection, and a refused one with the
+  // call handed to another replica.
   std::unique_ptr<Conn> take() {
     const auto now = Clock::now();
     while (!idle.empty()) {
       std::unique_ptr<Conn> c = std::move(idle.back());
       idle.pop_back();
-      if (now - c->idle_since < milliseconds(u.pool_idle_ms) && !stale(*c)) {
+      const auto idled = now - c->idle_since;
+      if (idled < milliseconds(u.pool_idle_ms) && (idled < kTrustedIdle || !stale(*c))) {
         ++reused;
         return c;
       }
@@ -149,7 +156,8 @@ struct UpstreamCall::Impl {
     // Beast's parser refused what came back: something answered, not in HTTP.
     const bool bad = ec.category() == http::make_error_code(http::error::bad_version).category() &&
                      ec != http::error::end_of_stream && ec != http::error::partial_message;
-    return UpstreamError{timeout, bad, timeout ? timed_out : ec.message()};
+    return UpstreamError{
+        .timeout = timeout, .bad_response = bad, .why = timeout ? timed_out : ec.message()};
   }
   awaitable<std::optional<UpstreamError>> connectNew();
   awaitable<error_code> send(const std::string& head, const std::string& body);
@@ -212,12 +220,13 @@ awaitable<std::optional<UpstreamError>> UpstreamCall::Impl::connectNew() {
     failed = true;
     UpstreamError e = failure(ec, "timed out");
     e.why = "connect to " + u.host + ":" + std::to_string(u.port) + ": " + e.why;
+    e.not_connected = true;
     co_return e;
   }
   ++pool->opened;
   if (failed) {  // close() came while connecting: the socket it closed was not open yet
     conn->stream.close();
-    co_return UpstreamError{false, false, "closed while connecting"};
+    co_return UpstreamError{.why = "closed while connecting"};
   }
   conn->stream.socket().set_option(tcp::no_delay(true), ec);
   co_return std::nullopt;
@@ -249,7 +258,8 @@ void UpstreamCall::setResponseTimeout(milliseconds t) {
 }
 
 awaitable<std::optional<UpstreamError>> UpstreamCall::request(Method method, std::string path,
-                                                              std::string body, std::string accept,
+                                                              const std::string& body,
+                                                              std::string accept,
                                                               bool under_prefix) {
   Impl& m = *impl_;
   const bool post = method == Method::kPost;
@@ -349,8 +359,8 @@ awaitable<std::optional<UpstreamError>> UpstreamCall::readAll(std::string& out, 
     const std::size_t n = std::get<std::size_t>(r);
     if (out.size() + n > limit) {
       impl_->failed = true;
-      co_return UpstreamError{false, true,
-                              "response larger than " + std::to_string(limit) + " bytes"};
+      co_return UpstreamError{.bad_response = true,
+                              .why = "response larger than " + std::to_string(limit) + " bytes"};
     }
     out.append(tmp.data(), n);
   }

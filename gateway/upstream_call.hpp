@@ -41,7 +41,11 @@ namespace fairsched::gateway {
 struct UpstreamError {
   bool timeout = false;
   bool bad_response = false;  // it answered, but not HTTP (or HTTP that cannot be read)
-  std::string why;            // for logs and the caller
+  // No connection could be made: nothing reached the upstream, so the call
+  // may run on another (connect(), or request()'s new connection after a
+  // pooled one turned out closed).
+  bool not_connected = false;
+  std::string why;  // for logs and the caller
 };
 
 // The caller's reply when the upstream could not be called.
@@ -88,8 +92,11 @@ class UpstreamCall {
   // Sends `method` on the upstream's prefix + `path` (kPost: `body` as JSON,
   // asking for `accept` back), then reads the response's header.
   // !under_prefix: `path` from the server's root (a health check).
-  awaitable<std::optional<UpstreamError>> request(Method method, std::string path, std::string body,
-                                                  std::string accept, bool under_prefix = true);
+  // A pooled connection the upstream closed as the request went out is
+  // replaced by a new one, once.
+  awaitable<std::optional<UpstreamError>> request(Method method, std::string path,
+                                                  const std::string& body, std::string accept,
+                                                  bool under_prefix = true);
   // A bound for request() other than response_timeout_ms (a health check's).
   void setResponseTimeout(milliseconds t);
   // After request(): the response's status and content type

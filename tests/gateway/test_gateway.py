@@ -976,6 +976,33 @@ def test_a_killed_replica_is_ejected_its_calls_run_elsewhere_and_it_comes_back(s
     assert stack.upstream_stats(port)["requests"] > 0
 
 
+def test_a_replica_killed_under_its_pooled_connections_has_its_calls_run_elsewhere(stack: Stack):
+    # One gateway thread, so the second burst takes the connections the
+    # first left in its pool. One idle for under a second is taken without
+    # a look: killed under it, a call's request fails as it goes out, the
+    # new connection it tries is refused, and the call runs on r0 (nothing
+    # reached r1). Idle longer, the look finds it closed: the same outcome.
+    stack.start(replicas=2, threads=1, upstream_max_sequences=2,
+                upstream_health_interval_ms=600000, upstream_eject_ms=60000)
+    proc, port = stack.replicas[1]
+
+    def burst(n: int) -> list[int]:
+        results: list[int] = []
+        threads = [threading.Thread(target=lambda i=i: results.append(complete(stack, i)))
+                   for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60 * SLOW)
+        return results
+
+    assert burst(8) == [200] * 8
+    assert stack.upstream_stats(port)["requests"] > 0, "r1 ran some: it has pooled connections"
+    proc.stop(signal.SIGKILL)
+    assert burst(8) == [200] * 8
+    assert "unreachable; upstream r0 runs it" in stack.gateway.output()
+
+
 def test_a_failing_health_check_ejects_a_replica_until_it_passes(stack: Stack):
     sick = stack.dir / "r1-sick"
     sick.touch()
