@@ -1173,44 +1173,73 @@ TEST_F(Workers, AWorkerThatIgnoresPreemptKeepsItsSequencesAndNothingIsLost) {
   EXPECT_EQ(d.value().terminate(), 0);
 }
 
+// What one request served by a forked worker came to: its final completion
+// and the tenants table after it (fairschedctl tenants --json).
+struct OneServed {
+  Completion last;
+  std::string tenants;
+};
+
+// Forks a worker that answers its first assignment with `serve` (false:
+// the child fails), submits `r` for tenant acme on chat, and waits for the
+// request's final completion.
+void serveOne(const std::string& socket, const std::function<bool(Worker&, std::uint64_t)>& serve,
+              SubmitRequest r, OneServed& out) {
+  const pid_t worker = fork();
+  if (worker == 0) {
+    Worker w = attachChildWorker(socket, 4);
+    const std::vector<WorkItem> items = firstWork(w);
+    if (!serve(w, items[0].id)) _exit(1);
+    while (w.connected()) std::this_thread::sleep_for(10ms);
+    _exit(0);
+  }
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reap{worker};
+  auto client = connectClient(socket);
+  ASSERT_TRUE(client);
+  auto tenant = client->openTenant("acme");
+  ASSERT_TRUE(tenant);
+  r.tenant = *tenant;
+  r.endpoint = "chat";
+  auto id = client->submit(r);
+  ASSERT_TRUE(id) << id.error().message;
+  std::vector<Completion> got;
+  ASSERT_TRUE(pollUntil(
+      *client, [&](const Completion& c) { got.push_back(c); },
+      [&] { return !got.empty() && !got.back().partial; }, 10s));
+  out.last = got.back();
+  ASSERT_EQ(testing::runFairschedctl("--socket " + socket + " tenants --json", &out.tenants), 0)
+      << out.tenants;
+}
+
 TEST_F(Workers, AWorkerThatCountsThePromptSettlesItAndTheClientHearsTheCount) {
   auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
   ASSERT_TRUE(d.ok()) << d.error().message;
   // A proxy-like worker: the request came counts-only (an estimate of 50
   // prompt tokens); its upstream counted 73.
-  const pid_t worker = fork();
-  if (worker == 0) {
-    Worker w = attachChildWorker(socket(), 4);
-    const std::vector<WorkItem> items = firstWork(w);
-    const std::uint32_t t = 9;
-    if (!w.emit(items[0].id, std::span<const std::uint32_t>(&t, 1))) _exit(1);
-    if (!w.finish(items[0].id, Status::kOk, 3, {}, /*input_tokens=*/73)) _exit(1);
-    while (w.connected()) std::this_thread::sleep_for(10ms);
-    _exit(0);
-  }
-  auto client = connectClient(socket());
-  ASSERT_TRUE(client);
-  auto tenant = client->openTenant("acme");
-  ASSERT_TRUE(tenant);
   SubmitRequest r;
-  r.tenant = *tenant;
-  r.endpoint = "chat";
   r.prompt_token_count = 50;
   r.max_output_tokens = 8;
-  auto id = client->submit(r);
-  ASSERT_TRUE(id) << id.error().message;
-  std::vector<Completion> got;
-  ASSERT_TRUE(pollUntil(
-      *client, [&](const Completion& c) { got.push_back(c); }, [&] { return !got.empty(); }, 10s));
-  EXPECT_EQ(got[0].status, Status::kOk);
-  EXPECT_EQ(got[0].input_tokens, 73u);
-  EXPECT_EQ(got[0].output_tokens, 3u);
-  std::string out;
-  ASSERT_EQ(testing::runFairschedctl("--socket " + socket() + " tenants --json", &out), 0) << out;
-  EXPECT_NE(out.find("\"tokens_served\": 76"), std::string::npos)
-      << "73 prompt + 3 output: " << out;
-  ::kill(worker, SIGKILL);
-  ::waitpid(worker, nullptr, 0);
+  OneServed one;
+  serveOne(
+      socket(),
+      [](Worker& w, std::uint64_t id) {
+        const std::uint32_t t = 9;
+        return w.emit(id, std::span<const std::uint32_t>(&t, 1)) &&
+               w.finish(id, Status::kOk, 3, {}, /*input_tokens=*/73);
+      },
+      r, one);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(one.last.status, Status::kOk);
+  EXPECT_EQ(one.last.input_tokens, 73u);
+  EXPECT_EQ(one.last.output_tokens, 3u);
+  EXPECT_NE(one.tenants.find("\"tokens_served\": 76"), std::string::npos)
+      << "73 prompt + 3 output: " << one.tenants;
   EXPECT_EQ(d.value().terminate(), 0);
 }
 
@@ -1221,42 +1250,25 @@ TEST_F(Workers, AWorkerThatCountsThePromptSettlesItAndTheClientHearsTheCount) {
 TEST_F(Workers, AStreamWhoseTokensAllComeWithTheFinishHasATimeToFirstToken) {
   auto d = daemon::ForkedDaemon::start(makeConfig(socket()));
   ASSERT_TRUE(d.ok()) << d.error().message;
-  const pid_t worker = fork();
-  if (worker == 0) {
-    Worker w = attachChildWorker(socket(), 4);
-    const std::vector<WorkItem> items = firstWork(w);
-    std::this_thread::sleep_for(2ms);  // so the time to first token is above 0 us
-    if (!w.finish(items[0].id, Status::kOk, 5, {})) _exit(1);
-    while (w.connected()) std::this_thread::sleep_for(10ms);
-    _exit(0);
-  }
-  auto client = connectClient(socket());
-  ASSERT_TRUE(client);
-  auto tenant = client->openTenant("acme");
-  ASSERT_TRUE(tenant);
   SubmitRequest r;
-  r.tenant = *tenant;
-  r.endpoint = "chat";
   r.prompt_token_count = 10;
   r.max_output_tokens = 8;
   r.stream = true;
-  auto id = client->submit(r);
-  ASSERT_TRUE(id) << id.error().message;
-  std::vector<Completion> got;
-  ASSERT_TRUE(pollUntil(
-      *client, [&](const Completion& c) { got.push_back(c); },
-      [&] { return !got.empty() && !got.back().partial; }, 10s));
-  const Completion& last = got.back();
-  EXPECT_EQ(last.status, Status::kOk);
-  EXPECT_EQ(last.output_tokens, 5u);
-  EXPECT_GE(last.time_to_first_token.count(), 2000);
-  EXPECT_LE(last.time_to_first_token, last.service);
-  std::string out;
-  ASSERT_EQ(testing::runFairschedctl("--socket " + socket() + " tenants --json", &out), 0) << out;
-  EXPECT_NE(out.find("\"tokens_served\": 15"), std::string::npos)
-      << "10 prompt + 5 output: " << out;
-  ::kill(worker, SIGKILL);
-  ::waitpid(worker, nullptr, 0);
+  OneServed one;
+  serveOne(
+      socket(),
+      [](Worker& w, std::uint64_t id) {
+        std::this_thread::sleep_for(2ms);  // so the time to first token is above 0 us
+        return static_cast<bool>(w.finish(id, Status::kOk, 5, {}));
+      },
+      r, one);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(one.last.status, Status::kOk);
+  EXPECT_EQ(one.last.output_tokens, 5u);
+  EXPECT_GE(one.last.time_to_first_token.count(), 2000);
+  EXPECT_LE(one.last.time_to_first_token, one.last.service);
+  EXPECT_NE(one.tenants.find("\"tokens_served\": 15"), std::string::npos)
+      << "10 prompt + 5 output: " << one.tenants;
   EXPECT_EQ(d.value().terminate(), 0);
 }
 
