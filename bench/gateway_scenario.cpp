@@ -2,17 +2,19 @@
 // same upstream directly, in one run.
 //
 // In this process: a native zero-cost OpenAI-compatible upstream (HTTP/1.1
-// keep-alive, a thread per connection; JSON or SSE with 8 tokens and a usage
-// chunk, no generation time) and a native load generator (a thread per
-// caller, one keep-alive connection each, requests back to back). Forked:
-// fairschedd (a worker endpoint, 256 sequences) and fairsched-gateway (next
-// to this binary) in front of the upstream. For each cell — concurrency 1,
-// 16 and 64, JSON and streamed — the same load runs direct to the upstream
-// and through the gateway, one after the other; the whole grid runs three
+// keep-alive, a thread per connection; JSON or SSE with 8 tokens and a
+// usage chunk, no generation time; or the same SSE paced as an engine sends
+// it, the header with the first event, then an event every 500 us) and a
+// native load generator (a thread per caller, one keep-alive connection
+// each, requests back to back). Forked: fairschedd (a worker endpoint, 256
+// sequences) and fairsched-gateway (next to this binary) in front of the
+// upstream. For each cell — concurrency 1, 16 and 64, JSON and streamed,
+// and streamed paced at 16 — the same load runs direct to the upstream and
+// through the gateway, one after the other; the whole grid runs three
 // times: the gateway on one thread (the baseline) and on its default
-// threads (one per core, at most 8) with the daemon's default busy polling,
-// and on its default threads with busy_poll_us = 0. The aims read the
-// default threads' cells.
+// threads (one per core, at most 8) with the daemon's default busy
+// polling, and on its default threads with busy_poll_us = 0. The aims read
+// the default threads' cells.
 //
 // Per cell: requests/s, p50/p99 of the whole request (and of the first
 // streamed chunk), the upstream connections the gateway opened, and the
@@ -29,11 +31,14 @@
 // ceiling any gateway can reach here, with aims against it: at 16 and 64
 // requests/s >= 0.5x nginx's, gateway + daemon CPU per request <= 2.5x
 // nginx's, added p50 at 1 <= nginx's + 0.05 ms, streamed requests/s at 16
-// >= 0.7x nginx's with the first chunk no later.
+// >= 0.7x nginx's with the first chunk no later (on the paced stream: an
+// upstream that writes a whole stream at once sends its first chunk with
+// the rest, so there it only repeats the rate).
 //
 // JSON: {"scenario":"gateway","seconds_per_cell":S,"cells":[{"busy_poll_us":B,
-// "gateway_threads":T,"concurrency":C,"stream":bool,"requests":M,"direct":{"req_per_s","p50_ms",
-// "p99_ms","first_chunk_p50_ms"?},"gateway":{...},"nginx":{...,"cpu_ms_per_request"}?,
+// "gateway_threads":T,"concurrency":C,"stream":bool,"paced_us":P,"requests":M,
+// "direct":{"req_per_s","p50_ms","p99_ms","first_chunk_p50_ms"?},"gateway":{...},
+// "nginx":{...,"cpu_ms_per_request"}?,
 // "upstream_connections":N,"gateway_cpu_ms_per_request","daemon_cpu_ms_per_request","errors"}],
 // "aims":{name:{"value","aim","met"}}}.
 #include <arpa/inet.h>
@@ -79,6 +84,9 @@ constexpr const char* kKey = "sk-bench-0123456789";
 constexpr const char* kKeyDigest =
     "ebadd1f77d7caaabf8b1160a2e3c3bdb38ff59c1452ebcbd8d7a31a53d3f9abb";
 constexpr int kTokens = 8;
+// A paced stream's events, one write each this far apart (an engine at
+// 2,000 tokens/s).
+constexpr int kPaceUs = 500;
 
 // --- sockets -------------------------------------------------------------------
 
@@ -252,6 +260,10 @@ class NativeUpstream {
         continue;
       }
       const bool stream = body.find("\"stream\":true") != std::string::npos;
+      if (stream && body.find("\"model\":\"paced\"") != std::string::npos) {
+        if (!writePaced(fd)) break;
+        continue;
+      }
       if (!writeAll(fd, stream ? sseAnswer() : jsonAnswer())) break;
     }
     ::close(fd);
@@ -271,29 +283,55 @@ class NativeUpstream {
     return a;
   }
 
-  static const std::string& sseAnswer() {
-    static const std::string a = [] {
-      std::string out =
+  // The stream's writes as an engine makes them: the header with the first
+  // event, then one write per event, the usage, [DONE] and the last chunk
+  // with the last. sseAnswer() is them in one.
+  static const std::vector<std::string>& sseWrites() {
+    static const std::vector<std::string> w = [] {
+      std::vector<std::string> out(kTokens);
+      out[0] =
           "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
           "Transfer-Encoding: chunked\r\n\r\n";
-      const auto chunk = [&](const std::string& data) {
+      const auto chunk = [](std::string& to, const std::string& data) {
         char size[16];
         std::snprintf(size, sizeof size, "%zx\r\n", data.size());
-        out += size + data + "\r\n";
+        to += size + data + "\r\n";
       };
       for (int i = 0; i < kTokens; ++i) {
         chunk(
+            out[static_cast<std::size_t>(i)],
             R"(data: {"id":"cmpl-1","object":"text_completion.chunk","model":"m","choices":[{"index":0,"text":"t)" +
-            std::to_string(i) + R"( ","finish_reason":null}]})" + "\n\n");
+                std::to_string(i) + R"( ","finish_reason":null}]})" + "\n\n");
       }
+      std::string& last = out.back();
       chunk(
+          last,
           R"(data: {"id":"cmpl-1","object":"text_completion.chunk","model":"m","choices":[],"usage":{"prompt_tokens":34,"completion_tokens":8,"total_tokens":42}})"
           "\n\n");
-      chunk("data: [DONE]\n\n");
-      out += "0\r\n\r\n";
+      chunk(last, "data: [DONE]\n\n");
+      last += "0\r\n\r\n";
+      return out;
+    }();
+    return w;
+  }
+
+  static const std::string& sseAnswer() {
+    static const std::string a = [] {
+      std::string out;
+      for (const std::string& w : sseWrites()) out += w;
       return out;
     }();
     return a;
+  }
+
+  // The stream paced: its writes kPaceUs apart.
+  static bool writePaced(int fd) {
+    const std::vector<std::string>& writes = sseWrites();
+    for (std::size_t i = 0; i < writes.size(); ++i) {
+      if (i > 0) std::this_thread::sleep_for(std::chrono::microseconds(kPaceUs));
+      if (!writeAll(fd, writes[i])) return false;
+    }
+    return true;
   }
 
   int fd_ = -1;
@@ -344,11 +382,13 @@ bool oneRequest(int fd, Reader& r, const std::string& request, bool stream, doub
   }
 }
 
+// `paced`: the upstream spaces the stream's events (model "paced").
 LoadResult runLoad(std::uint16_t port, bool through_gateway, int concurrency, bool stream,
-                   std::chrono::milliseconds duration) {
-  const std::string body = std::string(R"({"model":"m","prompt":")") +
-                           "benchmark prompt benchmark prompt benchmark prompt" +
-                           R"(","max_tokens":8,"stream":)" + (stream ? "true" : "false") + "}";
+                   bool paced, std::chrono::milliseconds duration) {
+  const std::string body =
+      std::string(paced ? R"({"model":"paced","prompt":")" : R"({"model":"m","prompt":")") +
+      "benchmark prompt benchmark prompt benchmark prompt" + R"(","max_tokens":8,"stream":)" +
+      (stream ? "true" : "false") + "}";
   std::string request = "POST /v1/completions HTTP/1.1\r\nHost: bench\r\n";
   if (through_gateway) request += std::string("Authorization: Bearer ") + kKey + "\r\n";
   request += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
@@ -486,8 +526,10 @@ std::string gatewayConfigText(const std::string& socket, std::uint16_t listen,
 struct Cell {
   int concurrency;
   bool stream;
+  bool paced = false;  // the upstream's events kPaceUs apart
 };
-constexpr Cell kCells[] = {{1, false}, {16, false}, {64, false}, {1, true}, {16, true}, {64, true}};
+constexpr Cell kCells[] = {{1, false}, {16, false}, {64, false},     {1, true},
+                           {16, true}, {64, true},  {16, true, true}};
 
 // One grid with the daemon's busy_poll_us and the gateway's threads set so;
 // its cells appended to `cells`. The upstream starts after the daemon is
@@ -518,14 +560,16 @@ std::optional<std::string> runGrid(std::uint64_t busy_poll_us, unsigned threads,
 
   for (const Cell& c : kCells) {
     // Warm both paths (connections, the pool, caches), then measure.
-    runLoad(upstream.port(), false, c.concurrency, c.stream, per_cell / 5);
-    runLoad(port, true, c.concurrency, c.stream, per_cell / 5);
-    const LoadResult direct = runLoad(upstream.port(), false, c.concurrency, c.stream, per_cell);
+    runLoad(upstream.port(), false, c.concurrency, c.stream, c.paced, per_cell / 5);
+    runLoad(port, true, c.concurrency, c.stream, c.paced, per_cell / 5);
+    const LoadResult direct =
+        runLoad(upstream.port(), false, c.concurrency, c.stream, c.paced, per_cell);
     std::optional<json> via_nginx;
     if (nginx_port != 0) {
-      runLoad(nginx_port, false, c.concurrency, c.stream, per_cell / 5);
+      runLoad(nginx_port, false, c.concurrency, c.stream, c.paced, per_cell / 5);
       const std::uint64_t ng_cpu = nginx.cpuNs();
-      const LoadResult proxied = runLoad(nginx_port, false, c.concurrency, c.stream, per_cell);
+      const LoadResult proxied =
+          runLoad(nginx_port, false, c.concurrency, c.stream, c.paced, per_cell);
       via_nginx = loadJson(proxied);
       (*via_nginx)["cpu_ms_per_request"] =
           static_cast<double>(nginx.cpuNs() - ng_cpu) / 1e6 /
@@ -535,7 +579,7 @@ std::optional<std::string> runGrid(std::uint64_t busy_poll_us, unsigned threads,
     const std::uint64_t conns = upstream.connections();
     const auto gw_cpu = cpuTimeNs(gateway.pid()).value_or(0);
     const auto dm_cpu = cpuTimeNs(daemon.value().pid()).value_or(0);
-    const LoadResult through = runLoad(port, true, c.concurrency, c.stream, per_cell);
+    const LoadResult through = runLoad(port, true, c.concurrency, c.stream, c.paced, per_cell);
     const double n = std::max<double>(1, static_cast<double>(through.ms.size()));
     const double gw_ms =
         static_cast<double>(cpuTimeNs(gateway.pid()).value_or(0) - gw_cpu) / 1e6 / n;
@@ -545,6 +589,7 @@ std::optional<std::string> runGrid(std::uint64_t busy_poll_us, unsigned threads,
                  {"gateway_threads", threads},
                  {"concurrency", c.concurrency},
                  {"stream", c.stream},
+                 {"paced_us", c.paced ? kPaceUs : 0},
                  {"requests", through.ms.size()},
                  {"direct", loadJson(direct)},
                  {"gateway", loadJson(through)},
@@ -560,7 +605,10 @@ std::optional<std::string> runGrid(std::uint64_t busy_poll_us, unsigned threads,
         "%6llu %3u %4d %-6s %9.0f %9.0f %9.0f %6.2f %6.2f %8.3f %8.3f %8.3f %8.3f %7.3f %7.3f "
         "%5llu\n",
         static_cast<unsigned long long>(busy_poll_us), threads, c.concurrency,
-        c.stream ? "sse" : "json", cell["direct"]["req_per_s"].get<double>(), nginx_rps,
+        c.paced    ? "sse-p"
+        : c.stream ? "sse"
+                   : "json",
+        cell["direct"]["req_per_s"].get<double>(), nginx_rps,
         cell["gateway"]["req_per_s"].get<double>(),
         cell["gateway"]["req_per_s"].get<double>() /
             std::max(1.0, cell["direct"]["req_per_s"].get<double>()),
@@ -575,10 +623,10 @@ std::optional<std::string> runGrid(std::uint64_t busy_poll_us, unsigned threads,
 }
 
 const json* findCell(const json& cells, std::uint64_t busy_poll_us, unsigned threads,
-                     int concurrency, bool stream) {
+                     int concurrency, bool stream, bool paced = false) {
   for (const json& c : cells) {
     if (c["busy_poll_us"] == busy_poll_us && c["gateway_threads"] == threads &&
-        c["concurrency"] == concurrency && c["stream"] == stream) {
+        c["concurrency"] == concurrency && c["stream"] == stream && (c["paced_us"] != 0) == paced) {
       return &c;
     }
   }
@@ -647,7 +695,8 @@ ScenarioResult runGatewayScenario(const ScenarioOptions& opts) {
   }
   // Against the ceiling measured beside it: nginx as a plain proxy.
   const json* c16 = findCell(cells, default_poll, threads, 16, false);
-  if (c1 && c16 && c64 && s16 && idle16 && c16->contains("nginx")) {
+  const json* p16 = findCell(cells, default_poll, threads, 16, true, true);
+  if (c1 && c16 && c64 && s16 && p16 && idle16 && c16->contains("nginx")) {
     const auto ratio = [](const json& c, const char* what) {
       return c["gateway"][what].get<double>() / std::max(1e-9, c["nginx"][what].get<double>());
     };
@@ -662,9 +711,11 @@ ScenarioResult runGatewayScenario(const ScenarioOptions& opts) {
         (*c1)["gateway"]["p50_ms"].get<double>() - (*c1)["nginx"]["p50_ms"].get<double>(), 0.05,
         true);
     aim("gateway / nginx streamed requests/s at 16", ratio(*s16, "req_per_s"), 0.7, false);
-    aim("first chunk at 16: gateway minus nginx (ms)",
-        (*s16)["gateway"]["first_chunk_p50_ms"].get<double>() -
-            (*s16)["nginx"]["first_chunk_p50_ms"].get<double>(),
+    // Where the upstream writes a whole stream at once its first chunk
+    // comes with the rest, so the first chunk is read where it paces it.
+    aim("first chunk at 16, paced: gateway minus nginx (ms)",
+        (*p16)["gateway"]["first_chunk_p50_ms"].get<double>() -
+            (*p16)["nginx"]["first_chunk_p50_ms"].get<double>(),
         0.0, true);
   }
   std::uint64_t errors = 0;
