@@ -134,9 +134,10 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
   std::string rebuilt;  // the body with the engine's priority, where it has one
   bool sent = false;    // the request went out (or failed going out) on a connection
   // Connect and send; a replica that cannot be reached (its connection
-  // refused, or a pooled one found closed and a new one refused) hands the
-  // call to another with room (nothing reached it: safe to run elsewhere)
-  // — when every other one that is up is full, once one of its calls ends.
+  // refused, or a pooled one it closed before a byte of an answer and a new
+  // one refused) hands the call to another with room (it answered nothing:
+  // run elsewhere, as the request is sent again on a new connection) — when
+  // every other one that is up is full, once one of its calls ends.
   for (int attempt = 0;; ++attempt) {
     ex.upstream = nullptr;
     tenant_call.reset();
@@ -177,6 +178,10 @@ awaitable<bool> Relay::runUpstream(Caller& c, Exchange& ex) {
   }
   UpstreamCall& up = *call;
   const UpstreamConfig& via = ex.via->pools[thread_]->config();  // this thread's copy
+  // Sent or given up: the body is not needed again (a held stream keeps
+  // this frame and the exchange as long as it runs).
+  std::string().swap(rebuilt);
+  std::string().swap(ex.req.upstream_body);
   // Gone while connecting (its close may have come before there was a socket
   // to close): nothing is sent, the assignment ends now.
   if (!sent && (ex.caller_gone || ex.aborted)) {
